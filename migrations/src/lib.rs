@@ -1,0 +1,16 @@
+//! The schema, as an ordered list of migrations. `corbel serve` applies them at
+//! boot; `corbel migrate` applies them and exits. A migration, once released, is
+//! never edited: change the schema with a new one.
+
+pub use sea_orm_migration::prelude::*;
+
+mod m20261130_000001_users_and_tokens;
+
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m20261130_000001_users_and_tokens::Migration)]
+    }
+}

@@ -1,0 +1,80 @@
+//! The GraphQL API: the schema root, one module per area, the edge error type,
+//! the authentication guard, and the HTTP/websocket handlers that serve it.
+
+mod auth;
+pub mod error;
+mod events;
+mod guard;
+pub mod http;
+pub mod pagination;
+mod server;
+
+use async_graphql::{MergedObject, MergedSubscription, Schema, SchemaBuilder};
+use chrono::{DateTime, Utc};
+
+pub use error::{ApiError, ErrorCode};
+
+use crate::auth::Principal;
+use crate::config::GraphqlLimits;
+
+#[derive(MergedObject, Default)]
+pub struct Query(server::ServerQuery, auth::AuthQuery);
+
+#[derive(MergedObject, Default)]
+pub struct Mutation(auth::AuthMutation);
+
+#[derive(MergedSubscription, Default)]
+pub struct Subscription(events::EventSubscription);
+
+pub type CorbelSchema = Schema<Query, Mutation, Subscription>;
+
+/// Facts about this server that `serverInfo` reports.
+#[derive(Clone, Debug)]
+pub struct ServerFacts {
+    pub instance_id: String,
+    pub database: &'static str,
+    pub started_at: DateTime<Utc>,
+}
+
+/// Who is calling: put into every request's data by the HTTP and websocket
+/// handlers; `None` when no valid token came with it.
+#[derive(Clone, Debug)]
+pub struct Caller(pub Option<Principal>);
+
+/// The schema's types and limits, without any server state: enough to print the
+/// SDL (`corbel schema`) and the base of the served schema.
+pub fn schema_builder(limits: &GraphqlLimits) -> SchemaBuilder<Query, Mutation, Subscription> {
+    Schema::build(Query::default(), Mutation::default(), Subscription::default())
+        .limit_depth(limits.max_depth)
+        .limit_complexity(limits.max_complexity)
+        .extension(guard::RequireAuth)
+}
+
+/// The SDL of the API, as `schema.graphql` holds it.
+pub fn sdl() -> String {
+    schema_builder(&GraphqlLimits::default()).finish().sdl()
+}
+
+/// The caller's principal, or `UNAUTHENTICATED`. The guard already refuses
+/// anonymous requests for non-public fields; resolvers still ask, so a field is
+/// never served without knowing whom to.
+pub(crate) fn principal<'a>(ctx: &async_graphql::Context<'a>) -> Result<&'a Principal, ApiError> {
+    ctx.data_opt::<Caller>()
+        .and_then(|caller| caller.0.as_ref())
+        .ok_or_else(ApiError::unauthenticated)
+}
+
+
+/// Server state the schema was built with. Missing state is a wiring bug, so it
+/// is an internal error rather than a panic.
+pub(crate) fn state<'a, T: Send + Sync + 'static>(
+    ctx: &async_graphql::Context<'a>,
+) -> Result<&'a T, ApiError> {
+    ctx.data_opt::<T>().ok_or_else(|| {
+        tracing::error!(
+            state = std::any::type_name::<T>(),
+            "schema built without state"
+        );
+        ApiError::new(ErrorCode::Internal, "internal error")
+    })
+}

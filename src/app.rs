@@ -1,0 +1,214 @@
+//! Building and running one server: connect and migrate the store, bootstrap the
+//! admin, bind the listener, serve until the shutdown future resolves, then drain.
+//!
+//! `App::build` binds (port 0 works), so tests and benchmarks run the real server
+//! in-process; `App::run_until_stopped` serves.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::routing::get;
+use chrono::Utc;
+use sea_orm::DatabaseConnection;
+use sha2::{Digest, Sha256};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::api::http::{self as api_http, HttpState};
+use crate::api::{self, ServerFacts};
+use crate::auth::Auth;
+use crate::config::Config;
+use crate::events::EventBus;
+use crate::store;
+
+/// How often expired sessions are purged.
+const PURGE_EVERY: Duration = Duration::from_secs(3600);
+
+pub struct App {
+    listener: TcpListener,
+    router: Router,
+    db: DatabaseConnection,
+    auth: Auth,
+    /// Cancelled when shutdown begins: ends subscriptions and background loops.
+    stopping: CancellationToken,
+    ws_close: CancellationToken,
+    ws_tasks: TaskTracker,
+    shutdown_grace: Duration,
+    /// The admin token made at first start, to be shown once.
+    new_admin_token: Option<String>,
+    facts: ServerFacts,
+}
+
+impl App {
+    pub async fn build(config: &Config) -> anyhow::Result<App> {
+        let location = config.database()?;
+        let db = store::connect(&location).await?;
+        store::migrate(&db).await?;
+
+        let stopping = CancellationToken::new();
+        let bus = EventBus::new(1024, stopping.clone());
+        let auth = Auth::new(db.clone(), config.session_ttl, bus.clone());
+        let new_admin_token = auth
+            .bootstrap(config.admin_token.as_ref())
+            .await
+            .context("creating the admin user")?;
+
+        let facts = ServerFacts {
+            instance_id: hex::encode(Sha256::digest(location.identity().as_bytes())),
+            database: location.kind(),
+            started_at: Utc::now(),
+        };
+        let schema = api::schema_builder(&config.graphql)
+            .data(facts.clone())
+            .data(auth.clone())
+            .data(bus)
+            .finish();
+
+        let ws_close = CancellationToken::new();
+        let ws_tasks = TaskTracker::new();
+        let state = HttpState {
+            schema,
+            auth: auth.clone(),
+            db: db.clone(),
+            max_body_bytes: config.graphql.max_body_bytes,
+            ws_close: ws_close.clone(),
+            ws_tasks: ws_tasks.clone(),
+        };
+        crate::telemetry::metrics();
+        let router = Router::new()
+            .route(
+                "/graphql",
+                get(api_http::graphiql).post(api_http::graphql_post),
+            )
+            .route("/graphql/ws", get(api_http::graphql_ws))
+            .route("/healthz", get(api_http::healthz))
+            .route("/readyz", get(api_http::readyz))
+            .route("/metrics", get(api_http::metrics))
+            .merge(crate::web::router())
+            .with_state(state)
+            .layer(CatchPanicLayer::custom(|_| {
+                api_http::edge_error(
+                    axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                    api::ErrorCode::Internal,
+                    "internal error",
+                )
+            }))
+            .layer(TraceLayer::new_for_http());
+
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        Ok(App {
+            listener,
+            router,
+            db,
+            auth,
+            stopping,
+            ws_close,
+            ws_tasks,
+            shutdown_grace: config.shutdown_grace,
+            new_admin_token,
+            facts,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// The admin token made on this first start, if this was one.
+    pub fn new_admin_token(&self) -> Option<&str> {
+        self.new_admin_token.as_deref()
+    }
+
+    pub fn facts(&self) -> &ServerFacts {
+        &self.facts
+    }
+
+    /// Serves until `shutdown` resolves, then stops accepting, finishes in-flight
+    /// requests, completes subscriptions, closes websockets and returns.
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let stopping = self.stopping.clone();
+        let background = tokio::spawn(purge_sessions(self.auth.clone(), stopping.clone()));
+        let signal = {
+            let stopping = stopping.clone();
+            async move {
+                shutdown.await;
+                tracing::info!("shutting down: finishing in-flight requests and streams");
+                stopping.cancel();
+            }
+        };
+        axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(signal)
+            .await
+            .context("serving HTTP")?;
+        // HTTP is drained; subscriptions ended when `stopping` fired. Now close the
+        // websockets themselves and wait for them, within the grace period.
+        self.ws_close.cancel();
+        self.ws_tasks.close();
+        if tokio::time::timeout(self.shutdown_grace, self.ws_tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                open = self.ws_tasks.len(),
+                "websockets still open after the grace period; closing them"
+            );
+        }
+        stopping.cancel();
+        let _ = background.await;
+        self.db.close().await.context("closing the database")?;
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+async fn purge_sessions(auth: Auth, stopping: CancellationToken) {
+    let mut every = tokio::time::interval(PURGE_EVERY);
+    loop {
+        tokio::select! {
+            _ = stopping.cancelled() => return,
+            _ = every.tick() => match auth.purge_expired().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(sessions = n, "purged expired sessions"),
+                Err(e) => tracing::warn!(error = %e, "purging expired sessions failed"),
+            },
+        }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}

@@ -1,0 +1,386 @@
+//! Users, passwords, tokens, and the one place that decides who a request is.
+//!
+//! Passwords are hashed with argon2. Tokens are 32 random bytes shown to their
+//! owner once; only their SHA-256 is stored (a token has full entropy, so a fast
+//! hash is enough and keeps per-request checks cheap). Roles are a column on the
+//! user; today every user is an admin, and `Principal` is where checks will grow.
+
+mod password;
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use rand::RngCore;
+use sea_orm::{DatabaseConnection, DbErr};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use crate::config::Secret;
+use crate::events::{Event, EventBus};
+use crate::store::{self, users};
+
+/// The name of the user the first start creates.
+pub const ADMIN_USERNAME: &str = "admin";
+/// Prefix of every token, so a leaked one is easy to spot in a scan.
+const TOKEN_PREFIX: &str = "cbl_";
+/// A token's `last_used_at` is rewritten at most this often, keeping reads cheap.
+/// Longest token accepted; longer ones are refused before any hashing.
+const MAX_TOKEN_LEN: usize = 512;
+/// Shortest admin token accepted from the configuration.
+const MIN_GIVEN_TOKEN_LEN: usize = 16;
+const TOUCH_EVERY: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Admin,
+}
+
+impl Role {
+    fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "ADMIN",
+        }
+    }
+
+    fn parse(raw: &str) -> Option<Role> {
+        match raw {
+            "ADMIN" => Some(Role::Admin),
+            _ => None,
+        }
+    }
+}
+
+/// What a token is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenKind {
+    /// Made at first start (or from `CORBEL_ADMIN_TOKEN`).
+    Bootstrap,
+    /// From `login`; expires.
+    Session,
+    /// From `createApiToken`; lives until revoked.
+    Api,
+}
+
+impl TokenKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenKind::Bootstrap => "BOOTSTRAP",
+            TokenKind::Session => "SESSION",
+            TokenKind::Api => "API",
+        }
+    }
+
+    fn parse(raw: &str) -> Option<TokenKind> {
+        match raw {
+            "BOOTSTRAP" => Some(TokenKind::Bootstrap),
+            "SESSION" => Some(TokenKind::Session),
+            "API" => Some(TokenKind::Api),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct User {
+    pub id: Uuid,
+    pub username: String,
+    pub role: Role,
+    pub has_password: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Who is making a request, and with which token.
+#[derive(Clone, Debug)]
+pub struct Principal {
+    pub user: User,
+    pub token_id: Uuid,
+    pub token_kind: TokenKind,
+}
+
+/// A token as its owner may see it later: never the secret.
+#[derive(Clone, Debug)]
+pub struct TokenInfo {
+    pub id: Uuid,
+    pub name: String,
+    pub kind: TokenKind,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("invalid username or password")]
+    InvalidCredentials,
+    #[error("{0}")]
+    Invalid(String),
+    #[error("no token {0} belongs to you")]
+    TokenNotFound(Uuid),
+    #[error("a stored row is not valid: {0}")]
+    Corrupt(String),
+    #[error(transparent)]
+    Db(#[from] DbErr),
+    #[error("password hashing failed: {0}")]
+    Hash(String),
+}
+
+#[derive(Clone)]
+pub struct Auth {
+    db: DatabaseConnection,
+    session_ttl: Duration,
+    bus: EventBus,
+}
+
+impl Auth {
+    pub fn new(db: DatabaseConnection, session_ttl: Duration, bus: EventBus) -> Self {
+        Self {
+            db,
+            session_ttl,
+            bus,
+        }
+    }
+
+    /// On a store with no users, creates `admin` with a token and returns the token
+    /// when Corbel made it (so it can be shown once). With `given`, that token is
+    /// the admin's, and is added if a later start names a new one.
+    pub async fn bootstrap(&self, given: Option<&Secret>) -> Result<Option<String>, AuthError> {
+        if let Some(token) = given
+            && !(MIN_GIVEN_TOKEN_LEN..=MAX_TOKEN_LEN).contains(&token.expose().len())
+        {
+            return Err(AuthError::Invalid(format!(
+                "CORBEL_ADMIN_TOKEN must be {MIN_GIVEN_TOKEN_LEN} to {MAX_TOKEN_LEN} characters"
+            )));
+        }
+        if store::users::count_users(&self.db).await? == 0 {
+            let token = given.map_or_else(new_token, |t| t.expose().to_owned());
+            let created = users::insert_user_with_token(
+                &self.db,
+                ADMIN_USERNAME,
+                Role::Admin.as_str(),
+                Some((TokenKind::Bootstrap.as_str(), "bootstrap", hash_token(&token))),
+            )
+            .await;
+            return match created {
+                Ok(_) => Ok(given.is_none().then_some(token)),
+                // Another replica bootstrapped the same store a moment earlier.
+                Err(e) if store::is_conflict(&e) => Ok(None),
+                Err(e) => Err(e.into()),
+            };
+        }
+        if let Some(token) = given {
+            let hash = hash_token(token.expose());
+            if !users::token_exists(&self.db, &hash).await? {
+                let admin = users::find_by_username(&self.db, ADMIN_USERNAME)
+                    .await?
+                    .ok_or_else(|| AuthError::Corrupt("users exist but no `admin`".into()))?;
+                users::insert_token(
+                    &self.db,
+                    users::NewToken {
+                        user_id: admin.id,
+                        kind: TokenKind::Bootstrap.as_str(),
+                        name: "bootstrap",
+                        token_hash: hash,
+                        expires_at: None,
+                    },
+                )
+                .await?;
+            }
+        }
+        Ok(None)
+    }
+
+    /// The principal a bearer token stands for, or `None` for an unknown, expired
+    /// or disabled one.
+    pub async fn authenticate(&self, token: &str) -> Result<Option<Principal>, AuthError> {
+        if token.is_empty() || token.len() > MAX_TOKEN_LEN {
+            return Ok(None);
+        }
+        let Some((row, user)) = users::find_token(&self.db, &hash_token(token)).await? else {
+            return Ok(None);
+        };
+        let now = Utc::now();
+        if row.expires_at.is_some_and(|at| at <= now) || user.disabled {
+            return Ok(None);
+        }
+        if row.last_used_at.is_none_or(|at| now - at > TOUCH_EVERY) {
+            users::touch_token(&self.db, row.id, now).await?;
+        }
+        Ok(Some(Principal {
+            user: to_user(user)?,
+            token_id: row.id,
+            token_kind: parse_kind(&row.kind)?,
+        }))
+    }
+
+    /// Checks a username and password and opens a session.
+    pub async fn login(&self, username: &str, password: &str) -> Result<(User, String), AuthError> {
+        let row = users::find_by_username(&self.db, username).await?;
+        let stored = row.as_ref().and_then(|r| r.password_hash.clone());
+        let matches = password::verify(password, stored).await?;
+        let (Some(row), true) = (row, matches) else {
+            return Err(AuthError::InvalidCredentials);
+        };
+        if row.disabled {
+            return Err(AuthError::InvalidCredentials);
+        }
+        let token = new_token();
+        let ttl = chrono::TimeDelta::from_std(self.session_ttl)
+            .map_err(|_| AuthError::Invalid("session lifetime is too long".into()))?;
+        users::insert_token(
+            &self.db,
+            users::NewToken {
+                user_id: row.id,
+                kind: TokenKind::Session.as_str(),
+                name: "session",
+                token_hash: hash_token(&token),
+                expires_at: Some(Utc::now() + ttl),
+            },
+        )
+        .await?;
+        let user = to_user(row)?;
+        self.bus.publish(Event::UserLoggedIn {
+            user_id: user.id,
+            username: user.username.clone(),
+        });
+        Ok((user, token))
+    }
+
+    /// Ends the session (or revokes the token) the principal came in with.
+    pub async fn logout(&self, who: &Principal) -> Result<(), AuthError> {
+        users::delete_token(&self.db, who.user.id, who.token_id).await?;
+        Ok(())
+    }
+
+    /// Sets the principal's password. A user who has one must give it.
+    pub async fn set_password(
+        &self,
+        who: &Principal,
+        current: Option<&str>,
+        new: &str,
+    ) -> Result<(), AuthError> {
+        password::check_strength(new)?;
+        let row = users::find_user(&self.db, who.user.id)
+            .await?
+            .ok_or(AuthError::InvalidCredentials)?;
+        if let Some(stored) = row.password_hash {
+            let given = current.ok_or_else(|| {
+                AuthError::Invalid("currentPassword is required to change a password".into())
+            })?;
+            if !password::verify(given, Some(stored)).await? {
+                return Err(AuthError::Invalid("currentPassword is wrong".into()));
+            }
+        }
+        let hash = password::hash(new).await?;
+        users::set_password_hash(&self.db, row.id, hash).await?;
+        Ok(())
+    }
+
+    /// Makes an API token; the secret is returned here and never again.
+    pub async fn create_api_token(
+        &self,
+        who: &Principal,
+        name: &str,
+    ) -> Result<(TokenInfo, String), AuthError> {
+        let name = name.trim();
+        if name.is_empty() || name.chars().count() > 100 {
+            return Err(AuthError::Invalid(
+                "name must be 1 to 100 characters".into(),
+            ));
+        }
+        let token = new_token();
+        let row = users::insert_token(
+            &self.db,
+            users::NewToken {
+                user_id: who.user.id,
+                kind: TokenKind::Api.as_str(),
+                name,
+                token_hash: hash_token(&token),
+                expires_at: None,
+            },
+        )
+        .await?;
+        let info = to_token_info(row)?;
+        self.bus.publish(Event::ApiTokenCreated {
+            user_id: who.user.id,
+            token_id: info.id,
+            name: info.name.clone(),
+        });
+        Ok((info, token))
+    }
+
+    pub async fn tokens(&self, who: &Principal) -> Result<Vec<TokenInfo>, AuthError> {
+        users::list_tokens(&self.db, who.user.id)
+            .await?
+            .into_iter()
+            .map(to_token_info)
+            .collect()
+    }
+
+    pub async fn revoke_token(&self, who: &Principal, token_id: Uuid) -> Result<(), AuthError> {
+        if !users::delete_token(&self.db, who.user.id, token_id).await? {
+            return Err(AuthError::TokenNotFound(token_id));
+        }
+        self.bus.publish(Event::ApiTokenRevoked {
+            user_id: who.user.id,
+            token_id,
+        });
+        Ok(())
+    }
+
+    /// Deletes expired sessions; run from a background loop.
+    pub async fn purge_expired(&self) -> Result<u64, AuthError> {
+        Ok(users::delete_expired_tokens(&self.db, Utc::now()).await?)
+    }
+}
+
+fn new_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format!("{TOKEN_PREFIX}{}", hex::encode(bytes))
+}
+
+fn hash_token(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+fn parse_kind(raw: &str) -> Result<TokenKind, AuthError> {
+    TokenKind::parse(raw).ok_or_else(|| AuthError::Corrupt(format!("unknown token kind `{raw}`")))
+}
+
+fn to_user(row: users::UserRow) -> Result<User, AuthError> {
+    Ok(User {
+        role: Role::parse(&row.role)
+            .ok_or_else(|| AuthError::Corrupt(format!("unknown role `{}`", row.role)))?,
+        id: row.id,
+        username: row.username,
+        has_password: row.password_hash.is_some(),
+        created_at: row.created_at,
+    })
+}
+
+fn to_token_info(row: users::TokenRow) -> Result<TokenInfo, AuthError> {
+    Ok(TokenInfo {
+        kind: parse_kind(&row.kind)?,
+        id: row.id,
+        name: row.name,
+        created_at: row.created_at,
+        expires_at: row.expires_at,
+        last_used_at: row.last_used_at,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_random_prefixed_and_hashed() {
+        let a = new_token();
+        let b = new_token();
+        assert_ne!(a, b);
+        assert!(a.starts_with(TOKEN_PREFIX));
+        assert_eq!(a.len(), TOKEN_PREFIX.len() + 64);
+        assert_eq!(hash_token(&a), hash_token(&a));
+        assert_ne!(hash_token(&a), a);
+    }
+}

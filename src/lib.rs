@@ -1,0 +1,15 @@
+//! Corbel, a platform server: providers, repositories and deployments behind one
+//! GraphQL API. See `ARCHITECTURE.md` for the code map.
+
+pub mod api;
+pub mod app;
+pub mod auth;
+pub mod cli;
+pub mod config;
+pub mod events;
+pub mod store;
+pub mod telemetry;
+pub mod web;
+
+/// The crate version, as shown by `corbel --version` and `serverInfo.version`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,93 @@
+//! The database: connecting, migrating, readiness, and the sea-orm entities.
+//!
+//! Entities stay inside `store`; areas read and write through the functions their
+//! modules expose and convert rows to their own types at the boundary.
+
+pub mod entities;
+pub mod users;
+
+use std::time::Duration;
+
+use migration::{Migrator, MigratorTrait};
+use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr};
+
+use crate::config::DatabaseLocation;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot create the data directory {path}: {source}")]
+    DataDir {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot connect to {location}: {source}")]
+    Connect { location: String, source: DbErr },
+    #[error("migrations failed: {0}")]
+    Migrate(DbErr),
+    #[error("database error: {0}")]
+    Db(#[from] DbErr),
+}
+
+/// Opens a pool to the store. For SQLite the file (and its directory) is made if
+/// missing.
+pub async fn connect(location: &DatabaseLocation) -> Result<DatabaseConnection, StoreError> {
+    if let DatabaseLocation::Sqlite(path) = location
+        && let Some(dir) = path.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::DataDir {
+            path: dir.to_owned(),
+            source,
+        })?;
+    }
+    let mut options = ConnectOptions::new(location.connect_url());
+    options
+        .connect_timeout(Duration::from_secs(10))
+        .acquire_timeout(Duration::from_secs(10))
+        .sqlx_logging(false);
+    match location {
+        // SQLite serialises writers; a small pool avoids piling up on its lock.
+        DatabaseLocation::Sqlite(_) => options.max_connections(4).min_connections(1),
+        DatabaseLocation::Postgres(_) => options.max_connections(16).min_connections(1),
+    };
+    let db = Database::connect(options)
+        .await
+        .map_err(|source| StoreError::Connect {
+            location: location.redacted(),
+            source,
+        })?;
+    // sqlx turns SQLite foreign keys on for every connection it opens, and uses
+    // WAL journaling; cascades in the schema rely on the former.
+    Ok(db)
+}
+
+/// Applies every pending migration.
+pub async fn migrate(db: &DatabaseConnection) -> Result<(), StoreError> {
+    Migrator::up(db, None).await.map_err(StoreError::Migrate)
+}
+
+/// Why the store is not ready, if it is not: unreachable, or not migrated.
+pub async fn readiness(db: &DatabaseConnection) -> Result<(), String> {
+    db.ping()
+        .await
+        .map_err(|e| format!("database unreachable: {e}"))?;
+    let pending = Migrator::get_pending_migrations(db)
+        .await
+        .map_err(|e| format!("cannot read migration state: {e}"))?;
+    if pending.is_empty() {
+        Ok(())
+    } else {
+        let names: Vec<&str> = pending.iter().map(|m| m.name()).collect();
+        Err(format!("pending migrations: {}", names.join(", ")))
+    }
+}
+
+/// True when the error is a unique-key or foreign-key violation: the edge maps it
+/// to `CONFLICT`.
+pub fn is_conflict(err: &DbErr) -> bool {
+    matches!(
+        err.sql_err(),
+        Some(sea_orm::SqlErr::UniqueConstraintViolation(_))
+            | Some(sea_orm::SqlErr::ForeignKeyConstraintViolation(_))
+    )
+}

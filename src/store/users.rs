@@ -1,0 +1,174 @@
+//! Queries on users and tokens, for the `auth` area.
+
+use chrono::{DateTime, Utc};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
+    PaginatorTrait, QueryFilter, QueryOrder, Set, TransactionTrait,
+};
+use uuid::Uuid;
+
+use super::entities::{api_token, user};
+
+pub use api_token::Model as TokenRow;
+pub use user::Model as UserRow;
+
+/// A token row to insert; `token_hash` is the only form of the secret we keep.
+pub struct NewToken<'a> {
+    pub user_id: Uuid,
+    pub kind: &'a str,
+    pub name: &'a str,
+    pub token_hash: String,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+pub async fn count_users(db: &DatabaseConnection) -> Result<u64, DbErr> {
+    user::Entity::find().count(db).await
+}
+
+pub async fn find_by_username(
+    db: &DatabaseConnection,
+    username: &str,
+) -> Result<Option<UserRow>, DbErr> {
+    user::Entity::find()
+        .filter(user::Column::Username.eq(username))
+        .one(db)
+        .await
+}
+
+pub async fn find_user(db: &DatabaseConnection, id: Uuid) -> Result<Option<UserRow>, DbErr> {
+    user::Entity::find_by_id(id).one(db).await
+}
+
+/// Creates a user and, when given, its first token, in one transaction: a crash
+/// leaves both or neither.
+pub async fn insert_user_with_token(
+    db: &DatabaseConnection,
+    username: &str,
+    role: &str,
+    token: Option<(&str, &str, String)>,
+) -> Result<UserRow, DbErr> {
+    let txn = db.begin().await?;
+    let now = Utc::now();
+    let row = user::ActiveModel {
+        id: Set(Uuid::new_v4()),
+        username: Set(username.to_owned()),
+        password_hash: Set(None),
+        role: Set(role.to_owned()),
+        disabled: Set(false),
+        created_at: Set(now),
+        updated_at: Set(now),
+    }
+    .insert(&txn)
+    .await?;
+    if let Some((kind, name, token_hash)) = token {
+        insert_token(
+            &txn,
+            NewToken {
+                user_id: row.id,
+                kind,
+                name,
+                token_hash,
+                expires_at: None,
+            },
+        )
+        .await?;
+    }
+    txn.commit().await?;
+    Ok(row)
+}
+
+pub async fn set_password_hash(
+    db: &DatabaseConnection,
+    user_id: Uuid,
+    hash: String,
+) -> Result<(), DbErr> {
+    user::ActiveModel {
+        id: Set(user_id),
+        password_hash: Set(Some(hash)),
+        updated_at: Set(Utc::now()),
+        ..Default::default()
+    }
+    .update(db)
+    .await
+    .map(drop)
+}
+
+pub async fn insert_token(db: &impl ConnectionTrait, new: NewToken<'_>) -> Result<TokenRow, DbErr> {
+    api_token::ActiveModel {
+        id: Set(Uuid::new_v4()),
+        user_id: Set(new.user_id),
+        kind: Set(new.kind.to_owned()),
+        name: Set(new.name.to_owned()),
+        token_hash: Set(new.token_hash),
+        created_at: Set(Utc::now()),
+        expires_at: Set(new.expires_at),
+        last_used_at: Set(None),
+    }
+    .insert(db)
+    .await
+}
+
+pub async fn token_exists(db: &DatabaseConnection, token_hash: &str) -> Result<bool, DbErr> {
+    Ok(api_token::Entity::find()
+        .filter(api_token::Column::TokenHash.eq(token_hash))
+        .count(db)
+        .await?
+        > 0)
+}
+
+/// The token with this hash and the user it belongs to.
+pub async fn find_token(
+    db: &DatabaseConnection,
+    token_hash: &str,
+) -> Result<Option<(TokenRow, UserRow)>, DbErr> {
+    let found = api_token::Entity::find()
+        .filter(api_token::Column::TokenHash.eq(token_hash))
+        .find_also_related(user::Entity)
+        .one(db)
+        .await?;
+    Ok(found.and_then(|(token, user)| user.map(|user| (token, user))))
+}
+
+pub async fn touch_token(
+    db: &DatabaseConnection,
+    token_id: Uuid,
+    at: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    api_token::Entity::update_many()
+        .col_expr(api_token::Column::LastUsedAt, sea_orm::sea_query::Expr::value(at))
+        .filter(api_token::Column::Id.eq(token_id))
+        .exec(db)
+        .await
+        .map(drop)
+}
+
+pub async fn list_tokens(db: &DatabaseConnection, user_id: Uuid) -> Result<Vec<TokenRow>, DbErr> {
+    api_token::Entity::find()
+        .filter(api_token::Column::UserId.eq(user_id))
+        .order_by_asc(api_token::Column::CreatedAt)
+        .all(db)
+        .await
+}
+
+/// Deletes a token of this user; false when there was none.
+pub async fn delete_token(
+    db: &DatabaseConnection,
+    user_id: Uuid,
+    token_id: Uuid,
+) -> Result<bool, DbErr> {
+    let result = api_token::Entity::delete_many()
+        .filter(api_token::Column::Id.eq(token_id))
+        .filter(api_token::Column::UserId.eq(user_id))
+        .exec(db)
+        .await?;
+    Ok(result.rows_affected > 0)
+}
+
+/// Removes session tokens whose time has passed.
+pub async fn delete_expired_tokens(db: &DatabaseConnection, now: DateTime<Utc>) -> Result<u64, DbErr> {
+    let result = api_token::Entity::delete_many()
+        .filter(api_token::Column::ExpiresAt.lt(now))
+        .exec(db)
+        .await?;
+    Ok(result.rows_affected)
+}

@@ -1,0 +1,90 @@
+//! Logs (tracing) and metrics (Prometheus text on `/metrics`).
+//!
+//! The metrics recorder is process-wide (the `metrics` facade has one global
+//! recorder), so it is installed once and every server in the process shares it.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tracing_subscriber::EnvFilter;
+
+use crate::config::LogFormat;
+
+/// Name of the GraphQL request counter, labelled by `operation` and `outcome`.
+pub const GRAPHQL_REQUESTS: &str = "corbel_graphql_requests_total";
+/// Name of the GraphQL latency histogram, labelled by `operation`.
+pub const GRAPHQL_DURATION: &str = "corbel_graphql_request_duration_seconds";
+/// Name of the build-info gauge (always 1), labelled by `version`.
+pub const BUILD_INFO: &str = "corbel_build_info";
+
+/// Starts logging to stderr in the chosen format. Safe to call more than once:
+/// only the first call takes effect.
+pub fn init_logging(format: LogFormat, filter: &str) {
+    let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Pretty => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+}
+
+/// The process's metrics handle, installing the recorder on first use.
+pub fn metrics() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                Matcher::Full(GRAPHQL_DURATION.to_owned()),
+                &[
+                    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                ],
+            )
+            .expect("bucket list is not empty")
+            .build_recorder();
+        let handle = recorder.handle();
+        // Another recorder may already be set (a test harness); ours then only
+        // renders what it records itself, which is still correct for `/metrics`.
+        let _ = metrics::set_global_recorder(recorder);
+        metrics::describe_counter!(GRAPHQL_REQUESTS, "GraphQL requests by operation and outcome");
+        metrics::describe_histogram!(GRAPHQL_DURATION, "GraphQL request latency in seconds");
+        metrics::describe_gauge!(BUILD_INFO, "Build information; the value is always 1");
+        metrics::gauge!(BUILD_INFO, "version" => crate::VERSION).set(1.0);
+        handle
+    })
+}
+
+/// Records one finished GraphQL request.
+pub fn record_graphql(operation: &str, outcome: &'static str, seconds: f64) {
+    let operation = operation_label(operation);
+    metrics::counter!(GRAPHQL_REQUESTS, "operation" => operation.clone(), "outcome" => outcome)
+        .increment(1);
+    metrics::histogram!(GRAPHQL_DURATION, "operation" => operation).record(seconds);
+}
+
+/// Operation names come from clients: keep the label to a bounded, safe alphabet.
+fn operation_label(name: &str) -> String {
+    let cleaned: String = name
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .take(64)
+        .collect();
+    if cleaned.is_empty() {
+        "anonymous".to_owned()
+    } else {
+        cleaned
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::operation_label;
+
+    #[test]
+    fn operation_labels_are_bounded_and_safe() {
+        assert_eq!(operation_label(""), "anonymous");
+        assert_eq!(operation_label("Get\"Info\n"), "GetInfo");
+        assert_eq!(operation_label(&"x".repeat(500)).len(), 64);
+    }
+}
