@@ -10,7 +10,11 @@ use crate::app::{App, shutdown_signal};
 use crate::config::{Config, Overrides};
 
 #[derive(Debug, Parser)]
-#[command(name = "corbel", version, about = "Corbel: providers, repositories and deployments behind one GraphQL API")]
+#[command(
+    name = "corbel",
+    version,
+    about = "Corbel: providers, repositories and deployments behind one GraphQL API"
+)]
 pub struct Cli {
     /// Optional TOML file with the same settings as the flags (snake_case keys).
     #[arg(long, env = "CORBEL_CONFIG", global = true)]
@@ -78,6 +82,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 async fn serve(config: Config) -> anyhow::Result<()> {
     crate::telemetry::init_logging(config.log_format, &config.log_filter);
+    let shutdown = shutdown_signal()?;
     let app = App::build(&config).await?;
     if let Some(token) = app.new_admin_token() {
         // Shown on the terminal once, never through the logs.
@@ -94,5 +99,5 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         crate::VERSION,
         app.local_addr()
     );
-    app.run_until_stopped(shutdown_signal()).await
+    app.run_until_stopped(shutdown).await
 }

@@ -100,7 +100,12 @@ pub struct Overrides {
     #[arg(long, env = "CORBEL_DATA_DIR", global = true)]
     pub data_dir: Option<PathBuf>,
     /// `sqlite://…` or `postgres://…`; default: SQLite in the data directory.
-    #[arg(long, env = "CORBEL_DATABASE_URL", global = true, hide_env_values = true)]
+    #[arg(
+        long,
+        env = "CORBEL_DATABASE_URL",
+        global = true,
+        hide_env_values = true
+    )]
     pub database_url: Option<String>,
     /// Log format.
     #[arg(long, env = "CORBEL_LOG_FORMAT", global = true, value_enum)]
@@ -118,7 +123,12 @@ pub struct Overrides {
     #[arg(long, env = "CORBEL_GRAPHQL_MAX_BODY_BYTES", global = true)]
     pub graphql_max_body_bytes: Option<usize>,
     /// The admin's token, instead of a generated one.
-    #[arg(long, env = "CORBEL_ADMIN_TOKEN", global = true, hide_env_values = true)]
+    #[arg(
+        long,
+        env = "CORBEL_ADMIN_TOKEN",
+        global = true,
+        hide_env_values = true
+    )]
     pub admin_token: Option<String>,
     /// Lifetime of a login session, in seconds.
     #[arg(long, env = "CORBEL_SESSION_TTL_SECONDS", global = true)]
@@ -152,8 +162,12 @@ impl Config {
         let pick = flags.clone().or(from_file);
         let defaults = GraphqlLimits::default();
         let config = Config {
-            listen: pick.listen.unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8080))),
-            data_dir: pick.data_dir.unwrap_or_else(|| PathBuf::from("corbel-data")),
+            listen: pick
+                .listen
+                .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8080))),
+            data_dir: pick
+                .data_dir
+                .unwrap_or_else(|| PathBuf::from("corbel-data")),
             database_url: pick.database_url.map(Secret::new),
             log_format: pick.log_format.unwrap_or_default(),
             log_filter: pick.log_filter.unwrap_or_else(|| "info".to_owned()),
@@ -266,7 +280,9 @@ impl DatabaseLocation {
             }
             "postgres" | "postgresql" => {
                 if url.host_str().is_none_or(str::is_empty) {
-                    return Err(ConfigError::DatabaseUrl("postgres URL names no host".into()));
+                    return Err(ConfigError::DatabaseUrl(
+                        "postgres URL names no host".into(),
+                    ));
                 }
                 Ok(Self::Postgres(url))
             }

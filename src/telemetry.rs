@@ -47,7 +47,10 @@ pub fn metrics() -> &'static PrometheusHandle {
         // Another recorder may already be set (a test harness); ours then only
         // renders what it records itself, which is still correct for `/metrics`.
         let _ = metrics::set_global_recorder(recorder);
-        metrics::describe_counter!(GRAPHQL_REQUESTS, "GraphQL requests by operation and outcome");
+        metrics::describe_counter!(
+            GRAPHQL_REQUESTS,
+            "GraphQL requests by operation and outcome"
+        );
         metrics::describe_histogram!(GRAPHQL_DURATION, "GraphQL request latency in seconds");
         metrics::describe_gauge!(BUILD_INFO, "Build information; the value is always 1");
         metrics::gauge!(BUILD_INFO, "version" => crate::VERSION).set(1.0);

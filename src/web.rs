@@ -13,9 +13,10 @@ use rust_embed::RustEmbed;
 struct Assets;
 
 pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    Router::new()
-        .route("/", get(|| serve("index.html")))
-        .route("/ui/{*path}", get(|Path(path): Path<String>| serve_owned(path)))
+    Router::new().route("/", get(|| serve("index.html"))).route(
+        "/ui/{*path}",
+        get(|Path(path): Path<String>| serve_owned(path)),
+    )
 }
 
 async fn serve_owned(path: String) -> Response {

@@ -67,7 +67,11 @@ impl User {
             ));
         }
         let tokens = state::<Auth>(ctx)?.tokens(who).await?;
-        paginate(tokens.into_iter().map(ApiToken::from).collect(), first, after)
+        paginate(
+            tokens.into_iter().map(ApiToken::from).collect(),
+            first,
+            after,
+        )
     }
 }
 
@@ -192,7 +196,9 @@ impl AuthMutation {
         let id = id
             .parse::<uuid::Uuid>()
             .map_err(|_| ApiError::validation(format!("`id`: `{}` is not a token id", id.0)))?;
-        state::<Auth>(ctx)?.revoke_token(principal(ctx)?, id).await?;
+        state::<Auth>(ctx)?
+            .revoke_token(principal(ctx)?, id)
+            .await?;
         Ok(true)
     }
 }

@@ -85,9 +85,10 @@ impl From<AuthError> for ApiError {
             AuthError::InvalidCredentials => Self::new(ErrorCode::Unauthenticated, e.to_string()),
             AuthError::Invalid(message) => Self::validation(message),
             AuthError::TokenNotFound(_) => Self::new(ErrorCode::NotFound, e.to_string()),
-            AuthError::Db(ref db) if crate::store::is_conflict(db) => {
-                Self::new(ErrorCode::Conflict, "that conflicts with an existing record")
-            }
+            AuthError::Db(ref db) if crate::store::is_conflict(db) => Self::new(
+                ErrorCode::Conflict,
+                "that conflicts with an existing record",
+            ),
             AuthError::Db(_) | AuthError::Hash(_) | AuthError::Corrupt(_) => Self::internal(&e),
         }
     }

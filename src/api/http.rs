@@ -92,8 +92,28 @@ fn parse_body(bytes: &Bytes) -> Result<BatchRequest, String> {
     if bytes.is_empty() {
         return Err("request body is empty: send a JSON object with a `query`".to_owned());
     }
-    serde_json::from_slice::<BatchRequest>(bytes)
-        .map_err(|e| format!("request body is not a GraphQL request: {e}"))
+    // Read the two shapes explicitly: serde's untagged enums only say "did not
+    // match any variant", which tells a client nothing.
+    let batch = if bytes.trim_ascii_start().starts_with(b"[") {
+        serde_json::from_slice::<Vec<async_graphql::Request>>(bytes).map(BatchRequest::Batch)
+    } else {
+        serde_json::from_slice::<async_graphql::Request>(bytes).map(BatchRequest::Single)
+    }
+    .map_err(|e| format!("request body is not a GraphQL request: {e}"))?;
+    let requests = match &batch {
+        BatchRequest::Single(r) => std::slice::from_ref(r),
+        BatchRequest::Batch(rs) => rs.as_slice(),
+    };
+    if requests.is_empty() {
+        return Err("request body is an empty batch".to_owned());
+    }
+    if let Some(i) = requests.iter().position(|r| r.query.trim().is_empty()) {
+        return Err(match batch {
+            BatchRequest::Single(_) => "request has no `query`".to_owned(),
+            BatchRequest::Batch(_) => format!("request {i} of the batch has no `query`"),
+        });
+    }
+    Ok(batch)
 }
 
 fn operation_name(request: &async_graphql::Request) -> String {
@@ -151,7 +171,10 @@ fn json_response(response: &BatchResponse) -> Response {
     for (name, value) in response.http_headers_iter() {
         headers.append(name, value);
     }
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     match serde_json::to_vec(response) {
         Ok(body) => (headers, body).into_response(),
@@ -326,7 +349,11 @@ pub async fn healthz() -> &'static str {
 pub async fn readyz(State(state): State<HttpState>) -> Response {
     match crate::store::readiness(&state.db).await {
         Ok(()) => (StatusCode::OK, "ready\n").into_response(),
-        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {reason}\n")).into_response(),
+        Err(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {reason}\n"),
+        )
+            .into_response(),
     }
 }
 
@@ -344,8 +371,14 @@ mod tests {
 
     #[test]
     fn operation_names_are_read_from_the_document() {
-        assert_eq!(named_operation("query Info { serverInfo { version } }").as_deref(), Some("Info"));
-        assert_eq!(named_operation("mutation Go($a: Int) { x }").as_deref(), Some("Go"));
+        assert_eq!(
+            named_operation("query Info { serverInfo { version } }").as_deref(),
+            Some("Info")
+        );
+        assert_eq!(
+            named_operation("mutation Go($a: Int) { x }").as_deref(),
+            Some("Go")
+        );
         assert_eq!(named_operation("{ serverInfo { version } }"), None);
         assert_eq!(named_operation("query { serverInfo { version } }"), None);
         assert_eq!(named_operation("query($a: Int) { a }"), None);
@@ -354,13 +387,22 @@ mod tests {
     #[test]
     fn tokens_come_from_header_or_cookie() {
         let mut headers = HeaderMap::new();
-        headers.insert(header::COOKIE, HeaderValue::from_static("a=b; corbel_session=tok"));
+        headers.insert(
+            header::COOKIE,
+            HeaderValue::from_static("a=b; corbel_session=tok"),
+        );
         assert_eq!(bearer_token(&headers), Some("tok"));
-        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer hdr"));
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer hdr"),
+        );
         assert_eq!(bearer_token(&headers), Some("hdr"));
         let init = serde_json::json!({"Authorization": "Bearer x1"});
         assert_eq!(token_from_init(&init).as_deref(), Some("x1"));
-        assert_eq!(token_from_init(&serde_json::json!({"token": "t"})).as_deref(), Some("t"));
+        assert_eq!(
+            token_from_init(&serde_json::json!({"token": "t"})).as_deref(),
+            Some("t")
+        );
         assert_eq!(token_from_init(&serde_json::json!({})), None);
     }
 }

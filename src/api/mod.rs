@@ -44,10 +44,14 @@ pub struct Caller(pub Option<Principal>);
 /// The schema's types and limits, without any server state: enough to print the
 /// SDL (`corbel schema`) and the base of the served schema.
 pub fn schema_builder(limits: &GraphqlLimits) -> SchemaBuilder<Query, Mutation, Subscription> {
-    Schema::build(Query::default(), Mutation::default(), Subscription::default())
-        .limit_depth(limits.max_depth)
-        .limit_complexity(limits.max_complexity)
-        .extension(guard::RequireAuth)
+    Schema::build(
+        Query::default(),
+        Mutation::default(),
+        Subscription::default(),
+    )
+    .limit_depth(limits.max_depth)
+    .limit_complexity(limits.max_complexity)
+    .extension(guard::RequireAuth)
 }
 
 /// The SDL of the API, as `schema.graphql` holds it.
@@ -63,7 +67,6 @@ pub(crate) fn principal<'a>(ctx: &async_graphql::Context<'a>) -> Result<&'a Prin
         .and_then(|caller| caller.0.as_ref())
         .ok_or_else(ApiError::unauthenticated)
 }
-
 
 /// Server state the schema was built with. Missing state is a wiring bug, so it
 /// is an internal error rather than a panic.

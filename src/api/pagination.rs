@@ -43,11 +43,8 @@ pub fn paginate<T: OutputType>(
     };
     let total = items.len();
     let end = start.saturating_add(first).min(total);
-    let mut page = Connection::with_additional_fields(
-        start > 0,
-        end < total,
-        Totals { total_count: total },
-    );
+    let mut page =
+        Connection::with_additional_fields(start > 0, end < total, Totals { total_count: total });
     page.edges.extend(
         items
             .into_iter()
@@ -70,7 +67,10 @@ mod tests {
         assert!(page.has_next_page && !page.has_previous_page);
         let last = page.edges.last().unwrap().cursor.clone();
         let page = paginate((0..5).collect::<Vec<i32>>(), Some(10), Some(last)).unwrap();
-        assert_eq!(page.edges.iter().map(|e| e.node).collect::<Vec<_>>(), [2, 3, 4]);
+        assert_eq!(
+            page.edges.iter().map(|e| e.node).collect::<Vec<_>>(),
+            [2, 3, 4]
+        );
         assert!(!page.has_next_page);
         assert!(paginate(vec![1], Some(-1), None).is_err());
         assert!(paginate(vec![1], None, Some("x".into())).is_err());

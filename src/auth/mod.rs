@@ -157,7 +157,11 @@ impl Auth {
                 &self.db,
                 ADMIN_USERNAME,
                 Role::Admin.as_str(),
-                Some((TokenKind::Bootstrap.as_str(), "bootstrap", hash_token(&token))),
+                Some((
+                    TokenKind::Bootstrap.as_str(),
+                    "bootstrap",
+                    hash_token(&token),
+                )),
             )
             .await;
             return match created {

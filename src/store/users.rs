@@ -135,7 +135,10 @@ pub async fn touch_token(
     at: DateTime<Utc>,
 ) -> Result<(), DbErr> {
     api_token::Entity::update_many()
-        .col_expr(api_token::Column::LastUsedAt, sea_orm::sea_query::Expr::value(at))
+        .col_expr(
+            api_token::Column::LastUsedAt,
+            sea_orm::sea_query::Expr::value(at),
+        )
         .filter(api_token::Column::Id.eq(token_id))
         .exec(db)
         .await
@@ -165,7 +168,10 @@ pub async fn delete_token(
 }
 
 /// Removes session tokens whose time has passed.
-pub async fn delete_expired_tokens(db: &DatabaseConnection, now: DateTime<Utc>) -> Result<u64, DbErr> {
+pub async fn delete_expired_tokens(
+    db: &DatabaseConnection,
+    now: DateTime<Utc>,
+) -> Result<u64, DbErr> {
     let result = api_token::Entity::delete_many()
         .filter(api_token::Column::ExpiresAt.lt(now))
         .exec(db)

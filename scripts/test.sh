@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The whole test suite, on SQLite and again on PostgreSQL. Works on a fresh Debian
+# machine as root: installs and starts what the tests need, then cleans up the
+# databases it made.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n==> %s\n' "$*"; }
+
+need_apt=()
+command -v pg_ctlcluster >/dev/null 2>&1 || need_apt+=(postgresql)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  log "installing ${need_apt[*]} from Debian's packages"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+# PostgreSQL: the Debian cluster, started if it is not running, and a role for us.
+pg_version=$(ls /etc/postgresql | sort -V | tail -n 1)
+if ! pg_lsclusters -h | awk -v v="$pg_version" '$1 == v && $2 == "main" && $4 == "online"' | grep -q .; then
+  log "starting PostgreSQL $pg_version"
+  pg_ctlcluster "$pg_version" main start
+fi
+pg_port=$(pg_lsclusters -h | awk -v v="$pg_version" '$1 == v && $2 == "main" { print $3 }')
+runuser -u postgres -- psql -q -p "$pg_port" -tAc \
+  "DO \$\$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'corbel_test') THEN
+     CREATE ROLE corbel_test LOGIN PASSWORD 'corbel_test' CREATEDB; END IF; END \$\$;"
+pg_url="postgres://corbel_test:corbel_test@127.0.0.1:${pg_port}/postgres"
+
+drop_test_databases() {
+  runuser -u postgres -- psql -q -p "$pg_port" -tAc \
+    "SELECT datname FROM pg_database WHERE datname LIKE 'corbel\_t\_%'" |
+    while read -r db; do
+      [ -n "$db" ] && runuser -u postgres -- psql -q -p "$pg_port" -c "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)"
+    done
+}
+trap drop_test_databases EXIT
+
+if cargo nextest --version >/dev/null 2>&1; then
+  run_tests() { cargo nextest run --workspace --no-fail-fast "$@"; }
+else
+  run_tests() { cargo test --workspace --no-fail-fast "$@"; }
+fi
+
+log "tests on SQLite"
+env -u CORBEL_TEST_POSTGRES_URL bash -c "$(declare -f run_tests); run_tests $*"
+
+log "tests on PostgreSQL $pg_version (port $pg_port)"
+CORBEL_TEST_POSTGRES_URL="$pg_url" bash -c "$(declare -f run_tests); run_tests $*"

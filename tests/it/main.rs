@@ -1,0 +1,12 @@
+//! The integration suite: the real server, in-process on `127.0.0.1:0` or as the
+//! real binary, against a fresh SQLite database, or a fresh PostgreSQL database
+//! when `CORBEL_TEST_POSTGRES_URL` names a server (see `scripts/test.sh`).
+
+mod support;
+
+mod auth;
+mod binary;
+mod http;
+mod schema;
+mod server;
+mod subscriptions;

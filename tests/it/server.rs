@@ -1,0 +1,201 @@
+//! serverInfo, readiness, metrics, the web UI and GraphiQL, restarts.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use crate::support::{TestApp, TestStore, data};
+
+#[tokio::test]
+async fn server_info_is_public_and_names_the_store() {
+    let app = TestApp::spawn().await;
+    let body = app
+        .gql_as(
+            None,
+            "{ serverInfo { version instanceId database startedAt } }",
+            json!({}),
+        )
+        .await;
+    let info = &data(&body)["serverInfo"];
+    assert_eq!(info["version"], env!("CARGO_PKG_VERSION"));
+    let expected_db = if app.store.is_postgres() {
+        "postgres"
+    } else {
+        "sqlite"
+    };
+    assert_eq!(info["database"], expected_db);
+    let id = info["instanceId"].as_str().unwrap();
+    assert_eq!(id.len(), 64, "a SHA-256 in hex: {id}");
+    assert!(id.bytes().all(|b| b.is_ascii_hexdigit()));
+    assert!(chrono::DateTime::parse_from_rfc3339(info["startedAt"].as_str().unwrap()).is_ok());
+
+    // Another store is another instance.
+    let other = TestApp::spawn().await;
+    let other_body = other
+        .gql_as(None, "{ serverInfo { instanceId } }", json!({}))
+        .await;
+    assert_ne!(
+        data(&other_body)["serverInfo"]["instanceId"],
+        info["instanceId"]
+    );
+}
+
+#[tokio::test]
+async fn replicas_on_one_store_share_the_instance_id() {
+    let store = Arc::new(TestStore::fresh().await);
+    let first = TestApp::spawn_on(store.clone()).await;
+    let second = TestApp::spawn_on(store).await;
+    let query = "{ serverInfo { instanceId } }";
+    let a = first.gql_as(None, query, json!({})).await;
+    let b = second.gql_as(None, query, json!({})).await;
+    assert_eq!(
+        data(&a)["serverInfo"]["instanceId"],
+        data(&b)["serverInfo"]["instanceId"]
+    );
+}
+
+#[tokio::test]
+async fn readiness_follows_the_store() {
+    let app = TestApp::spawn().await;
+    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+    let alive = app.client.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(alive.status(), 200);
+
+    // Make the store look unmigrated behind the server's back.
+    let config = app.store.config();
+    let db = corbel::store::connect(&config.database().unwrap())
+        .await
+        .unwrap();
+    use sea_orm::ConnectionTrait;
+    db.execute_unprepared("DELETE FROM seaql_migrations")
+        .await
+        .unwrap();
+    let not_ready = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(not_ready.status(), 503);
+    let reason = not_ready.text().await.unwrap();
+    assert!(reason.contains("pending migrations"), "{reason}");
+    assert!(
+        reason.contains("m20261130_000001_users_and_tokens"),
+        "{reason}"
+    );
+}
+
+#[tokio::test]
+async fn metrics_count_requests_by_operation_and_outcome() {
+    let app = TestApp::spawn().await;
+    data(
+        &app.gql("query MetricsProbeOk { serverInfo { version } }", json!({}))
+            .await,
+    );
+    let failed = app
+        .gql("query MetricsProbeBad { serverInfo { nope } }", json!({}))
+        .await;
+    assert!(failed.get("errors").is_some());
+
+    let text = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains(
+            r#"corbel_graphql_requests_total{operation="MetricsProbeOk",outcome="ok"} 1"#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            r#"corbel_graphql_requests_total{operation="MetricsProbeBad",outcome="error"} 1"#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"corbel_graphql_request_duration_seconds_bucket{operation="MetricsProbeOk",le="+Inf"} 1"#),
+        "{text}"
+    );
+    assert!(text.contains(&format!(
+        r#"corbel_build_info{{version="{}"}} 1"#,
+        env!("CARGO_PKG_VERSION")
+    )));
+}
+
+#[tokio::test]
+async fn the_web_ui_and_graphiql_are_served() {
+    let app = TestApp::spawn().await;
+    let index = app.client.get(app.url("/")).send().await.unwrap();
+    assert_eq!(index.status(), 200);
+    assert!(
+        index.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    let html = index.text().await.unwrap();
+    assert!(html.contains("/ui/app.js"), "{html}");
+
+    let script = app.client.get(app.url("/ui/app.js")).send().await.unwrap();
+    assert_eq!(script.status(), 200);
+    assert!(
+        script.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .contains("javascript")
+    );
+    assert!(script.text().await.unwrap().contains("serverInfo"));
+    let missing = app.client.get(app.url("/ui/nope.js")).send().await.unwrap();
+    assert_eq!(missing.status(), 404);
+
+    let graphiql = app.client.get(app.url("/graphql")).send().await.unwrap();
+    assert_eq!(graphiql.status(), 200);
+    let page = graphiql.text().await.unwrap();
+    assert!(page.to_lowercase().contains("graphiql"));
+    assert!(
+        page.contains("/graphql/ws"),
+        "GraphiQL is set up for subscriptions"
+    );
+}
+
+#[tokio::test]
+async fn data_survives_a_restart() {
+    let app = TestApp::spawn().await;
+    let made = app
+        .gql(
+            "mutation { createApiToken(name: \"survivor\") { token } }",
+            json!({}),
+        )
+        .await;
+    let token = data(&made)["createApiToken"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let store = app.stop().await;
+
+    let again = TestApp::spawn_on(store).await;
+    let me = again
+        .gql_as(
+            Some(&token),
+            "{ me { username apiTokens { edges { node { name } } } } }",
+            json!({}),
+        )
+        .await;
+    let me = &data(&me)["me"];
+    assert_eq!(me["username"], "admin");
+    let names: Vec<&str> = me["apiTokens"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["node"]["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"survivor"), "{names:?}");
+    // Still one admin: a restart does not bootstrap again.
+    assert_eq!(
+        names.iter().filter(|n| **n == "bootstrap").count(),
+        1,
+        "{names:?}"
+    );
+}

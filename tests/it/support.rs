@@ -1,0 +1,176 @@
+//! `TestApp`: one real server with its own fresh database, and typed helpers.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use corbel::app::App;
+use corbel::config::{Config, Secret};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// Environment variable naming a PostgreSQL server URL (any database on it); when
+/// set, every test gets a fresh database there instead of SQLite.
+pub const POSTGRES_ENV: &str = "CORBEL_TEST_POSTGRES_URL";
+
+/// The admin token every test server is bootstrapped with.
+pub const ADMIN_TOKEN: &str = "cbl_test_admin_token_0123456789abcdef";
+
+/// Where a test's data lives; kept across restarts of its servers.
+pub struct TestStore {
+    pub dir: TempDir,
+    /// `None` for the default (SQLite in `dir`).
+    pub database_url: Option<String>,
+}
+
+impl TestStore {
+    pub async fn fresh() -> TestStore {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let database_url = match std::env::var(POSTGRES_ENV) {
+            Ok(server) if !server.is_empty() => Some(fresh_postgres_database(&server).await),
+            _ => None,
+        };
+        TestStore { dir, database_url }
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn config(&self) -> Config {
+        let mut config = Config::for_data_dir(self.dir.path());
+        config.listen = "127.0.0.1:0".parse().unwrap();
+        config.database_url = self.database_url.clone().map(Secret::new);
+        config.admin_token = Some(Secret::new(ADMIN_TOKEN));
+        config.shutdown_grace = Duration::from_secs(5);
+        config
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        self.database_url.is_some()
+    }
+}
+
+/// Creates `corbel_t_<random>` on the server and returns its URL.
+async fn fresh_postgres_database(server: &str) -> String {
+    use sea_orm::{ConnectionTrait, Database};
+    let name = format!("corbel_t_{}", uuid::Uuid::new_v4().simple());
+    let admin = Database::connect(server)
+        .await
+        .unwrap_or_else(|e| panic!("{POSTGRES_ENV} is set but unreachable: {e}"));
+    admin
+        .execute_unprepared(&format!("CREATE DATABASE \"{name}\""))
+        .await
+        .expect("create test database");
+    admin.close().await.ok();
+    let mut url = url::Url::parse(server).expect("postgres URL");
+    url.set_path(&format!("/{name}"));
+    url.to_string()
+}
+
+pub struct TestApp {
+    pub addr: std::net::SocketAddr,
+    pub store: Arc<TestStore>,
+    pub client: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    serving: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+impl TestApp {
+    pub async fn spawn() -> TestApp {
+        Self::spawn_on(Arc::new(TestStore::fresh().await)).await
+    }
+
+    /// Starts a server on an existing store (restarts, replicas).
+    pub async fn spawn_on(store: Arc<TestStore>) -> TestApp {
+        Self::spawn_with(store, |_| {}).await
+    }
+
+    pub async fn spawn_with(store: Arc<TestStore>, adjust: impl FnOnce(&mut Config)) -> TestApp {
+        let mut config = store.config();
+        adjust(&mut config);
+        let app = App::build(&config).await.expect("server builds");
+        let addr = app.local_addr();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let serving = tokio::spawn(app.run_until_stopped(async {
+            let _ = stopped.await;
+        }));
+        TestApp {
+            addr,
+            store,
+            client: reqwest::Client::new(),
+            stop: Some(stop),
+            serving: Some(serving),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Runs a GraphQL request as the admin.
+    pub async fn gql(&self, query: &str, variables: Value) -> Value {
+        self.gql_as(Some(ADMIN_TOKEN), query, variables).await
+    }
+
+    /// Runs a GraphQL request with `token` (or none) and returns the JSON body.
+    pub async fn gql_as(&self, token: Option<&str>, query: &str, variables: Value) -> Value {
+        let mut request = self
+            .client
+            .post(self.url("/graphql"))
+            .json(&json!({ "query": query, "variables": variables }));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.expect("request is sent");
+        assert_eq!(response.status(), 200, "GraphQL responds 200");
+        response.json().await.expect("a JSON body")
+    }
+
+    /// Stops the server as a signal would and waits until it has returned.
+    pub async fn stop(mut self) -> Arc<TestStore> {
+        self.stop.take().expect("running").send(()).ok();
+        self.serving
+            .take()
+            .expect("running")
+            .await
+            .expect("server task")
+            .expect("server stops cleanly");
+        self.store
+    }
+}
+
+/// The `extensions.code` of the first error, or `None` when there are none.
+pub fn error_code(body: &Value) -> Option<&str> {
+    body["errors"][0]["extensions"]["code"].as_str()
+}
+
+/// Panics with the body when it holds errors.
+#[track_caller]
+pub fn data(body: &Value) -> &Value {
+    assert!(body.get("errors").is_none(), "unexpected errors: {body}");
+    &body["data"]
+}
+
+/// Polls `check` until it yields a value or `limit` passes.
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The built `corbel` binary.
+pub fn corbel_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_corbel"))
+}
