@@ -1,0 +1,1 @@
+//! Versions, constraints and dependency resolution: pure code, no IO.
