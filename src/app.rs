@@ -6,6 +6,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -20,6 +21,7 @@ use tokio_util::task::TaskTracker;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 
+use crate::api::documents::DocumentCache;
 use crate::api::http::{self as api_http, HttpState};
 use crate::api::{self, ServerFacts};
 use crate::auth::Auth;
@@ -77,6 +79,7 @@ impl App {
             auth: auth.clone(),
             db: db.clone(),
             max_body_bytes: config.graphql.max_body_bytes,
+            documents: Arc::new(DocumentCache::new(512, 16 * 1024)),
             ws_close: ws_close.clone(),
             ws_tasks: ws_tasks.clone(),
         };

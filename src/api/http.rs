@@ -15,7 +15,10 @@ use sea_orm::DatabaseConnection;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use std::sync::Arc;
+
 use super::auth::SESSION_COOKIE;
+use super::documents::DocumentCache;
 use super::{ApiError, Caller, CorbelSchema, ErrorCode};
 use crate::auth::{Auth, Principal};
 
@@ -26,6 +29,7 @@ pub struct HttpState {
     pub auth: Auth,
     pub db: DatabaseConnection,
     pub max_body_bytes: usize,
+    pub documents: Arc<DocumentCache>,
     /// Cancelled once the HTTP server has drained: open websockets then close.
     pub ws_close: CancellationToken,
     /// Every open websocket, so shutdown can wait for them.
@@ -57,7 +61,7 @@ pub async fn graphql_post(State(state): State<HttpState>, request: Request) -> R
             );
         }
     };
-    let batch = match parse_body(&bytes) {
+    let mut batch = match parse_body(&bytes) {
         Ok(batch) => batch,
         Err(message) => {
             return edge_error(StatusCode::BAD_REQUEST, ErrorCode::BadRequest, &message);
@@ -73,6 +77,10 @@ pub async fn graphql_post(State(state): State<HttpState>, request: Request) -> R
         BatchRequest::Single(r) => vec![operation_name(r)],
         BatchRequest::Batch(rs) => rs.iter().map(operation_name).collect(),
     };
+    match &mut batch {
+        BatchRequest::Single(r) => state.documents.prepare(r),
+        BatchRequest::Batch(rs) => rs.iter_mut().for_each(|r| state.documents.prepare(r)),
+    }
     let started = Instant::now();
     let mut response = state.schema.execute_batch(batch.data(caller)).await;
     let seconds = started.elapsed().as_secs_f64();

@@ -2,6 +2,7 @@
 //! the authentication guard, and the HTTP/websocket handlers that serve it.
 
 mod auth;
+pub mod documents;
 pub mod error;
 mod events;
 mod guard;
