@@ -27,6 +27,7 @@ use crate::api::{self, ServerFacts};
 use crate::auth::Auth;
 use crate::config::Config;
 use crate::events::EventBus;
+use crate::repository::Repositories;
 use crate::store;
 
 /// How often expired sessions are purged.
@@ -37,6 +38,7 @@ pub struct App {
     router: Router,
     db: DatabaseConnection,
     auth: Auth,
+    repositories: Repositories,
     /// Cancelled when shutdown begins: ends subscriptions and background loops.
     stopping: CancellationToken,
     ws_close: CancellationToken,
@@ -61,6 +63,12 @@ impl App {
             .await
             .context("creating the admin user")?;
 
+        let repositories = Repositories::new(db.clone(), config.repository_settings(), stopping.clone());
+        repositories
+            .recover_interrupted()
+            .await
+            .context("recovering interrupted repository syncs")?;
+
         let facts = ServerFacts {
             instance_id: hex::encode(Sha256::digest(location.identity().as_bytes())),
             database: location.kind(),
@@ -69,6 +77,7 @@ impl App {
         let schema = api::schema_builder(&config.graphql)
             .data(facts.clone())
             .data(auth.clone())
+            .data(repositories.clone())
             .data(bus)
             .finish();
 
@@ -77,6 +86,7 @@ impl App {
         let state = HttpState {
             schema,
             auth: auth.clone(),
+            repositories: repositories.clone(),
             db: db.clone(),
             max_body_bytes: config.graphql.max_body_bytes,
             documents: Arc::new(DocumentCache::new(512, 16 * 1024)),
@@ -90,6 +100,7 @@ impl App {
                 get(api_http::graphiql).post(api_http::graphql_post),
             )
             .route("/graphql/ws", get(api_http::graphql_ws))
+            .route("/artifacts/{element}/{urn}", get(api_http::artifact))
             .route("/healthz", get(api_http::healthz))
             .route("/readyz", get(api_http::readyz))
             .route("/metrics", get(api_http::metrics))
@@ -112,6 +123,7 @@ impl App {
             router,
             db,
             auth,
+            repositories,
             stopping,
             ws_close,
             ws_tasks,
@@ -144,6 +156,7 @@ impl App {
     ) -> anyhow::Result<()> {
         let stopping = self.stopping.clone();
         let background = tokio::spawn(purge_sessions(self.auth.clone(), stopping.clone()));
+        let refreshing = tokio::spawn(self.repositories.clone().run_refresh_loop());
         let signal = {
             let stopping = stopping.clone();
             async move {
@@ -171,6 +184,7 @@ impl App {
         }
         stopping.cancel();
         let _ = background.await;
+        let _ = refreshing.await;
         self.db.close().await.context("closing the database")?;
         tracing::info!("stopped");
         Ok(())

@@ -86,6 +86,15 @@ pub struct Config {
     /// How long shutdown waits for open websocket streams to finish.
     #[serde(with = "seconds")]
     pub shutdown_grace: Duration,
+    /// Largest `inventory.json` a repository sync accepts, in bytes.
+    pub repo_max_inventory_bytes: u64,
+    /// Largest element manifest accepted, in bytes.
+    pub repo_max_manifest_bytes: usize,
+    /// Deadline of each request to a repository's source.
+    #[serde(with = "seconds")]
+    pub repo_http_timeout: Duration,
+    /// How often due repository refreshes are looked for, in milliseconds.
+    pub repo_refresh_check_ms: u64,
 }
 
 /// Optional settings as a TOML file or the command line gives them; `None` means
@@ -136,6 +145,18 @@ pub struct Overrides {
     /// How long shutdown waits for websocket streams, in seconds.
     #[arg(long, env = "CORBEL_SHUTDOWN_GRACE_SECONDS", global = true)]
     pub shutdown_grace_seconds: Option<u64>,
+    /// Largest repository inventory accepted, in bytes.
+    #[arg(long, env = "CORBEL_REPO_MAX_INVENTORY_BYTES", global = true)]
+    pub repo_max_inventory_bytes: Option<u64>,
+    /// Largest element manifest accepted, in bytes.
+    #[arg(long, env = "CORBEL_REPO_MAX_MANIFEST_BYTES", global = true)]
+    pub repo_max_manifest_bytes: Option<usize>,
+    /// Deadline of each request to a repository source, in seconds.
+    #[arg(long, env = "CORBEL_REPO_HTTP_TIMEOUT_SECONDS", global = true)]
+    pub repo_http_timeout_seconds: Option<u64>,
+    /// How often due repository refreshes are looked for, in milliseconds.
+    #[arg(long, env = "CORBEL_REPO_REFRESH_CHECK_MS", global = true)]
+    pub repo_refresh_check_ms: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -183,6 +204,10 @@ impl Config {
             admin_token: pick.admin_token.map(Secret::new),
             session_ttl: Duration::from_secs(pick.session_ttl_seconds.unwrap_or(12 * 3600)),
             shutdown_grace: Duration::from_secs(pick.shutdown_grace_seconds.unwrap_or(10)),
+            repo_max_inventory_bytes: pick.repo_max_inventory_bytes.unwrap_or(512 * 1024 * 1024),
+            repo_max_manifest_bytes: pick.repo_max_manifest_bytes.unwrap_or(1024 * 1024),
+            repo_http_timeout: Duration::from_secs(pick.repo_http_timeout_seconds.unwrap_or(30)),
+            repo_refresh_check_ms: pick.repo_refresh_check_ms.unwrap_or(5_000).max(10),
         };
         config.database()?;
         Ok(config)
@@ -195,6 +220,17 @@ impl Config {
             Self::load(&Overrides::default(), None).expect("the embedded defaults are valid");
         config.data_dir = data_dir.into();
         config
+    }
+
+    /// Settings of the repository area.
+    pub fn repository_settings(&self) -> crate::repository::RepositorySettings {
+        crate::repository::RepositorySettings {
+            max_inventory_bytes: self.repo_max_inventory_bytes,
+            max_manifest_bytes: self.repo_max_manifest_bytes,
+            http_timeout: self.repo_http_timeout,
+            refresh_check: Duration::from_millis(self.repo_refresh_check_ms),
+            ..Default::default()
+        }
     }
 
     /// The database this configuration points at.
@@ -237,6 +273,10 @@ impl Overrides {
             admin_token: self.admin_token.or(other.admin_token),
             session_ttl_seconds: self.session_ttl_seconds.or(other.session_ttl_seconds),
             shutdown_grace_seconds: self.shutdown_grace_seconds.or(other.shutdown_grace_seconds),
+            repo_max_inventory_bytes: self.repo_max_inventory_bytes.or(other.repo_max_inventory_bytes),
+            repo_max_manifest_bytes: self.repo_max_manifest_bytes.or(other.repo_max_manifest_bytes),
+            repo_http_timeout_seconds: self.repo_http_timeout_seconds.or(other.repo_http_timeout_seconds),
+            repo_refresh_check_ms: self.repo_refresh_check_ms.or(other.repo_refresh_check_ms),
         }
     }
 }

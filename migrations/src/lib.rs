@@ -5,12 +5,16 @@
 pub use sea_orm_migration::prelude::*;
 
 mod m20261130_000001_users_and_tokens;
+mod m20261130_000002_repositories;
 
 pub struct Migrator;
 
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20261130_000001_users_and_tokens::Migration)]
+        vec![
+            Box::new(m20261130_000001_users_and_tokens::Migration),
+            Box::new(m20261130_000002_repositories::Migration),
+        ]
     }
 }

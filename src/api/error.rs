@@ -10,6 +10,8 @@
 use async_graphql::ErrorExtensions;
 
 use crate::auth::AuthError;
+use crate::repository::RepositoryError;
+use crate::resolve::ResolveError;
 
 /// The codes clients can rely on, as they appear in `extensions.code`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,6 +21,14 @@ pub enum ErrorCode {
     NotFound,
     Validation,
     Conflict,
+    DependencyNotFound,
+    DependencyConstraint,
+    DependencyConstraintFormat,
+    DependencyCycle,
+    AlreadyInstalled,
+    HasDependents,
+    /// A repository's source could not be read (unreachable, HTTP error, bad data).
+    SourceUnavailable,
     /// The HTTP body is not a GraphQL request (malformed JSON, too large).
     BadRequest,
     /// The document does not parse or validate (unknown field, too deep).
@@ -34,6 +44,13 @@ impl ErrorCode {
             ErrorCode::NotFound => "NOT_FOUND",
             ErrorCode::Validation => "VALIDATION",
             ErrorCode::Conflict => "CONFLICT",
+            ErrorCode::DependencyNotFound => "DEPENDENCY_NOT_FOUND",
+            ErrorCode::DependencyConstraint => "DEPENDENCY_CONSTRAINT",
+            ErrorCode::DependencyConstraintFormat => "DEPENDENCY_CONSTRAINT_FORMAT",
+            ErrorCode::DependencyCycle => "DEPENDENCY_CYCLE",
+            ErrorCode::AlreadyInstalled => "ALREADY_INSTALLED",
+            ErrorCode::HasDependents => "HAS_DEPENDENTS",
+            ErrorCode::SourceUnavailable => "SOURCE_UNAVAILABLE",
             ErrorCode::BadRequest => "BAD_REQUEST",
             ErrorCode::InvalidQuery => "INVALID_QUERY",
             ErrorCode::Internal => "INTERNAL",
@@ -45,6 +62,8 @@ impl ErrorCode {
 pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
+    /// More `extensions` entries (e.g. the dependents of `HAS_DEPENDENTS`).
+    pub details: Vec<(&'static str, async_graphql::Value)>,
 }
 
 impl ApiError {
@@ -52,6 +71,7 @@ impl ApiError {
         Self {
             code,
             message: message.into(),
+            details: Vec::new(),
         }
     }
 
@@ -75,7 +95,12 @@ impl ApiError {
 
 impl From<ApiError> for async_graphql::Error {
     fn from(e: ApiError) -> Self {
-        async_graphql::Error::new(e.message).extend_with(|_, ext| ext.set("code", e.code.as_str()))
+        async_graphql::Error::new(e.message).extend_with(|_, ext| {
+            ext.set("code", e.code.as_str());
+            for (key, value) in e.details {
+                ext.set(key, value);
+            }
+        })
     }
 }
 
@@ -90,6 +115,42 @@ impl From<AuthError> for ApiError {
                 "that conflicts with an existing record",
             ),
             AuthError::Db(_) | AuthError::Hash(_) | AuthError::Corrupt(_) => Self::internal(&e),
+        }
+    }
+}
+
+impl From<RepositoryError> for ApiError {
+    fn from(e: RepositoryError) -> Self {
+        match e {
+            RepositoryError::Invalid(m) | RepositoryError::Manifest(m) | RepositoryError::Inventory(m) => {
+                Self::validation(m)
+            }
+            RepositoryError::NotFound(m) => Self::new(ErrorCode::NotFound, m),
+            RepositoryError::Conflict(m) => Self::new(ErrorCode::Conflict, m),
+            RepositoryError::AlreadyInstalled(m) => Self::new(ErrorCode::AlreadyInstalled, m),
+            RepositoryError::HasDependents { message, dependents } => {
+                let mut error = Self::new(ErrorCode::HasDependents, message);
+                error.details.push((
+                    "dependents",
+                    async_graphql::Value::List(dependents.into_iter().map(async_graphql::Value::from).collect()),
+                ));
+                error
+            }
+            RepositoryError::Resolve(e) => {
+                let code = match &e {
+                    ResolveError::Version { .. } | ResolveError::RequirementVersion { .. } => ErrorCode::Validation,
+                    ResolveError::ConstraintFormat { .. } => ErrorCode::DependencyConstraintFormat,
+                    ResolveError::UnknownRoot { .. } | ResolveError::NotFound { .. } => ErrorCode::DependencyNotFound,
+                    ResolveError::Conflict { .. } => ErrorCode::DependencyConstraint,
+                    ResolveError::Cycle { .. } => ErrorCode::DependencyCycle,
+                };
+                Self::new(code, e.to_string())
+            }
+            RepositoryError::Source(m) => Self::new(ErrorCode::SourceUnavailable, m),
+            RepositoryError::Db(ref db) if crate::store::is_conflict(db) => {
+                Self::new(ErrorCode::Conflict, "that conflicts with an existing record")
+            }
+            RepositoryError::Db(_) | RepositoryError::Corrupt(_) => Self::internal(&e),
         }
     }
 }

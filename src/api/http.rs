@@ -21,12 +21,14 @@ use super::auth::SESSION_COOKIE;
 use super::documents::DocumentCache;
 use super::{ApiError, Caller, CorbelSchema, ErrorCode};
 use crate::auth::{Auth, Principal};
+use crate::repository::Repositories;
 
 /// What the handlers share.
 #[derive(Clone)]
 pub struct HttpState {
     pub schema: CorbelSchema,
     pub auth: Auth,
+    pub repositories: Repositories,
     pub db: DatabaseConnection,
     pub max_body_bytes: usize,
     pub documents: Arc<DocumentCache>,
@@ -348,6 +350,51 @@ fn token_from_init(payload: &serde_json::Value) -> Option<String> {
             _ => None,
         }
     })
+}
+
+/// `GET /artifacts/{element}/{urn}`: an element's artifact, streamed from its
+/// repository's source. Needs a token like the API.
+pub async fn artifact(
+    State(state): State<HttpState>,
+    axum::extract::Path((element, urn)): axum::extract::Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    match caller_from_headers(&state.auth, &headers).await {
+        Ok(Caller(Some(_))) => {}
+        Ok(Caller(None)) => {
+            let e = ApiError::unauthenticated();
+            return edge_error(StatusCode::UNAUTHORIZED, e.code, &e.message);
+        }
+        Err(e) => return edge_error(StatusCode::INTERNAL_SERVER_ERROR, e.code, &e.message),
+    }
+    let Ok(element) = element.parse::<uuid::Uuid>() else {
+        return edge_error(StatusCode::NOT_FOUND, ErrorCode::NotFound, "no such element");
+    };
+    match state.repositories.artifact_stream(element, &urn).await {
+        Ok((file_name, stream)) => {
+            let disposition = format!(
+                "attachment; filename=\"{}\"",
+                file_name.replace(['"', '\\'], "_")
+            );
+            (
+                [
+                    (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
+                    (header::CONTENT_DISPOSITION, disposition),
+                ],
+                Body::from_stream(stream),
+            )
+                .into_response()
+        }
+        Err(e) => {
+            let e = ApiError::from(e);
+            let status = match e.code {
+                ErrorCode::NotFound => StatusCode::NOT_FOUND,
+                ErrorCode::SourceUnavailable => StatusCode::BAD_GATEWAY,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            edge_error(status, e.code, &e.message)
+        }
+    }
 }
 
 pub async fn healthz() -> &'static str {

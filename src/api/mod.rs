@@ -8,6 +8,7 @@ mod events;
 mod guard;
 pub mod http;
 pub mod pagination;
+mod repository;
 mod server;
 
 use async_graphql::{MergedObject, MergedSubscription, Schema, SchemaBuilder};
@@ -19,10 +20,14 @@ use crate::auth::Principal;
 use crate::config::GraphqlLimits;
 
 #[derive(MergedObject, Default)]
-pub struct Query(server::ServerQuery, auth::AuthQuery);
+pub struct Query(
+    server::ServerQuery,
+    auth::AuthQuery,
+    repository::RepositoryQuery,
+);
 
 #[derive(MergedObject, Default)]
-pub struct Mutation(auth::AuthMutation);
+pub struct Mutation(auth::AuthMutation, repository::RepositoryMutation);
 
 #[derive(MergedSubscription, Default)]
 pub struct Subscription(events::EventSubscription);

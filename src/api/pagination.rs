@@ -19,6 +19,47 @@ pub struct Totals {
 
 pub type Page<T> = Connection<String, T, Totals, EmptyFields>;
 
+/// The window (`offset`, `limit`) a `first`/`after` pair asks for, so a store
+/// query can fetch just that page.
+pub fn window(first: Option<i32>, after: Option<String>) -> Result<(u64, u64), ApiError> {
+    let first = match first {
+        None => DEFAULT_PAGE,
+        Some(n) if (0..=MAX_PAGE).contains(&n) => n,
+        Some(n) => {
+            return Err(ApiError::validation(format!(
+                "`first` must be between 0 and {MAX_PAGE}, not {n}"
+            )));
+        }
+    } as u64;
+    let offset = match after {
+        None => 0,
+        Some(cursor) => cursor
+            .parse::<u64>()
+            .map(|offset| offset + 1)
+            .map_err(|_| ApiError::validation("`after` is not a cursor from this list"))?,
+    };
+    Ok((offset, first))
+}
+
+/// A page fetched at `offset` out of `total`, as a connection.
+pub fn page_of<T: OutputType>(items: Vec<T>, offset: u64, total: u64) -> Page<T> {
+    let end = offset + items.len() as u64;
+    let mut page = Connection::with_additional_fields(
+        offset > 0,
+        end < total,
+        Totals {
+            total_count: total as usize,
+        },
+    );
+    page.edges.extend(
+        items
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| Edge::new((offset + i as u64).to_string(), item)),
+    );
+    page
+}
+
 /// One page of `items` (already in order), as a connection.
 pub fn paginate<T: OutputType>(
     items: Vec<T>,

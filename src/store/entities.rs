@@ -69,3 +69,147 @@ pub mod api_token {
 
     impl ActiveModelBehavior for ActiveModel {}
 }
+
+pub mod repository {
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "repositories")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub id: Uuid,
+        #[sea_orm(unique)]
+        pub name: String,
+        pub driver_kind: String,
+        /// The driver's settings as JSON text.
+        pub driver_spec: String,
+        pub sync_mode: String,
+        pub priority: i32,
+        pub refresh_interval_seconds: i64,
+        pub status: String,
+        pub status_message: Option<String>,
+        pub elements_seen: i64,
+        pub elements_stored: i64,
+        pub last_synced_at: Option<DateTimeUtc>,
+        pub next_refresh_at: Option<DateTimeUtc>,
+        pub created_at: DateTimeUtc,
+        pub updated_at: DateTimeUtc,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {
+        #[sea_orm(has_many = "super::element::Entity")]
+        Elements,
+    }
+
+    impl Related<super::element::Entity> for Entity {
+        fn to() -> RelationDef {
+            Relation::Elements.def()
+        }
+    }
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod element {
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "elements")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub id: Uuid,
+        pub repository_id: Uuid,
+        pub name: String,
+        pub version: String,
+        /// SHA-256 of the element's inventory entry, to notice changes.
+        pub inventory_hash: Option<String>,
+        /// The manifest as JSON text; `None` until fetched (LAZY).
+        pub manifest: Option<String>,
+        pub status: String,
+        pub status_message: Option<String>,
+        pub installed: bool,
+        pub installed_at: Option<DateTimeUtc>,
+        pub created_at: DateTimeUtc,
+        pub updated_at: DateTimeUtc,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {
+        #[sea_orm(
+            belongs_to = "super::repository::Entity",
+            from = "Column::RepositoryId",
+            to = "super::repository::Column::Id",
+            on_delete = "Cascade"
+        )]
+        Repository,
+        #[sea_orm(has_many = "super::artifact::Entity")]
+        Artifacts,
+    }
+
+    impl Related<super::repository::Entity> for Entity {
+        fn to() -> RelationDef {
+            Relation::Repository.def()
+        }
+    }
+
+    impl Related<super::artifact::Entity> for Entity {
+        fn to() -> RelationDef {
+            Relation::Artifacts.def()
+        }
+    }
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod artifact {
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "artifacts")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub id: Uuid,
+        pub element_id: Uuid,
+        pub urn: String,
+        pub category: String,
+        pub file_name: String,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {
+        #[sea_orm(
+            belongs_to = "super::element::Entity",
+            from = "Column::ElementId",
+            to = "super::element::Column::Id",
+            on_delete = "Cascade"
+        )]
+        Element,
+    }
+
+    impl Related<super::element::Entity> for Entity {
+        fn to() -> RelationDef {
+            Relation::Element.def()
+        }
+    }
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod element_binding {
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "element_bindings")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub element_id: Uuid,
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub depends_on_id: Uuid,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}

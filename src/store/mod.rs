@@ -4,6 +4,7 @@
 //! modules expose and convert rows to their own types at the boundary.
 
 pub mod entities;
+pub mod repositories;
 pub mod users;
 
 use std::time::Duration;

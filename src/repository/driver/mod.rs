@@ -1,0 +1,103 @@
+//! Repository drivers: where a repository's inventory, manifests and artifacts
+//! come from. One trait, one module per kind, and [`open`] maps a spec to its
+//! driver: a new kind is a module and an arm here.
+
+mod http;
+mod local;
+mod migration;
+
+use std::path::PathBuf;
+use std::pin::Pin;
+
+use axum::body::Bytes;
+use futures_util::Stream;
+use tokio::sync::mpsc;
+
+use super::inventory::{ArtifactRef, InventoryEntry};
+use super::manifest::Manifest;
+use super::{RepositoryError, RepositorySettings};
+use crate::resolve::Version;
+
+/// What a repository is backed by, as stored and as the API shows it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum DriverSpec {
+    /// A static file server in the nginx layout.
+    Http { url: String },
+    /// A directory of YAML manifests on this machine.
+    Local { path: PathBuf },
+    /// No source: elements are attached through the API.
+    Migration,
+}
+
+impl DriverSpec {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DriverSpec::Http { .. } => "http",
+            DriverSpec::Local { .. } => "local",
+            DriverSpec::Migration => "migration",
+        }
+    }
+
+    /// Checks the spec before it is stored.
+    pub fn validate(&self) -> Result<(), RepositoryError> {
+        match self {
+            DriverSpec::Http { url } => http::validate_url(url),
+            DriverSpec::Local { path } => {
+                if path.is_absolute() {
+                    Ok(())
+                } else {
+                    Err(RepositoryError::Invalid(format!(
+                        "driver.local.path: `{}` must be an absolute path",
+                        path.display()
+                    )))
+                }
+            }
+            DriverSpec::Migration => Ok(()),
+        }
+    }
+}
+
+/// An element as its source has it.
+pub struct FetchedElement {
+    pub manifest: Manifest,
+    /// The element's artifacts, where the source lists them per element.
+    pub artifacts: Option<Vec<ArtifactRef>>,
+}
+
+/// An inventory entry, with the manifest when the source reads it anyway.
+pub struct Listed {
+    pub entry: InventoryEntry,
+    pub manifest: Option<Manifest>,
+}
+
+pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>>;
+
+#[async_trait::async_trait]
+pub trait Driver: Send + Sync {
+    /// Sends every inventory entry to `out`, in order, as it is read.
+    async fn inventory(&self, out: mpsc::Sender<Listed>) -> Result<(), RepositoryError>;
+
+    /// Fetches one element version's manifest (and artifacts, where listed).
+    async fn element(&self, name: &str, version: &Version) -> Result<FetchedElement, RepositoryError>;
+
+    /// Opens an artifact's bytes as a stream.
+    async fn artifact(
+        &self,
+        name: &str,
+        version: &Version,
+        artifact: &ArtifactRef,
+    ) -> Result<ByteStream, RepositoryError>;
+
+    /// Stores a new element at the source, where the source can take one.
+    async fn upload(&self, manifest: &Manifest, yaml: &str) -> Result<(), RepositoryError>;
+}
+
+/// The driver for a spec.
+pub fn open(spec: &DriverSpec, settings: &RepositorySettings) -> Result<Box<dyn Driver>, RepositoryError> {
+    Ok(match spec {
+        DriverSpec::Http { url } => Box::new(http::HttpDriver::new(url, settings)?),
+        DriverSpec::Local { path } => Box::new(local::LocalDriver::new(path.clone(), settings)),
+        DriverSpec::Migration => Box::new(migration::MigrationDriver),
+    })
+}

@@ -1,0 +1,315 @@
+//! `inventory.json`, read as a stream: entries are handed over one at a time as
+//! the parser meets them, so a large inventory is never held twice in memory.
+//!
+//! ```json
+//! {"elements": {"core": {"0.1.12-dev+abc": {"name": "core", "version": "0.1.12-dev+abc",
+//!   "index": {"manifests": {"<uuid>": "core.yaml"}, "images": {...}}}}}}
+//! ```
+
+use std::fmt;
+use std::io::Read;
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use super::RepositoryError;
+use crate::resolve::Version;
+
+/// Artifact categories of the inventory format.
+pub const CATEGORIES: [&str; 5] = ["artifacts", "configs", "images", "manifests", "templates"];
+
+/// One element version as the inventory lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InventoryEntry {
+    pub name: String,
+    pub version: Version,
+    /// SHA-256 of the entry's JSON: a changed entry has a new hash.
+    pub hash: String,
+    pub artifacts: Vec<ArtifactRef>,
+}
+
+/// An artifact: `category:uuid` and the file it names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArtifactRef {
+    pub category: String,
+    pub uuid: String,
+    pub file_name: String,
+}
+
+impl ArtifactRef {
+    pub fn urn(&self) -> String {
+        format!("{}:{}", self.category, self.uuid)
+    }
+}
+
+/// The fields of an entry we read; the rest is ignored.
+#[derive(Deserialize)]
+struct RawEntry {
+    name: Option<String>,
+    version: Option<String>,
+    #[serde(default)]
+    index: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
+}
+
+/// Parses the inventory from `reader`, calling `each` for every entry in order.
+/// Stops at the first invalid entry with an error naming it and the field.
+pub fn parse(
+    reader: impl Read,
+    mut each: impl FnMut(InventoryEntry) -> Result<(), RepositoryError>,
+) -> Result<u64, RepositoryError> {
+    let mut count = 0u64;
+    let mut failure = None;
+    let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::new(reader));
+    let result = Root {
+        each: &mut |entry| {
+            count += 1;
+            each(entry)
+        },
+        failure: &mut failure,
+    }
+    .deserialize(&mut de)
+    .and_then(|()| de.end());
+    if let Some(failure) = failure {
+        return Err(failure);
+    }
+    result.map_err(|e| RepositoryError::Inventory(format!("inventory.json: {e}")))?;
+    Ok(count)
+}
+
+/// Checks an entry and turns it into an [`InventoryEntry`].
+pub fn entry_from_json(
+    key_name: &str,
+    key_version: &str,
+    raw_json: &serde_json::Value,
+) -> Result<InventoryEntry, RepositoryError> {
+    let raw: RawEntry = serde_json::from_value(raw_json.clone()).map_err(|e| {
+        RepositoryError::Inventory(format!("element `{key_name}` {key_version}: {e}"))
+    })?;
+    build_entry(key_name, key_version, raw, raw_json)
+}
+
+fn build_entry(
+    key_name: &str,
+    key_version: &str,
+    raw: RawEntry,
+    raw_json: &serde_json::Value,
+) -> Result<InventoryEntry, RepositoryError> {
+    let at = |field: &str, problem: String| {
+        RepositoryError::Inventory(format!(
+            "element `{key_name}` {key_version}, field `{field}`: {problem}"
+        ))
+    };
+    check_name(key_name).map_err(|p| at("name", p))?;
+    if let Some(name) = &raw.name
+        && name != key_name
+    {
+        return Err(at("name", format!("`{name}` differs from its key")));
+    }
+    if let Some(version) = &raw.version
+        && version != key_version
+    {
+        return Err(at("version", format!("`{version}` differs from its key")));
+    }
+    let version: Version = key_version
+        .parse()
+        .map_err(|e: crate::resolve::ResolveError| at("version", e.to_string()))?;
+    let mut artifacts = Vec::new();
+    for (category, files) in raw.index {
+        if !CATEGORIES.contains(&category.as_str()) {
+            return Err(at("index", format!("unknown category `{category}`")));
+        }
+        for (uuid, file_name) in files {
+            check_file_name(&file_name).map_err(|p| at(&format!("index.{category}"), p))?;
+            if uuid.is_empty() || uuid.len() > 64 || !uuid.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+                return Err(at(&format!("index.{category}"), format!("`{uuid}` is not an id")));
+            }
+            artifacts.push(ArtifactRef {
+                category: category.clone(),
+                uuid,
+                file_name,
+            });
+        }
+    }
+    let hash = hex::encode(Sha256::digest(raw_json.to_string().as_bytes()));
+    Ok(InventoryEntry {
+        name: key_name.to_owned(),
+        version,
+        hash,
+        artifacts,
+    })
+}
+
+/// Element names: letters, digits, `-`, `_`, `.`; at most 128; not `.` or `..`.
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 128 {
+        return Err("a name must be 1 to 128 characters".into());
+    }
+    if name == "." || name == ".." {
+        return Err(format!("`{name}` is not a name"));
+    }
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
+        return Err(format!("`{name}` may hold only letters, digits, `-`, `_` and `.`"));
+    }
+    Ok(())
+}
+
+/// A file name must be a plain name: no directories, no `..`, not absolute.
+pub fn check_file_name(file: &str) -> Result<(), String> {
+    if file.is_empty() || file.len() > 255 {
+        return Err("a file name must be 1 to 255 characters".into());
+    }
+    if file.contains('/') || file.contains('\\') || file == "." || file == ".." || file.contains('\0') {
+        return Err(format!("`{file}` is not a plain file name (no paths, no `..`)"));
+    }
+    Ok(())
+}
+
+struct Root<'a, F> {
+    each: &'a mut F,
+    failure: &'a mut Option<RepositoryError>,
+}
+
+impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> DeserializeSeed<'de> for Root<'_, F> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> Visitor<'de> for Root<'_, F> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object with `elements`")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut saw_elements = false;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "elements" {
+                saw_elements = true;
+                map.next_value_seed(Names {
+                    each: &mut *self.each,
+                    failure: &mut *self.failure,
+                })?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        if !saw_elements {
+            return Err(serde::de::Error::missing_field("elements"));
+        }
+        Ok(())
+    }
+}
+
+struct Names<'a, F> {
+    each: &'a mut F,
+    failure: &'a mut Option<RepositoryError>,
+}
+
+impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> DeserializeSeed<'de> for Names<'_, F> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> Visitor<'de> for Names<'_, F> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("`elements`: an object of element names")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(name) = map.next_key::<String>()? {
+            map.next_value_seed(Versions {
+                name: &name,
+                each: &mut *self.each,
+                failure: &mut *self.failure,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+struct Versions<'a, F> {
+    name: &'a str,
+    each: &'a mut F,
+    failure: &'a mut Option<RepositoryError>,
+}
+
+impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> DeserializeSeed<'de> for Versions<'_, F> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> Visitor<'de> for Versions<'_, F> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "element `{}`: an object of versions", self.name)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(version) = map.next_key::<String>()? {
+            let raw_json: serde_json::Value = map.next_value()?;
+            let outcome = entry_from_json(self.name, &version, &raw_json).and_then(&mut *self.each);
+            if let Err(e) = outcome {
+                let message = e.to_string();
+                *self.failure = Some(e);
+                return Err(serde::de::Error::custom(message));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collect(text: &str) -> Result<Vec<InventoryEntry>, RepositoryError> {
+        let mut out = Vec::new();
+        parse(text.as_bytes(), |e| {
+            out.push(e);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    #[test]
+    fn entries_stream_out_with_artifacts() {
+        let text = r#"{"elements": {"core": {
+            "0.1.12-dev+abc": {"name": "core", "version": "0.1.12-dev+abc",
+              "manifests": ["core.yaml"],
+              "index": {"manifests": {"0a1b": "core.yaml"}, "images": {"77": "core.qcow2"}}},
+            "0.1.12": {"name": "core", "version": "0.1.12"}},
+          "web": {"1.0.0": {}}}, "extra": [1, 2]}"#;
+        let entries = collect(text).unwrap();
+        assert_eq!(entries.len(), 3);
+        assert_eq!(entries[0].name, "core");
+        assert_eq!(entries[0].version.to_string(), "0.1.12-dev+abc");
+        let urns: Vec<String> = entries[0].artifacts.iter().map(ArtifactRef::urn).collect();
+        assert_eq!(urns, ["images:77", "manifests:0a1b"]);
+        assert_ne!(entries[0].hash, entries[1].hash);
+    }
+
+    #[test]
+    fn bad_inventories_name_the_element_and_field() {
+        let cases = [
+            ("not json", "inventory.json"),
+            ("[1]", "inventory.json"),
+            ("{}", "elements"),
+            (r#"{"elements": {"a": {"1.x": {}}}}"#, "element `a` 1.x, field `version`"),
+            (r#"{"elements": {"a": {"1.0.0": {"index": {"images": {"u1": "../etc/passwd"}}}}}}"#, "field `index.images`"),
+            (r#"{"elements": {"a": {"1.0.0": {"index": {"images": {"u1": "/abs"}}}}}}"#, "not a plain file name"),
+            (r#"{"elements": {"a": {"1.0.0": {"name": "b"}}}}"#, "field `name`"),
+            (r#"{"elements": {"../x": {"1.0.0": {}}}}"#, "field `name`"),
+            (r#"{"elements": {"a": {"1.0.0": {"index": 5}}}}"#, "element `a` 1.0.0"),
+            (r#"{"elements": {"a": {"1.0.0": {}}}} trailing"#, "inventory.json"),
+        ];
+        for (text, hint) in cases {
+            let err = collect(text).unwrap_err().to_string();
+            assert!(err.contains(hint), "{text}: {err}");
+        }
+    }
+}

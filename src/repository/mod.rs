@@ -1,0 +1,437 @@
+//! Repositories of versioned elements: drivers, sync, and the element
+//! lifecycle (install, upgrade, uninstall, edit, upload).
+//!
+//! The `Repositories` service owns the `repositories`, `elements`, `artifacts`
+//! and `element_bindings` tables (through `store::repositories`); resolution is
+//! delegated to the pure `resolve` module.
+
+pub mod driver;
+mod elements;
+pub mod inventory;
+pub mod manifest;
+mod sync;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sea_orm::{DatabaseConnection, DbErr};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
+
+pub use driver::DriverSpec;
+pub use elements::{InstallPlan, PlannedElement};
+
+use crate::resolve::ResolveError;
+use crate::store::repositories as rows;
+
+/// Limits and timings of repository work; configurable.
+#[derive(Clone, Debug)]
+pub struct RepositorySettings {
+    pub max_inventory_bytes: u64,
+    pub max_manifest_bytes: usize,
+    pub http_timeout: Duration,
+    /// How often due refreshes are looked for.
+    pub refresh_check: Duration,
+    /// How many manifests a COPY sync fetches at once.
+    pub fetch_concurrency: usize,
+}
+
+impl Default for RepositorySettings {
+    fn default() -> Self {
+        Self {
+            max_inventory_bytes: 512 * 1024 * 1024,
+            max_manifest_bytes: 1024 * 1024,
+            http_timeout: Duration::from_secs(30),
+            refresh_check: Duration::from_secs(5),
+            fetch_concurrency: 8,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RepositoryError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    AlreadyInstalled(String),
+    #[error("{message}")]
+    HasDependents { message: String, dependents: Vec<String> },
+    #[error(transparent)]
+    Resolve(ResolveError),
+    #[error("{0}")]
+    Inventory(String),
+    #[error("{0}")]
+    Manifest(String),
+    #[error("{0}")]
+    Source(String),
+    #[error("a stored row is not valid: {0}")]
+    Corrupt(String),
+    #[error(transparent)]
+    Db(#[from] DbErr),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncMode {
+    Lazy,
+    Copy,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RepositoryStatus {
+    New,
+    Syncing,
+    Active,
+    Error,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ElementStatus {
+    New,
+    InProgress,
+    Active,
+    Error,
+}
+
+macro_rules! text_enum {
+    ($ty:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
+        impl $ty {
+            pub fn as_str(self) -> &'static str {
+                match self { $($ty::$variant => $text),+ }
+            }
+            fn parse(raw: &str) -> Result<Self, RepositoryError> {
+                match raw {
+                    $($text => Ok($ty::$variant),)+
+                    other => Err(RepositoryError::Corrupt(format!(
+                        "unknown {} `{other}`", stringify!($ty)
+                    ))),
+                }
+            }
+        }
+    };
+}
+
+text_enum!(SyncMode { Lazy = "LAZY", Copy = "COPY" });
+text_enum!(RepositoryStatus { New = "NEW", Syncing = "SYNCING", Active = "ACTIVE", Error = "ERROR" });
+text_enum!(ElementStatus { New = "NEW", InProgress = "IN_PROGRESS", Active = "ACTIVE", Error = "ERROR" });
+
+#[derive(Clone, Debug)]
+pub struct Repository {
+    pub id: Uuid,
+    pub name: String,
+    pub driver: DriverSpec,
+    pub sync_mode: SyncMode,
+    pub priority: i32,
+    pub refresh_interval_seconds: i64,
+    pub status: RepositoryStatus,
+    pub status_message: Option<String>,
+    pub elements_seen: i64,
+    pub elements_stored: i64,
+    pub last_synced_at: Option<DateTime<Utc>>,
+    pub next_refresh_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Element {
+    pub id: Uuid,
+    pub repository_id: Uuid,
+    pub name: String,
+    pub version: String,
+    /// `None` until fetched (LAZY repositories).
+    pub manifest: Option<serde_json::Value>,
+    pub status: ElementStatus,
+    pub status_message: Option<String>,
+    pub installed: bool,
+    pub installed_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Artifact {
+    pub element_id: Uuid,
+    pub urn: String,
+    pub category: String,
+    pub file_name: String,
+}
+
+pub struct NewRepository {
+    pub name: String,
+    pub driver: DriverSpec,
+    pub sync_mode: SyncMode,
+    pub priority: i32,
+    pub refresh_interval_seconds: i64,
+}
+
+#[derive(Default)]
+pub struct RepositoryPatch {
+    pub name: Option<String>,
+    pub driver: Option<DriverSpec>,
+    pub sync_mode: Option<SyncMode>,
+    pub priority: Option<i32>,
+    pub refresh_interval_seconds: Option<i64>,
+}
+
+pub use rows::ElementFilter;
+
+#[derive(Clone)]
+pub struct Repositories {
+    db: DatabaseConnection,
+    settings: RepositorySettings,
+    /// Repositories with a sync running in this process.
+    syncing: Arc<Mutex<HashSet<Uuid>>>,
+    tasks: TaskTracker,
+    stopping: CancellationToken,
+}
+
+impl Repositories {
+    pub fn new(db: DatabaseConnection, settings: RepositorySettings, stopping: CancellationToken) -> Self {
+        Self {
+            db,
+            settings,
+            syncing: Arc::default(),
+            tasks: TaskTracker::new(),
+            stopping,
+        }
+    }
+
+    pub fn settings(&self) -> &RepositorySettings {
+        &self.settings
+    }
+
+    pub async fn create(&self, new: NewRepository) -> Result<Repository, RepositoryError> {
+        check_repository_name(&new.name)?;
+        new.driver.validate()?;
+        check_interval(new.refresh_interval_seconds)?;
+        let row = rows::insert_repository(
+            &self.db,
+            rows::NewRepository {
+                name: new.name.clone(),
+                driver_kind: new.driver.kind().to_owned(),
+                driver_spec: spec_json(&new.driver),
+                sync_mode: new.sync_mode.as_str().to_owned(),
+                priority: new.priority,
+                refresh_interval_seconds: new.refresh_interval_seconds,
+            },
+            RepositoryStatus::New.as_str(),
+        )
+        .await
+        .map_err(|e| conflict_or(e, || format!("a repository named `{}` exists", new.name)))?;
+        let repository = to_repository(row)?;
+        self.start_sync(repository.id);
+        Ok(repository)
+    }
+
+    pub async fn update(&self, id: Uuid, patch: RepositoryPatch) -> Result<Repository, RepositoryError> {
+        use sea_orm::{IntoActiveModel, Set};
+        let row = self.repository_row(id).await?;
+        let resync = patch.driver.is_some() || patch.sync_mode.is_some();
+        let mut active = row.into_active_model();
+        if let Some(name) = patch.name {
+            check_repository_name(&name)?;
+            active.name = Set(name);
+        }
+        if let Some(driver) = patch.driver {
+            driver.validate()?;
+            active.driver_kind = Set(driver.kind().to_owned());
+            active.driver_spec = Set(spec_json(&driver));
+        }
+        if let Some(mode) = patch.sync_mode {
+            active.sync_mode = Set(mode.as_str().to_owned());
+        }
+        if let Some(priority) = patch.priority {
+            active.priority = Set(priority);
+        }
+        if let Some(seconds) = patch.refresh_interval_seconds {
+            check_interval(seconds)?;
+            active.refresh_interval_seconds = Set(seconds);
+        }
+        active.updated_at = Set(Utc::now());
+        let row = rows::update_repository(&self.db, active)
+            .await
+            .map_err(|e| conflict_or(e, || "a repository with that name exists".to_owned()))?;
+        if resync {
+            self.start_sync(id);
+        }
+        to_repository(row)
+    }
+
+    pub async fn delete(&self, id: Uuid) -> Result<(), RepositoryError> {
+        let row = self.repository_row(id).await?;
+        let installed = rows::count_installed_in(&self.db, id).await?;
+        if installed > 0 {
+            return Err(RepositoryError::Conflict(format!(
+                "repository `{}` holds {installed} installed element(s); uninstall them first",
+                row.name
+            )));
+        }
+        rows::delete_repository(&self.db, id).await?;
+        Ok(())
+    }
+
+    /// Starts a sync now; a sync already running is left to finish.
+    pub async fn refresh(&self, id: Uuid) -> Result<Repository, RepositoryError> {
+        self.repository_row(id).await?;
+        self.start_sync(id);
+        self.get(id).await
+    }
+
+    pub async fn get(&self, id: Uuid) -> Result<Repository, RepositoryError> {
+        to_repository(self.repository_row(id).await?)
+    }
+
+    pub async fn list(&self) -> Result<Vec<Repository>, RepositoryError> {
+        rows::list_repositories(&self.db)
+            .await?
+            .into_iter()
+            .map(to_repository)
+            .collect()
+    }
+
+    async fn repository_row(&self, id: Uuid) -> Result<rows::RepositoryRow, RepositoryError> {
+        rows::find_repository(&self.db, id)
+            .await?
+            .ok_or_else(|| RepositoryError::NotFound(format!("no repository {id}")))
+    }
+
+    /// Runs due refreshes until shutdown; first resumes syncs a crash cut short.
+    pub async fn run_refresh_loop(self) {
+        let mut every = tokio::time::interval(self.settings.refresh_check);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = self.stopping.cancelled() => break,
+                _ = every.tick() => {}
+            }
+            match rows::due_repositories(&self.db, Utc::now()).await {
+                Ok(due) => due.into_iter().for_each(|r| self.start_sync(r.id)),
+                Err(e) => tracing::warn!(error = %e, "looking for due repository refreshes failed"),
+            }
+        }
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+
+    /// Marks syncs left `SYNCING` by a stopped process as due again. Single
+    /// node: with replicas, only the leader may do this (see DESIGN.md).
+    pub async fn recover_interrupted(&self) -> Result<(), RepositoryError> {
+        for row in rows::list_repositories(&self.db).await? {
+            if row.status == RepositoryStatus::Syncing.as_str() {
+                rows::finish_sync(
+                    &self.db,
+                    row.id,
+                    RepositoryStatus::Error.as_str(),
+                    Some("the server stopped during a sync; it will run again".into()),
+                    None,
+                    Utc::now(),
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn start_sync(&self, id: Uuid) {
+        {
+            let mut syncing = self.syncing.lock().unwrap_or_else(|e| e.into_inner());
+            if !syncing.insert(id) {
+                return;
+            }
+        }
+        let this = self.clone();
+        self.tasks.spawn(async move {
+            let outcome = tokio::select! {
+                outcome = sync::run(&this, id) => Some(outcome),
+                _ = this.stopping.cancelled() => None,
+            };
+            if let Some(Err(e)) = outcome {
+                tracing::error!(repository.id = %id, error = %e, "repository sync could not record its outcome");
+            }
+            this.syncing.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        });
+    }
+
+    /// Waits until no sync of `id` runs in this process (tests, benchmarks).
+    pub fn is_syncing(&self, id: Uuid) -> bool {
+        self.syncing.lock().unwrap_or_else(|e| e.into_inner()).contains(&id)
+    }
+}
+
+fn check_repository_name(name: &str) -> Result<(), RepositoryError> {
+    let trimmed = name.trim();
+    if trimmed.is_empty() || trimmed.chars().count() > 100 || trimmed != name {
+        return Err(RepositoryError::Invalid(
+            "name must be 1 to 100 characters without surrounding spaces".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn check_interval(seconds: i64) -> Result<(), RepositoryError> {
+    if !(1..=31_536_000).contains(&seconds) {
+        return Err(RepositoryError::Invalid(format!(
+            "refreshIntervalSeconds must be between 1 and 31536000, not {seconds}"
+        )));
+    }
+    Ok(())
+}
+
+fn spec_json(spec: &DriverSpec) -> String {
+    serde_json::to_string(spec).expect("a driver spec serialises")
+}
+
+fn conflict_or(e: DbErr, message: impl FnOnce() -> String) -> RepositoryError {
+    if crate::store::is_conflict(&e) {
+        RepositoryError::Conflict(message())
+    } else {
+        RepositoryError::Db(e)
+    }
+}
+
+fn to_repository(row: rows::RepositoryRow) -> Result<Repository, RepositoryError> {
+    Ok(Repository {
+        driver: serde_json::from_str(&row.driver_spec)
+            .map_err(|e| RepositoryError::Corrupt(format!("driver spec of {}: {e}", row.id)))?,
+        sync_mode: SyncMode::parse(&row.sync_mode)?,
+        status: RepositoryStatus::parse(&row.status)?,
+        id: row.id,
+        name: row.name,
+        priority: row.priority,
+        refresh_interval_seconds: row.refresh_interval_seconds,
+        status_message: row.status_message,
+        elements_seen: row.elements_seen,
+        elements_stored: row.elements_stored,
+        last_synced_at: row.last_synced_at,
+        next_refresh_at: row.next_refresh_at,
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+    })
+}
+
+fn to_element(row: rows::ElementRow) -> Result<Element, RepositoryError> {
+    Ok(Element {
+        manifest: match row.manifest {
+            Some(text) => Some(
+                serde_json::from_str(&text)
+                    .map_err(|e| RepositoryError::Corrupt(format!("manifest of {}: {e}", row.id)))?,
+            ),
+            None => None,
+        },
+        status: ElementStatus::parse(&row.status)?,
+        id: row.id,
+        repository_id: row.repository_id,
+        name: row.name,
+        version: row.version,
+        status_message: row.status_message,
+        installed: row.installed,
+        installed_at: row.installed_at,
+        created_at: row.created_at,
+    })
+}

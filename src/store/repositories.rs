@@ -1,0 +1,495 @@
+//! Queries on repositories, elements, artifacts and bindings, for the
+//! `repository` area.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{Expr, OnConflict};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
+    PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Set, TransactionTrait,
+};
+use uuid::Uuid;
+
+use super::entities::{artifact, element, element_binding, repository};
+
+pub use artifact::Model as ArtifactRow;
+pub use element::Model as ElementRow;
+pub use repository::Model as RepositoryRow;
+
+/// A new repository row.
+pub struct NewRepository {
+    pub name: String,
+    pub driver_kind: String,
+    pub driver_spec: String,
+    pub sync_mode: String,
+    pub priority: i32,
+    pub refresh_interval_seconds: i64,
+}
+
+pub async fn insert_repository(db: &DatabaseConnection, new: NewRepository, status: &str) -> Result<RepositoryRow, DbErr> {
+    let now = Utc::now();
+    repository::ActiveModel {
+        id: Set(Uuid::new_v4()),
+        name: Set(new.name),
+        driver_kind: Set(new.driver_kind),
+        driver_spec: Set(new.driver_spec),
+        sync_mode: Set(new.sync_mode),
+        priority: Set(new.priority),
+        refresh_interval_seconds: Set(new.refresh_interval_seconds),
+        status: Set(status.to_owned()),
+        status_message: Set(None),
+        elements_seen: Set(0),
+        elements_stored: Set(0),
+        last_synced_at: Set(None),
+        // Due at once: if the first sync is cut short, the refresh loop runs it.
+        next_refresh_at: Set(Some(now)),
+        created_at: Set(now),
+        updated_at: Set(now),
+    }
+    .insert(db)
+    .await
+}
+
+pub async fn find_repository(db: &DatabaseConnection, id: Uuid) -> Result<Option<RepositoryRow>, DbErr> {
+    repository::Entity::find_by_id(id).one(db).await
+}
+
+pub async fn list_repositories(db: &DatabaseConnection) -> Result<Vec<RepositoryRow>, DbErr> {
+    repository::Entity::find()
+        .order_by_desc(repository::Column::Priority)
+        .order_by_asc(repository::Column::Name)
+        .all(db)
+        .await
+}
+
+pub async fn update_repository(db: &DatabaseConnection, row: repository::ActiveModel) -> Result<RepositoryRow, DbErr> {
+    row.update(db).await
+}
+
+/// Sets status fields (and progress, when given).
+pub async fn set_repository_status(
+    db: &DatabaseConnection,
+    id: Uuid,
+    status: &str,
+    message: Option<String>,
+) -> Result<(), DbErr> {
+    repository::Entity::update_many()
+        .col_expr(repository::Column::Status, Expr::value(status))
+        .col_expr(repository::Column::StatusMessage, Expr::value(message))
+        .col_expr(repository::Column::UpdatedAt, Expr::value(Utc::now()))
+        .filter(repository::Column::Id.eq(id))
+        .exec(db)
+        .await
+        .map(drop)
+}
+
+pub async fn set_repository_progress(db: &DatabaseConnection, id: Uuid, seen: i64, stored: i64) -> Result<(), DbErr> {
+    repository::Entity::update_many()
+        .col_expr(repository::Column::ElementsSeen, Expr::value(seen))
+        .col_expr(repository::Column::ElementsStored, Expr::value(stored))
+        .filter(repository::Column::Id.eq(id))
+        .exec(db)
+        .await
+        .map(drop)
+}
+
+pub async fn finish_sync(
+    db: &DatabaseConnection,
+    id: Uuid,
+    status: &str,
+    message: Option<String>,
+    synced_at: Option<DateTime<Utc>>,
+    next_refresh_at: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    let mut update = repository::Entity::update_many()
+        .col_expr(repository::Column::Status, Expr::value(status))
+        .col_expr(repository::Column::StatusMessage, Expr::value(message))
+        .col_expr(repository::Column::NextRefreshAt, Expr::value(next_refresh_at))
+        .col_expr(repository::Column::UpdatedAt, Expr::value(Utc::now()));
+    if let Some(at) = synced_at {
+        update = update.col_expr(repository::Column::LastSyncedAt, Expr::value(at));
+    }
+    update.filter(repository::Column::Id.eq(id)).exec(db).await.map(drop)
+}
+
+/// Repositories whose refresh is due.
+pub async fn due_repositories(db: &DatabaseConnection, now: DateTime<Utc>) -> Result<Vec<RepositoryRow>, DbErr> {
+    repository::Entity::find()
+        .filter(repository::Column::NextRefreshAt.lte(now))
+        .filter(repository::Column::Status.ne("SYNCING"))
+        .all(db)
+        .await
+}
+
+pub async fn delete_repository(db: &DatabaseConnection, id: Uuid) -> Result<bool, DbErr> {
+    Ok(repository::Entity::delete_by_id(id).exec(db).await?.rows_affected > 0)
+}
+
+pub async fn count_installed_in(db: &DatabaseConnection, repository_id: Uuid) -> Result<u64, DbErr> {
+    element::Entity::find()
+        .filter(element::Column::RepositoryId.eq(repository_id))
+        .filter(element::Column::Installed.eq(true))
+        .count(db)
+        .await
+}
+
+/// What a sync compares against: key → (id, hash, installed).
+pub type Existing = HashMap<(String, String), (Uuid, Option<String>, bool)>;
+
+pub async fn existing_elements(db: &DatabaseConnection, repository_id: Uuid) -> Result<Existing, DbErr> {
+    let rows: Vec<(Uuid, String, String, Option<String>, bool)> = element::Entity::find()
+        .select_only()
+        .columns([
+            element::Column::Id,
+            element::Column::Name,
+            element::Column::Version,
+            element::Column::InventoryHash,
+            element::Column::Installed,
+        ])
+        .filter(element::Column::RepositoryId.eq(repository_id))
+        .into_tuple()
+        .all(db)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, name, version, hash, installed)| ((name, version), (id, hash, installed)))
+        .collect())
+}
+
+/// An element to write in a sync batch, with its artifacts.
+pub struct ElementWrite {
+    pub id: Uuid,
+    pub name: String,
+    pub version: String,
+    pub hash: Option<String>,
+    /// `Some` to store the manifest (COPY); `None` leaves it to be fetched.
+    pub manifest: Option<String>,
+    /// `Some` to replace the artifacts.
+    pub artifacts: Option<Vec<(String, String, String)>>,
+}
+
+/// Inserts new elements and updates changed ones, all in one transaction.
+pub async fn write_batch(
+    db: &DatabaseConnection,
+    repository_id: Uuid,
+    inserts: Vec<ElementWrite>,
+    updates: Vec<ElementWrite>,
+) -> Result<(), DbErr> {
+    let txn = db.begin().await?;
+    let now = Utc::now();
+    let mut artifact_rows = Vec::new();
+    if !inserts.is_empty() {
+        let mut rows = Vec::with_capacity(inserts.len());
+        for write in inserts {
+            if let Some(artifacts) = write.artifacts {
+                artifact_rows.extend(artifacts.into_iter().map(|a| (write.id, a)));
+            }
+            rows.push(element::ActiveModel {
+                id: Set(write.id),
+                repository_id: Set(repository_id),
+                name: Set(write.name),
+                version: Set(write.version),
+                inventory_hash: Set(write.hash),
+                manifest: Set(write.manifest),
+                status: Set("NEW".to_owned()),
+                status_message: Set(None),
+                installed: Set(false),
+                installed_at: Set(None),
+                created_at: Set(now),
+                updated_at: Set(now),
+            });
+        }
+        // Keep each statement under SQLite's bound-parameter limit.
+        for chunk in rows.chunks(500) {
+            element::Entity::insert_many(chunk.to_vec()).exec(&txn).await?;
+        }
+    }
+    for write in updates {
+        let mut update = element::Entity::update_many()
+            .col_expr(element::Column::InventoryHash, Expr::value(write.hash))
+            .col_expr(element::Column::Manifest, Expr::value(write.manifest))
+            .col_expr(element::Column::UpdatedAt, Expr::value(now));
+        update = update.filter(element::Column::Id.eq(write.id));
+        update.exec(&txn).await?;
+        if let Some(artifacts) = write.artifacts {
+            replace_artifacts_in(&txn, write.id, artifacts).await?;
+        }
+    }
+    insert_artifacts(&txn, artifact_rows).await?;
+    txn.commit().await
+}
+
+async fn insert_artifacts(db: &impl ConnectionTrait, rows: Vec<(Uuid, (String, String, String))>) -> Result<(), DbErr> {
+    let models: Vec<artifact::ActiveModel> = rows
+        .into_iter()
+        .map(|(element_id, (urn, category, file_name))| artifact::ActiveModel {
+            id: Set(Uuid::new_v4()),
+            element_id: Set(element_id),
+            urn: Set(urn),
+            category: Set(category),
+            file_name: Set(file_name),
+        })
+        .collect();
+    for chunk in models.chunks(500) {
+        artifact::Entity::insert_many(chunk.to_vec())
+            .on_conflict(
+                OnConflict::columns([artifact::Column::ElementId, artifact::Column::Urn])
+                    .update_columns([artifact::Column::Category, artifact::Column::FileName])
+                    .to_owned(),
+            )
+            .exec(db)
+            .await?;
+    }
+    Ok(())
+}
+
+async fn replace_artifacts_in(
+    db: &impl ConnectionTrait,
+    element_id: Uuid,
+    artifacts: Vec<(String, String, String)>,
+) -> Result<(), DbErr> {
+    artifact::Entity::delete_many()
+        .filter(artifact::Column::ElementId.eq(element_id))
+        .exec(db)
+        .await?;
+    insert_artifacts(db, artifacts.into_iter().map(|a| (element_id, a)).collect()).await
+}
+
+/// Stores a fetched manifest (and artifacts, when given) in one transaction.
+pub async fn store_manifest(
+    db: &DatabaseConnection,
+    element_id: Uuid,
+    manifest: String,
+    artifacts: Option<Vec<(String, String, String)>>,
+) -> Result<(), DbErr> {
+    let txn = db.begin().await?;
+    element::Entity::update_many()
+        .col_expr(element::Column::Manifest, Expr::value(Some(manifest)))
+        .col_expr(element::Column::UpdatedAt, Expr::value(Utc::now()))
+        .filter(element::Column::Id.eq(element_id))
+        .exec(&txn)
+        .await?;
+    if let Some(artifacts) = artifacts {
+        replace_artifacts_in(&txn, element_id, artifacts).await?;
+    }
+    txn.commit().await
+}
+
+/// Deletes elements by id, except installed ones; returns how many went.
+pub async fn delete_elements(db: &DatabaseConnection, ids: &[Uuid]) -> Result<u64, DbErr> {
+    let mut gone = 0;
+    for chunk in ids.chunks(500) {
+        gone += element::Entity::delete_many()
+            .filter(element::Column::Id.is_in(chunk.iter().copied()))
+            .filter(element::Column::Installed.eq(false))
+            .exec(db)
+            .await?
+            .rows_affected;
+    }
+    Ok(gone)
+}
+
+pub async fn find_element(db: &DatabaseConnection, id: Uuid) -> Result<Option<ElementRow>, DbErr> {
+    element::Entity::find_by_id(id).one(db).await
+}
+
+/// Filters for listing elements.
+#[derive(Default)]
+pub struct ElementFilter {
+    pub name: Option<String>,
+    pub repository_id: Option<Uuid>,
+    pub installed: Option<bool>,
+    pub search: Option<String>,
+}
+
+pub async fn list_elements(
+    db: &DatabaseConnection,
+    filter: &ElementFilter,
+    offset: u64,
+    limit: u64,
+) -> Result<(Vec<ElementRow>, u64), DbErr> {
+    let mut query = element::Entity::find();
+    if let Some(name) = &filter.name {
+        query = query.filter(element::Column::Name.eq(name.as_str()));
+    }
+    if let Some(repository_id) = filter.repository_id {
+        query = query.filter(element::Column::RepositoryId.eq(repository_id));
+    }
+    if let Some(installed) = filter.installed {
+        query = query.filter(element::Column::Installed.eq(installed));
+    }
+    if let Some(search) = &filter.search {
+        // `%` and `_` in the search act as wildcards, as in SQL; harmless.
+        let pattern = format!("%{search}%");
+        query = query.filter(element::Column::Name.like(pattern));
+    }
+    let total = query.clone().count(db).await?;
+    let rows = query
+        .order_by_asc(element::Column::Name)
+        .order_by_asc(element::Column::CreatedAt)
+        .order_by_asc(element::Column::Id)
+        .offset(offset)
+        .limit(limit)
+        .all(db)
+        .await?;
+    Ok((rows, total))
+}
+
+/// Every element with one of these names, across repositories.
+pub async fn elements_named(db: &DatabaseConnection, names: &[String]) -> Result<Vec<ElementRow>, DbErr> {
+    let mut out = Vec::new();
+    for chunk in names.chunks(500) {
+        out.extend(
+            element::Entity::find()
+                .filter(element::Column::Name.is_in(chunk.iter().cloned()))
+                .all(db)
+                .await?,
+        );
+    }
+    Ok(out)
+}
+
+pub async fn repository_priorities(db: &DatabaseConnection) -> Result<HashMap<Uuid, i32>, DbErr> {
+    let rows: Vec<(Uuid, i32)> = repository::Entity::find()
+        .select_only()
+        .columns([repository::Column::Id, repository::Column::Priority])
+        .into_tuple()
+        .all(db)
+        .await?;
+    Ok(rows.into_iter().collect())
+}
+
+pub async fn artifacts_of(db: &DatabaseConnection, element_id: Uuid) -> Result<Vec<ArtifactRow>, DbErr> {
+    artifact::Entity::find()
+        .filter(artifact::Column::ElementId.eq(element_id))
+        .order_by_asc(artifact::Column::Urn)
+        .all(db)
+        .await
+}
+
+/// Ids of what `element_id` is bound to depend on (transitively).
+pub async fn dependencies_of(db: &DatabaseConnection, element_id: Uuid) -> Result<Vec<Uuid>, DbErr> {
+    element_binding::Entity::find()
+        .filter(element_binding::Column::ElementId.eq(element_id))
+        .all(db)
+        .await
+        .map(|rows| rows.into_iter().map(|r| r.depends_on_id).collect())
+}
+
+/// Ids of the elements bound to depend on `element_id` (transitively).
+pub async fn dependents_of(db: &DatabaseConnection, element_id: Uuid) -> Result<Vec<Uuid>, DbErr> {
+    element_binding::Entity::find()
+        .filter(element_binding::Column::DependsOnId.eq(element_id))
+        .all(db)
+        .await
+        .map(|rows| rows.into_iter().map(|r| r.element_id).collect())
+}
+
+pub async fn elements_by_ids(db: &DatabaseConnection, ids: &[Uuid]) -> Result<Vec<ElementRow>, DbErr> {
+    element::Entity::find()
+        .filter(element::Column::Id.is_in(ids.iter().copied()))
+        .order_by_asc(element::Column::Name)
+        .all(db)
+        .await
+}
+
+/// An install, as one transaction: each element in `activate` becomes installed
+/// and ACTIVE; `release` (an upgrade's old version) stops being installed in the
+/// same commit; bindings are added, and `rebind` moves bindings from one element
+/// to another.
+pub struct InstallTxn {
+    pub activate: Vec<Uuid>,
+    pub release: Option<Uuid>,
+    pub bindings: Vec<(Uuid, Uuid)>,
+    pub rebind: Option<(Uuid, Uuid)>,
+}
+
+pub async fn commit_install(db: &DatabaseConnection, plan: InstallTxn) -> Result<(), DbErr> {
+    let txn = db.begin().await?;
+    let now = Utc::now();
+    if let Some(old) = plan.release {
+        element::Entity::update_many()
+            .col_expr(element::Column::Installed, Expr::value(false))
+            .col_expr(element::Column::InstalledAt, Expr::value(Option::<DateTime<Utc>>::None))
+            .col_expr(element::Column::Status, Expr::value("NEW"))
+            .col_expr(element::Column::UpdatedAt, Expr::value(now))
+            .filter(element::Column::Id.eq(old))
+            .exec(&txn)
+            .await?;
+        element_binding::Entity::delete_many()
+            .filter(element_binding::Column::ElementId.eq(old))
+            .exec(&txn)
+            .await?;
+    }
+    if let Some((from, to)) = plan.rebind {
+        element_binding::Entity::update_many()
+            .col_expr(element_binding::Column::DependsOnId, Expr::value(to))
+            .filter(element_binding::Column::DependsOnId.eq(from))
+            .exec(&txn)
+            .await?;
+    }
+    if !plan.activate.is_empty() {
+        element::Entity::update_many()
+            .col_expr(element::Column::Installed, Expr::value(true))
+            .col_expr(element::Column::InstalledAt, Expr::value(Some(now)))
+            .col_expr(element::Column::Status, Expr::value("ACTIVE"))
+            .col_expr(element::Column::StatusMessage, Expr::value(Option::<String>::None))
+            .col_expr(element::Column::UpdatedAt, Expr::value(now))
+            .filter(element::Column::Id.is_in(plan.activate.iter().copied()))
+            .exec(&txn)
+            .await?;
+    }
+    let rows: Vec<element_binding::ActiveModel> = plan
+        .bindings
+        .into_iter()
+        .map(|(element_id, depends_on_id)| element_binding::ActiveModel {
+            element_id: Set(element_id),
+            depends_on_id: Set(depends_on_id),
+        })
+        .collect();
+    for chunk in rows.chunks(500) {
+        element_binding::Entity::insert_many(chunk.to_vec())
+            .on_conflict_do_nothing_on([
+                element_binding::Column::ElementId,
+                element_binding::Column::DependsOnId,
+            ])
+            .exec(&txn)
+            .await?;
+    }
+    txn.commit().await
+}
+
+pub async fn set_element_status(db: &DatabaseConnection, ids: &[Uuid], status: &str, message: Option<String>) -> Result<(), DbErr> {
+    element::Entity::update_many()
+        .col_expr(element::Column::Status, Expr::value(status))
+        .col_expr(element::Column::StatusMessage, Expr::value(message))
+        .col_expr(element::Column::UpdatedAt, Expr::value(Utc::now()))
+        .filter(element::Column::Id.is_in(ids.iter().copied()))
+        .exec(db)
+        .await
+        .map(drop)
+}
+
+/// Uninstalls one element and drops its own bindings, in one transaction.
+pub async fn commit_uninstall(db: &DatabaseConnection, id: Uuid) -> Result<(), DbErr> {
+    let txn = db.begin().await?;
+    element_binding::Entity::delete_many()
+        .filter(element_binding::Column::ElementId.eq(id))
+        .exec(&txn)
+        .await?;
+    element::Entity::update_many()
+        .col_expr(element::Column::Installed, Expr::value(false))
+        .col_expr(element::Column::InstalledAt, Expr::value(Option::<DateTime<Utc>>::None))
+        .col_expr(element::Column::Status, Expr::value("NEW"))
+        .col_expr(element::Column::UpdatedAt, Expr::value(Utc::now()))
+        .filter(element::Column::Id.eq(id))
+        .exec(&txn)
+        .await?;
+    txn.commit().await
+}
+
+/// Inserts one element (uploads), with its manifest.
+pub async fn insert_element(db: &DatabaseConnection, repository_id: Uuid, write: ElementWrite) -> Result<(), DbErr> {
+    write_batch(db, repository_id, vec![write], Vec::new()).await
+}
