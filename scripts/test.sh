@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, on SQLite and again on PostgreSQL. Works on a fresh Debian
 # machine as root: installs and starts what the tests need, then cleans up the
-# databases it made.
+# databases it made. Needs: PostgreSQL (the server), nginx (repository tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,6 +9,7 @@ log() { printf '\n==> %s\n' "$*"; }
 
 need_apt=()
 command -v pg_ctlcluster >/dev/null 2>&1 || need_apt+=(postgresql)
+[ -x /usr/sbin/nginx ] || need_apt+=(nginx)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing ${need_apt[*]} from Debian's packages"
   export DEBIAN_FRONTEND=noninteractive

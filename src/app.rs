@@ -63,7 +63,8 @@ impl App {
             .await
             .context("creating the admin user")?;
 
-        let repositories = Repositories::new(db.clone(), config.repository_settings(), stopping.clone());
+        let repositories =
+            Repositories::new(db.clone(), config.repository_settings(), stopping.clone());
         repositories
             .recover_interrupted()
             .await

@@ -273,9 +273,15 @@ impl Overrides {
             admin_token: self.admin_token.or(other.admin_token),
             session_ttl_seconds: self.session_ttl_seconds.or(other.session_ttl_seconds),
             shutdown_grace_seconds: self.shutdown_grace_seconds.or(other.shutdown_grace_seconds),
-            repo_max_inventory_bytes: self.repo_max_inventory_bytes.or(other.repo_max_inventory_bytes),
-            repo_max_manifest_bytes: self.repo_max_manifest_bytes.or(other.repo_max_manifest_bytes),
-            repo_http_timeout_seconds: self.repo_http_timeout_seconds.or(other.repo_http_timeout_seconds),
+            repo_max_inventory_bytes: self
+                .repo_max_inventory_bytes
+                .or(other.repo_max_inventory_bytes),
+            repo_max_manifest_bytes: self
+                .repo_max_manifest_bytes
+                .or(other.repo_max_manifest_bytes),
+            repo_http_timeout_seconds: self
+                .repo_http_timeout_seconds
+                .or(other.repo_http_timeout_seconds),
             repo_refresh_check_ms: self.repo_refresh_check_ms.or(other.repo_refresh_check_ms),
         }
     }

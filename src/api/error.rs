@@ -122,34 +122,47 @@ impl From<AuthError> for ApiError {
 impl From<RepositoryError> for ApiError {
     fn from(e: RepositoryError) -> Self {
         match e {
-            RepositoryError::Invalid(m) | RepositoryError::Manifest(m) | RepositoryError::Inventory(m) => {
-                Self::validation(m)
-            }
+            RepositoryError::Invalid(m)
+            | RepositoryError::Manifest(m)
+            | RepositoryError::Inventory(m) => Self::validation(m),
             RepositoryError::NotFound(m) => Self::new(ErrorCode::NotFound, m),
             RepositoryError::Conflict(m) => Self::new(ErrorCode::Conflict, m),
             RepositoryError::AlreadyInstalled(m) => Self::new(ErrorCode::AlreadyInstalled, m),
-            RepositoryError::HasDependents { message, dependents } => {
+            RepositoryError::HasDependents {
+                message,
+                dependents,
+            } => {
                 let mut error = Self::new(ErrorCode::HasDependents, message);
                 error.details.push((
                     "dependents",
-                    async_graphql::Value::List(dependents.into_iter().map(async_graphql::Value::from).collect()),
+                    async_graphql::Value::List(
+                        dependents
+                            .into_iter()
+                            .map(async_graphql::Value::from)
+                            .collect(),
+                    ),
                 ));
                 error
             }
             RepositoryError::Resolve(e) => {
                 let code = match &e {
-                    ResolveError::Version { .. } | ResolveError::RequirementVersion { .. } => ErrorCode::Validation,
+                    ResolveError::Version { .. } | ResolveError::RequirementVersion { .. } => {
+                        ErrorCode::Validation
+                    }
                     ResolveError::ConstraintFormat { .. } => ErrorCode::DependencyConstraintFormat,
-                    ResolveError::UnknownRoot { .. } | ResolveError::NotFound { .. } => ErrorCode::DependencyNotFound,
+                    ResolveError::UnknownRoot { .. } | ResolveError::NotFound { .. } => {
+                        ErrorCode::DependencyNotFound
+                    }
                     ResolveError::Conflict { .. } => ErrorCode::DependencyConstraint,
                     ResolveError::Cycle { .. } => ErrorCode::DependencyCycle,
                 };
                 Self::new(code, e.to_string())
             }
             RepositoryError::Source(m) => Self::new(ErrorCode::SourceUnavailable, m),
-            RepositoryError::Db(ref db) if crate::store::is_conflict(db) => {
-                Self::new(ErrorCode::Conflict, "that conflicts with an existing record")
-            }
+            RepositoryError::Db(ref db) if crate::store::is_conflict(db) => Self::new(
+                ErrorCode::Conflict,
+                "that conflicts with an existing record",
+            ),
             RepositoryError::Db(_) | RepositoryError::Corrupt(_) => Self::internal(&e),
         }
     }

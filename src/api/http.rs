@@ -283,15 +283,29 @@ async fn serve_ws(
     from_headers: Caller,
 ) {
     let (mut sink, stream) = socket.split();
+    // The subscriptions this client has open, so shutdown can wait for their
+    // `complete` before closing the socket.
+    let open = Arc::new(std::sync::Mutex::new(
+        std::collections::HashSet::<String>::new(),
+    ));
+    let seen_by_input = open.clone();
     let input = stream
-        .take_until(state.ws_close.clone().cancelled_owned())
         .take_while(|message| std::future::ready(message.is_ok()))
-        .filter_map(|message| {
-            std::future::ready(match message {
+        .filter_map(move |message| {
+            let bytes = match message {
                 Ok(Message::Text(text)) => Some(Bytes::from(text)),
                 Ok(Message::Binary(bytes)) => Some(bytes),
                 _ => None,
-            })
+            };
+            if let Some(bytes) = &bytes {
+                track(
+                    &seen_by_input,
+                    bytes,
+                    &["subscribe", "start"],
+                    &["complete", "stop"],
+                );
+            }
+            std::future::ready(bytes)
         });
     let auth = state.auth.clone();
     let connection = async_graphql::http::WebSocket::new(state.schema.clone(), input, protocol)
@@ -309,9 +323,27 @@ async fn serve_ws(
             Ok(data)
         });
     let mut connection = std::pin::pin!(connection);
-    while let Some(message) = connection.next().await {
+    let mut closing = false;
+    loop {
+        if closing && open.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+            break;
+        }
+        let message = tokio::select! {
+            message = connection.next() => message,
+            _ = state.ws_close.cancelled(), if !closing => {
+                closing = true;
+                continue;
+            }
+        };
+        let Some(message) = message else {
+            // The client went away.
+            return;
+        };
         let sent = match message {
-            WsMessage::Text(text) => sink.send(Message::Text(text.into())).await,
+            WsMessage::Text(text) => {
+                track(&open, text.as_bytes(), &[], &["complete", "error"]);
+                sink.send(Message::Text(text.into())).await
+            }
             WsMessage::Close(code, reason) => {
                 let frame = CloseFrame {
                     code,
@@ -330,6 +362,31 @@ async fn serve_ws(
         reason: "server shutting down".into(),
     };
     let _ = sink.send(Message::Close(Some(frame))).await;
+}
+
+/// Adds or removes a protocol message's subscription `id` from `open` by its
+/// `type`.
+fn track(
+    open: &std::sync::Mutex<std::collections::HashSet<String>>,
+    message: &[u8],
+    opens: &[&str],
+    closes: &[&str],
+) {
+    #[derive(serde::Deserialize)]
+    struct Envelope {
+        #[serde(rename = "type")]
+        kind: String,
+        id: Option<String>,
+    }
+    let Ok(Envelope { kind, id: Some(id) }) = serde_json::from_slice::<Envelope>(message) else {
+        return;
+    };
+    let mut open = open.lock().unwrap_or_else(|e| e.into_inner());
+    if opens.contains(&kind.as_str()) {
+        open.insert(id);
+    } else if closes.contains(&kind.as_str()) {
+        open.remove(&id);
+    }
 }
 
 /// A token in `connection_init`: `{"Authorization": "Bearer …"}` (any case) or
@@ -368,7 +425,11 @@ pub async fn artifact(
         Err(e) => return edge_error(StatusCode::INTERNAL_SERVER_ERROR, e.code, &e.message),
     }
     let Ok(element) = element.parse::<uuid::Uuid>() else {
-        return edge_error(StatusCode::NOT_FOUND, ErrorCode::NotFound, "no such element");
+        return edge_error(
+            StatusCode::NOT_FOUND,
+            ErrorCode::NotFound,
+            "no such element",
+        );
     };
     match state.repositories.artifact_stream(element, &urn).await {
         Ok((file_name, stream)) => {

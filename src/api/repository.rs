@@ -8,9 +8,7 @@ use uuid::Uuid;
 
 use super::pagination::{Page, page_of, window};
 use super::{ApiError, principal, state};
-use crate::repository::{
-    self as domain, DriverSpec, ElementFilter as DomainFilter, Repositories,
-};
+use crate::repository::{self as domain, DriverSpec, ElementFilter as DomainFilter, Repositories};
 
 #[derive(Enum, Clone, Copy, PartialEq, Eq)]
 pub enum SyncMode {
@@ -173,7 +171,10 @@ impl Repository {
     async fn driver(&self) -> Driver {
         let kind = self.0.driver.kind().to_owned();
         match &self.0.driver {
-            DriverSpec::Http { url } => Driver::Http(HttpDriver { kind, url: url.clone() }),
+            DriverSpec::Http { url } => Driver::Http(HttpDriver {
+                kind,
+                url: url.clone(),
+            }),
             DriverSpec::Local { path } => Driver::Local(LocalDriver {
                 kind,
                 path: path.display().to_string(),
@@ -257,7 +258,11 @@ impl Element {
         &self.0.version
     }
     async fn repository(&self, ctx: &Context<'_>) -> Result<Repository, ApiError> {
-        Ok(Repository(state::<Repositories>(ctx)?.get(self.0.repository_id).await?))
+        Ok(Repository(
+            state::<Repositories>(ctx)?
+                .get(self.0.repository_id)
+                .await?,
+        ))
     }
     /// The manifest as JSON; in a LAZY repository it is fetched on first access.
     async fn manifest(&self, ctx: &Context<'_>) -> Result<Json<serde_json::Value>, ApiError> {
@@ -362,7 +367,11 @@ async fn list_elements(
     let (found, total) = state::<Repositories>(ctx)?
         .elements(&filter, offset, limit)
         .await?;
-    Ok(page_of(found.into_iter().map(Element).collect(), offset, total))
+    Ok(page_of(
+        found.into_iter().map(Element).collect(),
+        offset,
+        total,
+    ))
 }
 
 #[derive(Default)]
@@ -383,7 +392,11 @@ impl RepositoryQuery {
 
     async fn repository(&self, ctx: &Context<'_>, id: ID) -> Result<Repository, ApiError> {
         principal(ctx)?;
-        Ok(Repository(state::<Repositories>(ctx)?.get(parse_id(&id, "id")?).await?))
+        Ok(Repository(
+            state::<Repositories>(ctx)?
+                .get(parse_id(&id, "id")?)
+                .await?,
+        ))
     }
 
     async fn elements(
@@ -415,7 +428,11 @@ impl RepositoryQuery {
 
     async fn element(&self, ctx: &Context<'_>, id: ID) -> Result<Element, ApiError> {
         principal(ctx)?;
-        Ok(Element(state::<Repositories>(ctx)?.element(parse_id(&id, "id")?).await?))
+        Ok(Element(
+            state::<Repositories>(ctx)?
+                .element(parse_id(&id, "id")?)
+                .await?,
+        ))
     }
 
     /// The install plan of an element, without installing anything.
@@ -487,31 +504,50 @@ impl RepositoryMutation {
     /// Deletes a repository and its elements; refused while it holds installed ones.
     async fn delete_repository(&self, ctx: &Context<'_>, id: ID) -> Result<bool, ApiError> {
         principal(ctx)?;
-        state::<Repositories>(ctx)?.delete(parse_id(&id, "id")?).await?;
+        state::<Repositories>(ctx)?
+            .delete(parse_id(&id, "id")?)
+            .await?;
         Ok(true)
     }
 
     /// Starts a sync now (a running one is left to finish).
     async fn refresh_repository(&self, ctx: &Context<'_>, id: ID) -> Result<Repository, ApiError> {
         principal(ctx)?;
-        Ok(Repository(state::<Repositories>(ctx)?.refresh(parse_id(&id, "id")?).await?))
+        Ok(Repository(
+            state::<Repositories>(ctx)?
+                .refresh(parse_id(&id, "id")?)
+                .await?,
+        ))
     }
 
     /// Installs an element and, first, what it depends on.
     async fn install_element(&self, ctx: &Context<'_>, id: ID) -> Result<Element, ApiError> {
         principal(ctx)?;
-        Ok(Element(state::<Repositories>(ctx)?.install(parse_id(&id, "id")?).await?))
+        Ok(Element(
+            state::<Repositories>(ctx)?
+                .install(parse_id(&id, "id")?)
+                .await?,
+        ))
     }
 
     /// Uninstalls an element; refused with `HAS_DEPENDENTS` while others need it.
     async fn uninstall_element(&self, ctx: &Context<'_>, id: ID) -> Result<Element, ApiError> {
         principal(ctx)?;
-        Ok(Element(state::<Repositories>(ctx)?.uninstall(parse_id(&id, "id")?).await?))
+        Ok(Element(
+            state::<Repositories>(ctx)?
+                .uninstall(parse_id(&id, "id")?)
+                .await?,
+        ))
     }
 
     /// Replaces the installed `id` with `toId`, another version of the same name,
     /// in one step: there is no moment with neither installed.
-    async fn upgrade_element(&self, ctx: &Context<'_>, id: ID, to_id: ID) -> Result<Element, ApiError> {
+    async fn upgrade_element(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        to_id: ID,
+    ) -> Result<Element, ApiError> {
         principal(ctx)?;
         Ok(Element(
             state::<Repositories>(ctx)?
@@ -528,7 +564,11 @@ impl RepositoryMutation {
         manifest: Json<serde_json::Value>,
     ) -> Result<Element, ApiError> {
         principal(ctx)?;
-        Ok(Element(state::<Repositories>(ctx)?.edit(parse_id(&id, "id")?, manifest.0).await?))
+        Ok(Element(
+            state::<Repositories>(ctx)?
+                .edit(parse_id(&id, "id")?, manifest.0)
+                .await?,
+        ))
     }
 
     /// Adds an element (its manifest as YAML) to a `local` or `migration` repository.

@@ -46,7 +46,13 @@ impl Repositories {
         limit: u64,
     ) -> Result<(Vec<Element>, u64), RepositoryError> {
         let (found, total) = rows::list_elements(&self.db, filter, offset, limit).await?;
-        Ok((found.into_iter().map(to_element).collect::<Result<_, _>>()?, total))
+        Ok((
+            found
+                .into_iter()
+                .map(to_element)
+                .collect::<Result<_, _>>()?,
+            total,
+        ))
     }
 
     pub async fn element(&self, id: Uuid) -> Result<Element, RepositoryError> {
@@ -65,7 +71,10 @@ impl Repositories {
         self.ensure_manifest(&row).await
     }
 
-    async fn ensure_manifest(&self, row: &rows::ElementRow) -> Result<serde_json::Value, RepositoryError> {
+    async fn ensure_manifest(
+        &self,
+        row: &rows::ElementRow,
+    ) -> Result<serde_json::Value, RepositoryError> {
         if let Some(text) = &row.manifest {
             return serde_json::from_str(text)
                 .map_err(|e| RepositoryError::Corrupt(format!("manifest of {}: {e}", row.id)));
@@ -73,7 +82,9 @@ impl Repositories {
         let repository = to_repository(
             rows::find_repository(&self.db, row.repository_id)
                 .await?
-                .ok_or_else(|| RepositoryError::NotFound(format!("no repository {}", row.repository_id)))?,
+                .ok_or_else(|| {
+                    RepositoryError::NotFound(format!("no repository {}", row.repository_id))
+                })?,
         )?;
         let version: Version = row
             .version
@@ -81,10 +92,18 @@ impl Repositories {
             .map_err(|e: crate::resolve::ResolveError| RepositoryError::Corrupt(e.to_string()))?;
         let source = driver::open(&repository.driver, &self.settings)?;
         let fetched = source.element(&row.name, &version).await?;
-        let artifacts = fetched
-            .artifacts
-            .map(|list| list.iter().map(|a| (a.urn(), a.category.clone(), a.file_name.clone())).collect());
-        rows::store_manifest(&self.db, row.id, fetched.manifest.document.to_string(), artifacts).await?;
+        let artifacts = fetched.artifacts.map(|list| {
+            list.iter()
+                .map(|a| (a.urn(), a.category.clone(), a.file_name.clone()))
+                .collect()
+        });
+        rows::store_manifest(
+            &self.db,
+            row.id,
+            fetched.manifest.document.to_string(),
+            artifacts,
+        )
+        .await?;
         Ok(fetched.manifest.document)
     }
 
@@ -113,7 +132,9 @@ impl Repositories {
             .await?
             .into_iter()
             .find(|a| a.urn == urn)
-            .ok_or_else(|| RepositoryError::NotFound(format!("element {element_id} has no artifact {urn}")))?;
+            .ok_or_else(|| {
+                RepositoryError::NotFound(format!("element {element_id} has no artifact {urn}"))
+            })?;
         let repository = to_repository(
             rows::find_repository(&self.db, row.repository_id)
                 .await?
@@ -125,7 +146,10 @@ impl Repositories {
             .map_err(|e: crate::resolve::ResolveError| RepositoryError::Corrupt(e.to_string()))?;
         let reference = ArtifactRef {
             category: artifact.category.clone(),
-            uuid: urn.split_once(':').map(|(_, u)| u.to_owned()).unwrap_or_default(),
+            uuid: urn
+                .split_once(':')
+                .map(|(_, u)| u.to_owned())
+                .unwrap_or_default(),
             file_name: artifact.file_name.clone(),
         };
         let stream = driver::open(&repository.driver, &self.settings)?
@@ -149,13 +173,21 @@ impl Repositories {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        rows::elements_by_ids(&self.db, ids).await?.into_iter().map(to_element).collect()
+        rows::elements_by_ids(&self.db, ids)
+            .await?
+            .into_iter()
+            .map(to_element)
+            .collect()
     }
 
     /// Every candidate that resolving `root` could need: the versions of every
     /// name reachable through requirements, with their manifests fetched.
     /// `replacing` (an upgrade's old version) is left out.
-    async fn universe(&self, root: &rows::ElementRow, replacing: Option<Uuid>) -> Result<Universe, RepositoryError> {
+    async fn universe(
+        &self,
+        root: &rows::ElementRow,
+        replacing: Option<Uuid>,
+    ) -> Result<Universe, RepositoryError> {
         let priorities = rows::repository_priorities(&self.db).await?;
         let mut candidates = Vec::new();
         let mut kept = Vec::new();
@@ -207,7 +239,8 @@ impl Repositories {
                 kept.push(row);
             }
         }
-        let root = root_id.ok_or_else(|| RepositoryError::NotFound(format!("no element {}", root.id)))?;
+        let root =
+            root_id.ok_or_else(|| RepositoryError::NotFound(format!("no element {}", root.id)))?;
         Ok(Universe {
             world: World::new(candidates),
             rows: kept,
@@ -215,7 +248,10 @@ impl Repositories {
         })
     }
 
-    async fn requirements_of(&self, row: &rows::ElementRow) -> Result<Vec<Requirement>, RepositoryError> {
+    async fn requirements_of(
+        &self,
+        row: &rows::ElementRow,
+    ) -> Result<Vec<Requirement>, RepositoryError> {
         let document = self.ensure_manifest(row).await?;
         let origin = format!("{} {}", row.name, row.version);
         manifest::requirements(&row.name, document.get("requirements"), &origin)
@@ -225,7 +261,10 @@ impl Repositories {
     pub async fn resolve_plan(&self, id: Uuid) -> Result<InstallPlan, RepositoryError> {
         let root = self.element_row(id).await?;
         let universe = self.universe(&root, None).await?;
-        let resolution = universe.world.resolve(universe.root).map_err(RepositoryError::Resolve)?;
+        let resolution = universe
+            .world
+            .resolve(universe.root)
+            .map_err(RepositoryError::Resolve)?;
         let order = resolution
             .order
             .iter()
@@ -256,7 +295,10 @@ impl Repositories {
         }
         check_blueprint(&self.ensure_manifest(&root).await?, &root)?;
         let universe = self.universe(&root, None).await?;
-        let resolution = universe.world.resolve(universe.root).map_err(RepositoryError::Resolve)?;
+        let resolution = universe
+            .world
+            .resolve(universe.root)
+            .map_err(RepositoryError::Resolve)?;
         self.apply(&universe, &resolution, None).await?;
         self.element(id).await
     }
@@ -266,7 +308,10 @@ impl Repositories {
         let old = self.element_row(from).await?;
         let new = self.element_row(to).await?;
         if !old.installed {
-            return Err(RepositoryError::Invalid(format!("{} {} is not installed", old.name, old.version)));
+            return Err(RepositoryError::Invalid(format!(
+                "{} {} is not installed",
+                old.name, old.version
+            )));
         }
         if old.name != new.name || old.id == new.id || old.version == new.version {
             return Err(RepositoryError::Invalid(format!(
@@ -275,7 +320,10 @@ impl Repositories {
             )));
         }
         if new.installed {
-            return Err(RepositoryError::AlreadyInstalled(format!("{} {} is already installed", new.name, new.version)));
+            return Err(RepositoryError::AlreadyInstalled(format!(
+                "{} {} is already installed",
+                new.name, new.version
+            )));
         }
         check_blueprint(&self.ensure_manifest(&new).await?, &new)?;
         let new_version: Version = new
@@ -283,21 +331,31 @@ impl Repositories {
             .parse()
             .map_err(|e: crate::resolve::ResolveError| RepositoryError::Corrupt(e.to_string()))?;
         // Everything bound to the old version must accept the new one.
-        for dependent in rows::elements_by_ids(&self.db, &rows::dependents_of(&self.db, from).await?).await? {
+        for dependent in
+            rows::elements_by_ids(&self.db, &rows::dependents_of(&self.db, from).await?).await?
+        {
             let requirements = self.requirements_of(&dependent).await?;
-            if let Some(r) = requirements.iter().find(|r| r.name == new.name && !r.matches(&new_version)) {
-                return Err(RepositoryError::Resolve(crate::resolve::ResolveError::Conflict {
-                    root: format!("{} {}", new.name, new.version),
-                    chains: vec![format!(
-                        "installed {} {} requires {r}, which {} does not satisfy",
-                        dependent.name, dependent.version, new.version
-                    )],
-                    installed: vec![format!("{} {}", dependent.name, dependent.version)],
-                }));
+            if let Some(r) = requirements
+                .iter()
+                .find(|r| r.name == new.name && !r.matches(&new_version))
+            {
+                return Err(RepositoryError::Resolve(
+                    crate::resolve::ResolveError::Conflict {
+                        root: format!("{} {}", new.name, new.version),
+                        chains: vec![format!(
+                            "installed {} {} requires {r}, which {} does not satisfy",
+                            dependent.name, dependent.version, new.version
+                        )],
+                        installed: vec![format!("{} {}", dependent.name, dependent.version)],
+                    },
+                ));
             }
         }
         let universe = self.universe(&new, Some(from)).await?;
-        let resolution = universe.world.resolve(universe.root).map_err(RepositoryError::Resolve)?;
+        let resolution = universe
+            .world
+            .resolve(universe.root)
+            .map_err(RepositoryError::Resolve)?;
         self.apply(&universe, &resolution, Some(from)).await?;
         self.element(to).await
     }
@@ -321,7 +379,10 @@ impl Repositories {
         // Transitive dependencies of each newly installed element.
         let mut direct: HashMap<Uuid, Vec<Uuid>> = HashMap::new();
         for (dependent, dependency) in &resolution.edges {
-            direct.entry(row_of(dependent).id).or_default().push(row_of(dependency).id);
+            direct
+                .entry(row_of(dependent).id)
+                .or_default()
+                .push(row_of(dependency).id);
         }
         let mut bindings = Vec::new();
         for element in &to_install {
@@ -334,7 +395,13 @@ impl Repositories {
                 }
             }
         }
-        rows::set_element_status(&self.db, &to_install, ElementStatus::InProgress.as_str(), None).await?;
+        rows::set_element_status(
+            &self.db,
+            &to_install,
+            ElementStatus::InProgress.as_str(),
+            None,
+        )
+        .await?;
         // Installing will deploy each element's blueprint once deployments exist;
         // until then the blueprint was validated and the install is recorded.
         let committed = rows::commit_install(
@@ -354,13 +421,26 @@ impl Repositories {
             } else {
                 "the install could not be recorded".to_owned()
             };
-            rows::set_element_status(&self.db, &to_install, ElementStatus::Error.as_str(), Some(message.clone())).await?;
-            return Err(if conflict { RepositoryError::AlreadyInstalled(message) } else { e.into() });
+            rows::set_element_status(
+                &self.db,
+                &to_install,
+                ElementStatus::Error.as_str(),
+                Some(message.clone()),
+            )
+            .await?;
+            return Err(if conflict {
+                RepositoryError::AlreadyInstalled(message)
+            } else {
+                e.into()
+            });
         }
         Ok(())
     }
 
-    async fn installed_named(&self, name: &str) -> Result<Option<rows::ElementRow>, RepositoryError> {
+    async fn installed_named(
+        &self,
+        name: &str,
+    ) -> Result<Option<rows::ElementRow>, RepositoryError> {
         Ok(rows::elements_named(&self.db, &[name.to_owned()])
             .await?
             .into_iter()
@@ -370,14 +450,18 @@ impl Repositories {
     pub async fn uninstall(&self, id: Uuid) -> Result<Element, RepositoryError> {
         let row = self.element_row(id).await?;
         if !row.installed {
-            return Err(RepositoryError::Invalid(format!("{} {} is not installed", row.name, row.version)));
+            return Err(RepositoryError::Invalid(format!(
+                "{} {} is not installed",
+                row.name, row.version
+            )));
         }
-        let dependents: Vec<String> = rows::elements_by_ids(&self.db, &rows::dependents_of(&self.db, id).await?)
-            .await?
-            .into_iter()
-            .filter(|d| d.installed)
-            .map(|d| format!("{} {}", d.name, d.version))
-            .collect();
+        let dependents: Vec<String> =
+            rows::elements_by_ids(&self.db, &rows::dependents_of(&self.db, id).await?)
+                .await?
+                .into_iter()
+                .filter(|d| d.installed)
+                .map(|d| format!("{} {}", d.name, d.version))
+                .collect();
         if !dependents.is_empty() {
             return Err(RepositoryError::HasDependents {
                 message: format!(
@@ -394,7 +478,11 @@ impl Repositories {
     }
 
     /// Replaces the manifest; its name and version must stay those of the element.
-    pub async fn edit(&self, id: Uuid, document: serde_json::Value) -> Result<Element, RepositoryError> {
+    pub async fn edit(
+        &self,
+        id: Uuid,
+        document: serde_json::Value,
+    ) -> Result<Element, RepositoryError> {
         let row = self.element_row(id).await?;
         let checked = manifest::check(document, "manifest")?;
         if checked.name != row.name || checked.version.to_string() != row.version {
@@ -408,7 +496,11 @@ impl Repositories {
     }
 
     /// Adds an element to a repository whose driver takes uploads.
-    pub async fn upload(&self, repository_id: Uuid, yaml: &str) -> Result<Element, RepositoryError> {
+    pub async fn upload(
+        &self,
+        repository_id: Uuid,
+        yaml: &str,
+    ) -> Result<Element, RepositoryError> {
         let repository = self.get(repository_id).await?;
         let checked = manifest::parse_yaml(yaml, self.settings.max_manifest_bytes, "manifest")?;
         let exists = rows::elements_named(&self.db, std::slice::from_ref(&checked.name))
@@ -445,12 +537,17 @@ impl Repositories {
 /// Until deployments exist, installing validates the blueprint part of the
 /// manifest: `resources` must be a mapping of named resources, each a mapping
 /// with a string `type`.
-fn check_blueprint(document: &serde_json::Value, row: &rows::ElementRow) -> Result<(), RepositoryError> {
+fn check_blueprint(
+    document: &serde_json::Value,
+    row: &rows::ElementRow,
+) -> Result<(), RepositoryError> {
     let origin = format!("{} {}", row.name, row.version);
     let resources = document
         .get("resources")
         .and_then(|r| r.as_object())
-        .ok_or_else(|| RepositoryError::Manifest(format!("{origin}: field `resources`: must be a mapping")))?;
+        .ok_or_else(|| {
+            RepositoryError::Manifest(format!("{origin}: field `resources`: must be a mapping"))
+        })?;
     for (name, resource) in resources {
         let Some(resource) = resource.as_object() else {
             return Err(RepositoryError::Manifest(format!(

@@ -9,8 +9,8 @@
 use std::fmt;
 use std::io::Read;
 
-use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use sha2::{Digest, Sha256};
 
 use super::RepositoryError;
@@ -121,8 +121,14 @@ fn build_entry(
         }
         for (uuid, file_name) in files {
             check_file_name(&file_name).map_err(|p| at(&format!("index.{category}"), p))?;
-            if uuid.is_empty() || uuid.len() > 64 || !uuid.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
-                return Err(at(&format!("index.{category}"), format!("`{uuid}` is not an id")));
+            if uuid.is_empty()
+                || uuid.len() > 64
+                || !uuid.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            {
+                return Err(at(
+                    &format!("index.{category}"),
+                    format!("`{uuid}` is not an id"),
+                ));
             }
             artifacts.push(ArtifactRef {
                 category: category.clone(),
@@ -148,8 +154,13 @@ pub fn check_name(name: &str) -> Result<(), String> {
     if name == "." || name == ".." {
         return Err(format!("`{name}` is not a name"));
     }
-    if !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
-        return Err(format!("`{name}` may hold only letters, digits, `-`, `_` and `.`"));
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(format!(
+            "`{name}` may hold only letters, digits, `-`, `_` and `.`"
+        ));
     }
     Ok(())
 }
@@ -159,8 +170,15 @@ pub fn check_file_name(file: &str) -> Result<(), String> {
     if file.is_empty() || file.len() > 255 {
         return Err("a file name must be 1 to 255 characters".into());
     }
-    if file.contains('/') || file.contains('\\') || file == "." || file == ".." || file.contains('\0') {
-        return Err(format!("`{file}` is not a plain file name (no paths, no `..`)"));
+    if file.contains('/')
+        || file.contains('\\')
+        || file == "."
+        || file == ".."
+        || file.contains('\0')
+    {
+        return Err(format!(
+            "`{file}` is not a plain file name (no paths, no `..`)"
+        ));
     }
     Ok(())
 }
@@ -170,7 +188,9 @@ struct Root<'a, F> {
     failure: &'a mut Option<RepositoryError>,
 }
 
-impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> DeserializeSeed<'de> for Root<'_, F> {
+impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> DeserializeSeed<'de>
+    for Root<'_, F>
+{
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_map(self)
@@ -207,7 +227,9 @@ struct Names<'a, F> {
     failure: &'a mut Option<RepositoryError>,
 }
 
-impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> DeserializeSeed<'de> for Names<'_, F> {
+impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> DeserializeSeed<'de>
+    for Names<'_, F>
+{
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_map(self)
@@ -237,14 +259,18 @@ struct Versions<'a, F> {
     failure: &'a mut Option<RepositoryError>,
 }
 
-impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> DeserializeSeed<'de> for Versions<'_, F> {
+impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> DeserializeSeed<'de>
+    for Versions<'_, F>
+{
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> Visitor<'de> for Versions<'_, F> {
+impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> Visitor<'de>
+    for Versions<'_, F>
+{
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         write!(f, "element `{}`: an object of versions", self.name)
@@ -299,13 +325,31 @@ mod tests {
             ("not json", "inventory.json"),
             ("[1]", "inventory.json"),
             ("{}", "elements"),
-            (r#"{"elements": {"a": {"1.x": {}}}}"#, "element `a` 1.x, field `version`"),
-            (r#"{"elements": {"a": {"1.0.0": {"index": {"images": {"u1": "../etc/passwd"}}}}}}"#, "field `index.images`"),
-            (r#"{"elements": {"a": {"1.0.0": {"index": {"images": {"u1": "/abs"}}}}}}"#, "not a plain file name"),
-            (r#"{"elements": {"a": {"1.0.0": {"name": "b"}}}}"#, "field `name`"),
+            (
+                r#"{"elements": {"a": {"1.x": {}}}}"#,
+                "element `a` 1.x, field `version`",
+            ),
+            (
+                r#"{"elements": {"a": {"1.0.0": {"index": {"images": {"u1": "../etc/passwd"}}}}}}"#,
+                "field `index.images`",
+            ),
+            (
+                r#"{"elements": {"a": {"1.0.0": {"index": {"images": {"u1": "/abs"}}}}}}"#,
+                "not a plain file name",
+            ),
+            (
+                r#"{"elements": {"a": {"1.0.0": {"name": "b"}}}}"#,
+                "field `name`",
+            ),
             (r#"{"elements": {"../x": {"1.0.0": {}}}}"#, "field `name`"),
-            (r#"{"elements": {"a": {"1.0.0": {"index": 5}}}}"#, "element `a` 1.0.0"),
-            (r#"{"elements": {"a": {"1.0.0": {}}}} trailing"#, "inventory.json"),
+            (
+                r#"{"elements": {"a": {"1.0.0": {"index": 5}}}}"#,
+                "element `a` 1.0.0",
+            ),
+            (
+                r#"{"elements": {"a": {"1.0.0": {}}}} trailing"#,
+                "inventory.json",
+            ),
         ];
         for (text, hint) in cases {
             let err = collect(text).unwrap_err().to_string();

@@ -57,7 +57,9 @@ pub fn check(document: Value, origin: &str) -> Result<Manifest, RepositoryError>
         .map_err(|e: crate::resolve::ResolveError| bad("version", &e.to_string()))?;
     match map.get("resources") {
         Some(Value::Object(_)) => {}
-        Some(Value::Null) | None => return Err(bad("resources", "missing (a mapping of resources)")),
+        Some(Value::Null) | None => {
+            return Err(bad("resources", "missing (a mapping of resources)"));
+        }
         Some(_) => return Err(bad("resources", "must be a mapping of resources")),
     }
     let requirements = requirements(&name, map.get("requirements"), origin)?;
@@ -132,29 +134,47 @@ mod tests {
         let cases = [
             ("- a\n- b\n", "must be a mapping"),
             ("name: web\nresources: {}\n", "field `version`"),
-            ("name: web\nversion: 1.x\nresources: {}\n", "field `version`"),
+            (
+                "name: web\nversion: 1.x\nresources: {}\n",
+                "field `version`",
+            ),
             ("name: web\nversion: 1.0.0\n", "field `resources`"),
-            ("name: ../web\nversion: 1.0.0\nresources: {}\n", "field `name`"),
-            ("name: web\nversion: 1.0.0\nresources: {}\nrequirements: {core: {about: 1.0.0}}\n", "unknown key `about`"),
+            (
+                "name: ../web\nversion: 1.0.0\nresources: {}\n",
+                "field `name`",
+            ),
+            (
+                "name: web\nversion: 1.0.0\nresources: {}\nrequirements: {core: {about: 1.0.0}}\n",
+                "unknown key `about`",
+            ),
             ("name: web\nversion: [\n", "not valid YAML"),
         ];
         for (text, hint) in cases {
             let err = parse_yaml(text, 1 << 20, "m.yaml").unwrap_err().to_string();
             assert!(err.contains(hint), "{text}: {err}");
         }
-        assert!(parse_yaml(good, 10, "big.yaml").unwrap_err().to_string().contains("over the limit"));
+        assert!(
+            parse_yaml(good, 10, "big.yaml")
+                .unwrap_err()
+                .to_string()
+                .contains("over the limit")
+        );
     }
 
     #[test]
     fn alias_bombs_are_refused() {
-        let mut bomb = String::from("a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n");
+        let mut bomb = String::from(
+            "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
+        );
         let mut prev = 'a';
         for c in 'b'..='j' {
             bomb.push_str(&format!("{c}: &{c} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]\n"));
             prev = c;
         }
         bomb.push_str("name: x\nversion: 1.0.0\nresources: {}\n");
-        let err = parse_yaml(&bomb, 1 << 20, "bomb.yaml").unwrap_err().to_string();
+        let err = parse_yaml(&bomb, 1 << 20, "bomb.yaml")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("bomb.yaml"), "{err}");
     }
 }

@@ -62,7 +62,10 @@ pub enum RepositoryError {
     #[error("{0}")]
     AlreadyInstalled(String),
     #[error("{message}")]
-    HasDependents { message: String, dependents: Vec<String> },
+    HasDependents {
+        message: String,
+        dependents: Vec<String>,
+    },
     #[error(transparent)]
     Resolve(ResolveError),
     #[error("{0}")]
@@ -192,7 +195,11 @@ pub struct Repositories {
 }
 
 impl Repositories {
-    pub fn new(db: DatabaseConnection, settings: RepositorySettings, stopping: CancellationToken) -> Self {
+    pub fn new(
+        db: DatabaseConnection,
+        settings: RepositorySettings,
+        stopping: CancellationToken,
+    ) -> Self {
         Self {
             db,
             settings,
@@ -229,7 +236,11 @@ impl Repositories {
         Ok(repository)
     }
 
-    pub async fn update(&self, id: Uuid, patch: RepositoryPatch) -> Result<Repository, RepositoryError> {
+    pub async fn update(
+        &self,
+        id: Uuid,
+        patch: RepositoryPatch,
+    ) -> Result<Repository, RepositoryError> {
         use sea_orm::{IntoActiveModel, Set};
         let row = self.repository_row(id).await?;
         let resync = patch.driver.is_some() || patch.sync_mode.is_some();
@@ -360,7 +371,10 @@ impl Repositories {
 
     /// Waits until no sync of `id` runs in this process (tests, benchmarks).
     pub fn is_syncing(&self, id: Uuid) -> bool {
-        self.syncing.lock().unwrap_or_else(|e| e.into_inner()).contains(&id)
+        self.syncing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&id)
     }
 }
 
@@ -418,10 +432,11 @@ fn to_repository(row: rows::RepositoryRow) -> Result<Repository, RepositoryError
 fn to_element(row: rows::ElementRow) -> Result<Element, RepositoryError> {
     Ok(Element {
         manifest: match row.manifest {
-            Some(text) => Some(
-                serde_json::from_str(&text)
-                    .map_err(|e| RepositoryError::Corrupt(format!("manifest of {}: {e}", row.id)))?,
-            ),
+            Some(text) => {
+                Some(serde_json::from_str(&text).map_err(|e| {
+                    RepositoryError::Corrupt(format!("manifest of {}: {e}", row.id))
+                })?)
+            }
             None => None,
         },
         status: ElementStatus::parse(&row.status)?,

@@ -37,16 +37,34 @@ pub async fn run(repos: &Repositories, id: Uuid) -> Result<(), RepositoryError> 
                 seen = stats.seen, added = stats.added, updated = stats.updated, removed = stats.removed,
                 "sync finished"
             );
-            rows::finish_sync(db, id, RepositoryStatus::Active.as_str(), None, Some(Utc::now()), next).await?;
+            rows::finish_sync(
+                db,
+                id,
+                RepositoryStatus::Active.as_str(),
+                None,
+                Some(Utc::now()),
+                next,
+            )
+            .await?;
         }
         Err(e) => {
             let message = e.to_string();
             tracing::warn!(repository.id = %id, error = %message, "sync failed");
             let message = match e {
-                RepositoryError::Db(_) | RepositoryError::Corrupt(_) => "internal error while storing elements".to_owned(),
+                RepositoryError::Db(_) | RepositoryError::Corrupt(_) => {
+                    "internal error while storing elements".to_owned()
+                }
                 _ => message,
             };
-            rows::finish_sync(db, id, RepositoryStatus::Error.as_str(), Some(message), None, next).await?;
+            rows::finish_sync(
+                db,
+                id,
+                RepositoryStatus::Error.as_str(),
+                Some(message),
+                None,
+                next,
+            )
+            .await?;
         }
     }
     Ok(())
@@ -60,7 +78,10 @@ struct Stats {
     removed: u64,
 }
 
-async fn sync(repos: &Repositories, repository: &super::Repository) -> Result<Stats, RepositoryError> {
+async fn sync(
+    repos: &Repositories,
+    repository: &super::Repository,
+) -> Result<Stats, RepositoryError> {
     let db = &repos.db;
     let id = repository.id;
     let copy = repository.sync_mode == SyncMode::Copy;
@@ -98,7 +119,13 @@ async fn sync(repos: &Repositories, repository: &super::Repository) -> Result<St
         }
         let manifest_text = manifest.map(|m| m.document.to_string());
         let artifacts = if copy {
-            Some(entry.artifacts.iter().map(|a| (a.urn(), a.category.clone(), a.file_name.clone())).collect())
+            Some(
+                entry
+                    .artifacts
+                    .iter()
+                    .map(|a| (a.urn(), a.category.clone(), a.file_name.clone()))
+                    .collect(),
+            )
         } else {
             None
         };
@@ -119,7 +146,9 @@ async fn sync(repos: &Repositories, repository: &super::Repository) -> Result<St
                 stats.added += 1;
                 stored += 1;
             }
-            Some((element_id, hash, _installed)) if hash.as_deref() != Some(entry.hash.as_str()) => {
+            Some((element_id, hash, _installed))
+                if hash.as_deref() != Some(entry.hash.as_str()) =>
+            {
                 if copy && manifest_text.is_none() {
                     fetch_later.push((element_id, entry.name.clone(), entry.version.clone()));
                 }
@@ -137,7 +166,13 @@ async fn sync(repos: &Repositories, repository: &super::Repository) -> Result<St
             Some(_) => {}
         }
         if inserts.len() + updates.len() >= BATCH {
-            rows::write_batch(db, id, std::mem::take(&mut inserts), std::mem::take(&mut updates)).await?;
+            rows::write_batch(
+                db,
+                id,
+                std::mem::take(&mut inserts),
+                std::mem::take(&mut updates),
+            )
+            .await?;
             rows::set_repository_progress(db, id, stats.seen, stored).await?;
         }
     }
@@ -165,10 +200,18 @@ async fn sync(repos: &Repositories, repository: &super::Repository) -> Result<St
         let mut fetches = futures_util::stream::iter(fetch_later)
             .map(|(element_id, name, version)| async move {
                 let fetched = source.element(&name, &version).await?;
-                let artifacts = fetched
-                    .artifacts
-                    .map(|list| list.iter().map(|a| (a.urn(), a.category.clone(), a.file_name.clone())).collect());
-                rows::store_manifest(db, element_id, fetched.manifest.document.to_string(), artifacts).await?;
+                let artifacts = fetched.artifacts.map(|list| {
+                    list.iter()
+                        .map(|a| (a.urn(), a.category.clone(), a.file_name.clone()))
+                        .collect()
+                });
+                rows::store_manifest(
+                    db,
+                    element_id,
+                    fetched.manifest.document.to_string(),
+                    artifacts,
+                )
+                .await?;
                 Ok::<_, RepositoryError>(())
             })
             .buffer_unordered(repos.settings.fetch_concurrency.max(1));

@@ -27,7 +27,11 @@ pub struct NewRepository {
     pub refresh_interval_seconds: i64,
 }
 
-pub async fn insert_repository(db: &DatabaseConnection, new: NewRepository, status: &str) -> Result<RepositoryRow, DbErr> {
+pub async fn insert_repository(
+    db: &DatabaseConnection,
+    new: NewRepository,
+    status: &str,
+) -> Result<RepositoryRow, DbErr> {
     let now = Utc::now();
     repository::ActiveModel {
         id: Set(Uuid::new_v4()),
@@ -51,7 +55,10 @@ pub async fn insert_repository(db: &DatabaseConnection, new: NewRepository, stat
     .await
 }
 
-pub async fn find_repository(db: &DatabaseConnection, id: Uuid) -> Result<Option<RepositoryRow>, DbErr> {
+pub async fn find_repository(
+    db: &DatabaseConnection,
+    id: Uuid,
+) -> Result<Option<RepositoryRow>, DbErr> {
     repository::Entity::find_by_id(id).one(db).await
 }
 
@@ -63,7 +70,10 @@ pub async fn list_repositories(db: &DatabaseConnection) -> Result<Vec<Repository
         .await
 }
 
-pub async fn update_repository(db: &DatabaseConnection, row: repository::ActiveModel) -> Result<RepositoryRow, DbErr> {
+pub async fn update_repository(
+    db: &DatabaseConnection,
+    row: repository::ActiveModel,
+) -> Result<RepositoryRow, DbErr> {
     row.update(db).await
 }
 
@@ -84,7 +94,12 @@ pub async fn set_repository_status(
         .map(drop)
 }
 
-pub async fn set_repository_progress(db: &DatabaseConnection, id: Uuid, seen: i64, stored: i64) -> Result<(), DbErr> {
+pub async fn set_repository_progress(
+    db: &DatabaseConnection,
+    id: Uuid,
+    seen: i64,
+    stored: i64,
+) -> Result<(), DbErr> {
     repository::Entity::update_many()
         .col_expr(repository::Column::ElementsSeen, Expr::value(seen))
         .col_expr(repository::Column::ElementsStored, Expr::value(stored))
@@ -105,16 +120,26 @@ pub async fn finish_sync(
     let mut update = repository::Entity::update_many()
         .col_expr(repository::Column::Status, Expr::value(status))
         .col_expr(repository::Column::StatusMessage, Expr::value(message))
-        .col_expr(repository::Column::NextRefreshAt, Expr::value(next_refresh_at))
+        .col_expr(
+            repository::Column::NextRefreshAt,
+            Expr::value(next_refresh_at),
+        )
         .col_expr(repository::Column::UpdatedAt, Expr::value(Utc::now()));
     if let Some(at) = synced_at {
         update = update.col_expr(repository::Column::LastSyncedAt, Expr::value(at));
     }
-    update.filter(repository::Column::Id.eq(id)).exec(db).await.map(drop)
+    update
+        .filter(repository::Column::Id.eq(id))
+        .exec(db)
+        .await
+        .map(drop)
 }
 
 /// Repositories whose refresh is due.
-pub async fn due_repositories(db: &DatabaseConnection, now: DateTime<Utc>) -> Result<Vec<RepositoryRow>, DbErr> {
+pub async fn due_repositories(
+    db: &DatabaseConnection,
+    now: DateTime<Utc>,
+) -> Result<Vec<RepositoryRow>, DbErr> {
     repository::Entity::find()
         .filter(repository::Column::NextRefreshAt.lte(now))
         .filter(repository::Column::Status.ne("SYNCING"))
@@ -123,10 +148,17 @@ pub async fn due_repositories(db: &DatabaseConnection, now: DateTime<Utc>) -> Re
 }
 
 pub async fn delete_repository(db: &DatabaseConnection, id: Uuid) -> Result<bool, DbErr> {
-    Ok(repository::Entity::delete_by_id(id).exec(db).await?.rows_affected > 0)
+    Ok(repository::Entity::delete_by_id(id)
+        .exec(db)
+        .await?
+        .rows_affected
+        > 0)
 }
 
-pub async fn count_installed_in(db: &DatabaseConnection, repository_id: Uuid) -> Result<u64, DbErr> {
+pub async fn count_installed_in(
+    db: &DatabaseConnection,
+    repository_id: Uuid,
+) -> Result<u64, DbErr> {
     element::Entity::find()
         .filter(element::Column::RepositoryId.eq(repository_id))
         .filter(element::Column::Installed.eq(true))
@@ -137,7 +169,10 @@ pub async fn count_installed_in(db: &DatabaseConnection, repository_id: Uuid) ->
 /// What a sync compares against: key → (id, hash, installed).
 pub type Existing = HashMap<(String, String), (Uuid, Option<String>, bool)>;
 
-pub async fn existing_elements(db: &DatabaseConnection, repository_id: Uuid) -> Result<Existing, DbErr> {
+pub async fn existing_elements(
+    db: &DatabaseConnection,
+    repository_id: Uuid,
+) -> Result<Existing, DbErr> {
     let rows: Vec<(Uuid, String, String, Option<String>, bool)> = element::Entity::find()
         .select_only()
         .columns([
@@ -202,7 +237,9 @@ pub async fn write_batch(
         }
         // Keep each statement under SQLite's bound-parameter limit.
         for chunk in rows.chunks(500) {
-            element::Entity::insert_many(chunk.to_vec()).exec(&txn).await?;
+            element::Entity::insert_many(chunk.to_vec())
+                .exec(&txn)
+                .await?;
         }
     }
     for write in updates {
@@ -220,16 +257,21 @@ pub async fn write_batch(
     txn.commit().await
 }
 
-async fn insert_artifacts(db: &impl ConnectionTrait, rows: Vec<(Uuid, (String, String, String))>) -> Result<(), DbErr> {
+async fn insert_artifacts(
+    db: &impl ConnectionTrait,
+    rows: Vec<(Uuid, (String, String, String))>,
+) -> Result<(), DbErr> {
     let models: Vec<artifact::ActiveModel> = rows
         .into_iter()
-        .map(|(element_id, (urn, category, file_name))| artifact::ActiveModel {
-            id: Set(Uuid::new_v4()),
-            element_id: Set(element_id),
-            urn: Set(urn),
-            category: Set(category),
-            file_name: Set(file_name),
-        })
+        .map(
+            |(element_id, (urn, category, file_name))| artifact::ActiveModel {
+                id: Set(Uuid::new_v4()),
+                element_id: Set(element_id),
+                urn: Set(urn),
+                category: Set(category),
+                file_name: Set(file_name),
+            },
+        )
         .collect();
     for chunk in models.chunks(500) {
         artifact::Entity::insert_many(chunk.to_vec())
@@ -337,7 +379,10 @@ pub async fn list_elements(
 }
 
 /// Every element with one of these names, across repositories.
-pub async fn elements_named(db: &DatabaseConnection, names: &[String]) -> Result<Vec<ElementRow>, DbErr> {
+pub async fn elements_named(
+    db: &DatabaseConnection,
+    names: &[String],
+) -> Result<Vec<ElementRow>, DbErr> {
     let mut out = Vec::new();
     for chunk in names.chunks(500) {
         out.extend(
@@ -360,7 +405,10 @@ pub async fn repository_priorities(db: &DatabaseConnection) -> Result<HashMap<Uu
     Ok(rows.into_iter().collect())
 }
 
-pub async fn artifacts_of(db: &DatabaseConnection, element_id: Uuid) -> Result<Vec<ArtifactRow>, DbErr> {
+pub async fn artifacts_of(
+    db: &DatabaseConnection,
+    element_id: Uuid,
+) -> Result<Vec<ArtifactRow>, DbErr> {
     artifact::Entity::find()
         .filter(artifact::Column::ElementId.eq(element_id))
         .order_by_asc(artifact::Column::Urn)
@@ -369,7 +417,10 @@ pub async fn artifacts_of(db: &DatabaseConnection, element_id: Uuid) -> Result<V
 }
 
 /// Ids of what `element_id` is bound to depend on (transitively).
-pub async fn dependencies_of(db: &DatabaseConnection, element_id: Uuid) -> Result<Vec<Uuid>, DbErr> {
+pub async fn dependencies_of(
+    db: &DatabaseConnection,
+    element_id: Uuid,
+) -> Result<Vec<Uuid>, DbErr> {
     element_binding::Entity::find()
         .filter(element_binding::Column::ElementId.eq(element_id))
         .all(db)
@@ -386,7 +437,10 @@ pub async fn dependents_of(db: &DatabaseConnection, element_id: Uuid) -> Result<
         .map(|rows| rows.into_iter().map(|r| r.element_id).collect())
 }
 
-pub async fn elements_by_ids(db: &DatabaseConnection, ids: &[Uuid]) -> Result<Vec<ElementRow>, DbErr> {
+pub async fn elements_by_ids(
+    db: &DatabaseConnection,
+    ids: &[Uuid],
+) -> Result<Vec<ElementRow>, DbErr> {
     element::Entity::find()
         .filter(element::Column::Id.is_in(ids.iter().copied()))
         .order_by_asc(element::Column::Name)
@@ -411,7 +465,10 @@ pub async fn commit_install(db: &DatabaseConnection, plan: InstallTxn) -> Result
     if let Some(old) = plan.release {
         element::Entity::update_many()
             .col_expr(element::Column::Installed, Expr::value(false))
-            .col_expr(element::Column::InstalledAt, Expr::value(Option::<DateTime<Utc>>::None))
+            .col_expr(
+                element::Column::InstalledAt,
+                Expr::value(Option::<DateTime<Utc>>::None),
+            )
             .col_expr(element::Column::Status, Expr::value("NEW"))
             .col_expr(element::Column::UpdatedAt, Expr::value(now))
             .filter(element::Column::Id.eq(old))
@@ -434,7 +491,10 @@ pub async fn commit_install(db: &DatabaseConnection, plan: InstallTxn) -> Result
             .col_expr(element::Column::Installed, Expr::value(true))
             .col_expr(element::Column::InstalledAt, Expr::value(Some(now)))
             .col_expr(element::Column::Status, Expr::value("ACTIVE"))
-            .col_expr(element::Column::StatusMessage, Expr::value(Option::<String>::None))
+            .col_expr(
+                element::Column::StatusMessage,
+                Expr::value(Option::<String>::None),
+            )
             .col_expr(element::Column::UpdatedAt, Expr::value(now))
             .filter(element::Column::Id.is_in(plan.activate.iter().copied()))
             .exec(&txn)
@@ -460,7 +520,12 @@ pub async fn commit_install(db: &DatabaseConnection, plan: InstallTxn) -> Result
     txn.commit().await
 }
 
-pub async fn set_element_status(db: &DatabaseConnection, ids: &[Uuid], status: &str, message: Option<String>) -> Result<(), DbErr> {
+pub async fn set_element_status(
+    db: &DatabaseConnection,
+    ids: &[Uuid],
+    status: &str,
+    message: Option<String>,
+) -> Result<(), DbErr> {
     element::Entity::update_many()
         .col_expr(element::Column::Status, Expr::value(status))
         .col_expr(element::Column::StatusMessage, Expr::value(message))
@@ -480,7 +545,10 @@ pub async fn commit_uninstall(db: &DatabaseConnection, id: Uuid) -> Result<(), D
         .await?;
     element::Entity::update_many()
         .col_expr(element::Column::Installed, Expr::value(false))
-        .col_expr(element::Column::InstalledAt, Expr::value(Option::<DateTime<Utc>>::None))
+        .col_expr(
+            element::Column::InstalledAt,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
         .col_expr(element::Column::Status, Expr::value("NEW"))
         .col_expr(element::Column::UpdatedAt, Expr::value(Utc::now()))
         .filter(element::Column::Id.eq(id))
@@ -490,6 +558,10 @@ pub async fn commit_uninstall(db: &DatabaseConnection, id: Uuid) -> Result<(), D
 }
 
 /// Inserts one element (uploads), with its manifest.
-pub async fn insert_element(db: &DatabaseConnection, repository_id: Uuid, write: ElementWrite) -> Result<(), DbErr> {
+pub async fn insert_element(
+    db: &DatabaseConnection,
+    repository_id: Uuid,
+    write: ElementWrite,
+) -> Result<(), DbErr> {
     write_batch(db, repository_id, vec![write], Vec::new()).await
 }

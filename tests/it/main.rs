@@ -2,11 +2,13 @@
 //! real binary, against a fresh SQLite database, or a fresh PostgreSQL database
 //! when `CORBEL_TEST_POSTGRES_URL` names a server (see `scripts/test.sh`).
 
+mod nginx;
 mod support;
 
 mod auth;
 mod binary;
 mod http;
+mod repositories;
 mod schema;
 mod server;
 mod subscriptions;

@@ -28,8 +28,9 @@ pub struct HttpDriver {
 }
 
 pub fn validate_url(url: &str) -> Result<(), RepositoryError> {
-    let parsed = url::Url::parse(url)
-        .map_err(|e| RepositoryError::Invalid(format!("driver.http.url: `{url}` is not a URL ({e})")))?;
+    let parsed = url::Url::parse(url).map_err(|e| {
+        RepositoryError::Invalid(format!("driver.http.url: `{url}` is not a URL ({e})"))
+    })?;
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(RepositoryError::Invalid(format!(
             "driver.http.url: scheme `{}` is not http or https",
@@ -37,7 +38,9 @@ pub fn validate_url(url: &str) -> Result<(), RepositoryError> {
         )));
     }
     if parsed.host_str().is_none_or(str::is_empty) {
-        return Err(RepositoryError::Invalid(format!("driver.http.url: `{url}` has no host")));
+        return Err(RepositoryError::Invalid(format!(
+            "driver.http.url: `{url}` has no host"
+        )));
     }
     Ok(())
 }
@@ -64,8 +67,17 @@ impl HttpDriver {
     }
 
     /// GETs `url`; `Ok(None)` on 404 when `missing_ok`.
-    async fn get(&self, url: &str, missing_ok: bool) -> Result<Option<reqwest::Response>, RepositoryError> {
-        let response = self.client.get(url).send().await.map_err(|e| describe(url, &e, self.timeout))?;
+    async fn get(
+        &self,
+        url: &str,
+        missing_ok: bool,
+    ) -> Result<Option<reqwest::Response>, RepositoryError> {
+        let response = self
+            .client
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| describe(url, &e, self.timeout))?;
         let status = response.status();
         if status == reqwest::StatusCode::NOT_FOUND && missing_ok {
             return Ok(None);
@@ -77,7 +89,12 @@ impl HttpDriver {
     }
 
     /// Reads a small body whole, refusing more than `limit` bytes.
-    async fn small_body(&self, url: &str, response: reqwest::Response, limit: usize) -> Result<String, RepositoryError> {
+    async fn small_body(
+        &self,
+        url: &str,
+        response: reqwest::Response,
+        limit: usize,
+    ) -> Result<String, RepositoryError> {
         let mut body = Vec::new();
         let mut stream = response.bytes_stream();
         while let Some(chunk) = stream.next().await {
@@ -89,7 +106,8 @@ impl HttpDriver {
             }
             body.extend_from_slice(&chunk);
         }
-        String::from_utf8(body).map_err(|_| RepositoryError::Manifest(format!("GET {url}: body is not UTF-8")))
+        String::from_utf8(body)
+            .map_err(|_| RepositoryError::Manifest(format!("GET {url}: body is not UTF-8")))
     }
 }
 
@@ -136,8 +154,11 @@ impl Driver for HttpDriver {
                 .rewind()
                 .map_err(|e| RepositoryError::Source(format!("reading the spool: {e}")))?;
             inventory::parse(spool, |entry| {
-                out.blocking_send(Listed { entry, manifest: None })
-                    .map_err(|_| RepositoryError::Source("sync stopped".into()))
+                out.blocking_send(Listed {
+                    entry,
+                    manifest: None,
+                })
+                .map_err(|_| RepositoryError::Source("sync stopped".into()))
             })
             .map(drop)
         })
@@ -145,10 +166,16 @@ impl Driver for HttpDriver {
         .map_err(|e| RepositoryError::Source(format!("parsing failed: {e}")))?
     }
 
-    async fn element(&self, name: &str, version: &Version) -> Result<FetchedElement, RepositoryError> {
+    async fn element(
+        &self,
+        name: &str,
+        version: &Version,
+    ) -> Result<FetchedElement, RepositoryError> {
         let url = self.element_url(name, version, &format!("manifests/{name}.yaml"));
         let response = self.get(&url, false).await?.expect("missing_ok is false");
-        let text = self.small_body(&url, response, self.max_manifest_bytes).await?;
+        let text = self
+            .small_body(&url, response, self.max_manifest_bytes)
+            .await?;
         let manifest = manifest::parse_yaml(&text, self.max_manifest_bytes, &url)?;
         if manifest.name != name || manifest.version != *version {
             return Err(RepositoryError::Manifest(format!(
@@ -160,14 +187,19 @@ impl Driver for HttpDriver {
         let artifacts = match self.get(&listing_url, true).await? {
             None => None,
             Some(response) => {
-                let text = self.small_body(&listing_url, response, self.max_manifest_bytes).await?;
+                let text = self
+                    .small_body(&listing_url, response, self.max_manifest_bytes)
+                    .await?;
                 let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
                     RepositoryError::Inventory(format!("{listing_url}: not JSON: {e}"))
                 })?;
                 Some(inventory::entry_from_json(name, &version.to_string(), &value)?.artifacts)
             }
         };
-        Ok(FetchedElement { manifest, artifacts })
+        Ok(FetchedElement {
+            manifest,
+            artifacts,
+        })
     }
 
     async fn artifact(
@@ -177,12 +209,18 @@ impl Driver for HttpDriver {
         artifact: &ArtifactRef,
     ) -> Result<ByteStream, RepositoryError> {
         inventory::check_file_name(&artifact.file_name).map_err(RepositoryError::Invalid)?;
-        let url = self.element_url(name, version, &format!("{}/{}", artifact.category, artifact.file_name));
+        let url = self.element_url(
+            name,
+            version,
+            &format!("{}/{}", artifact.category, artifact.file_name),
+        );
         let response = self
             .get(&url, true)
             .await?
             .ok_or_else(|| RepositoryError::NotFound(format!("GET {url}: not found")))?;
-        Ok(Box::pin(response.bytes_stream().map_err(std::io::Error::other)))
+        Ok(Box::pin(
+            response.bytes_stream().map_err(std::io::Error::other),
+        ))
     }
 
     async fn upload(&self, _manifest: &Manifest, _yaml: &str) -> Result<(), RepositoryError> {

@@ -70,9 +70,11 @@ impl LocalDriver {
         let Ok(value) = serde_yaml_ng::from_str::<serde_json::Value>(&text) else {
             return Ok(None);
         };
-        let is_manifest = value
-            .as_object()
-            .is_some_and(|m| ["name", "version", "resources"].iter().all(|k| m.contains_key(*k)));
+        let is_manifest = value.as_object().is_some_and(|m| {
+            ["name", "version", "resources"]
+                .iter()
+                .all(|k| m.contains_key(*k))
+        });
         if !is_manifest {
             return Ok(None);
         }
@@ -94,18 +96,15 @@ fn collect(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), Repos
     let entries = std::fs::read_dir(dir)
         .map_err(|e| RepositoryError::Source(format!("{}: {e}", dir.display())))?;
     for entry in entries {
-        let entry = entry.map_err(|e| RepositoryError::Source(format!("{}: {e}", dir.display())))?;
+        let entry =
+            entry.map_err(|e| RepositoryError::Source(format!("{}: {e}", dir.display())))?;
         let path = entry.path();
         let kind = entry
             .file_type()
             .map_err(|e| RepositoryError::Source(format!("{}: {e}", path.display())))?;
         if kind.is_dir() && depth < MAX_DEPTH {
             collect(&path, depth + 1, out)?;
-        } else if kind.is_file()
-            && path
-                .extension()
-                .is_some_and(|e| e == "yaml" || e == "yml")
-        {
+        } else if kind.is_file() && path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
             out.push(path);
         }
     }
@@ -124,7 +123,11 @@ impl Driver for LocalDriver {
             .map_err(|e| RepositoryError::Source(format!("scanning failed: {e}")))?
     }
 
-    async fn element(&self, name: &str, version: &Version) -> Result<FetchedElement, RepositoryError> {
+    async fn element(
+        &self,
+        name: &str,
+        version: &Version,
+    ) -> Result<FetchedElement, RepositoryError> {
         let driver = LocalDriver {
             root: self.root.clone(),
             max_manifest_bytes: self.max_manifest_bytes,
@@ -133,7 +136,9 @@ impl Driver for LocalDriver {
         tokio::task::spawn_blocking(move || {
             let mut found = None;
             driver.scan(|listed| {
-                if listed.entry.name == name && listed.entry.version.to_string() == version.to_string() {
+                if listed.entry.name == name
+                    && listed.entry.version.to_string() == version.to_string()
+                {
                     found = listed.manifest;
                     false
                 } else {

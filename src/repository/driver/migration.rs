@@ -18,7 +18,11 @@ impl Driver for MigrationDriver {
         Ok(())
     }
 
-    async fn element(&self, name: &str, version: &Version) -> Result<FetchedElement, RepositoryError> {
+    async fn element(
+        &self,
+        name: &str,
+        version: &Version,
+    ) -> Result<FetchedElement, RepositoryError> {
         Err(RepositoryError::Source(format!(
             "the migration driver has no source for {name} {version}; its manifest lives in the store"
         )))

@@ -79,7 +79,11 @@ pub trait Driver: Send + Sync {
     async fn inventory(&self, out: mpsc::Sender<Listed>) -> Result<(), RepositoryError>;
 
     /// Fetches one element version's manifest (and artifacts, where listed).
-    async fn element(&self, name: &str, version: &Version) -> Result<FetchedElement, RepositoryError>;
+    async fn element(
+        &self,
+        name: &str,
+        version: &Version,
+    ) -> Result<FetchedElement, RepositoryError>;
 
     /// Opens an artifact's bytes as a stream.
     async fn artifact(
@@ -94,7 +98,10 @@ pub trait Driver: Send + Sync {
 }
 
 /// The driver for a spec.
-pub fn open(spec: &DriverSpec, settings: &RepositorySettings) -> Result<Box<dyn Driver>, RepositoryError> {
+pub fn open(
+    spec: &DriverSpec,
+    settings: &RepositorySettings,
+) -> Result<Box<dyn Driver>, RepositoryError> {
     Ok(match spec {
         DriverSpec::Http { url } => Box::new(http::HttpDriver::new(url, settings)?),
         DriverSpec::Local { path } => Box::new(local::LocalDriver::new(path.clone(), settings)),

@@ -1,0 +1,794 @@
+//! Repositories and elements against a real nginx, local directories and the
+//! migration driver.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::nginx::{Nginx, free_port};
+use crate::support::{ADMIN_TOKEN, TestApp, TestStore, data, error_code, eventually};
+
+/// Writes an element into an nginx-layout tree: its manifest, its per-element
+/// inventory, and its artifact files.
+fn put_element(
+    root: &Path,
+    name: &str,
+    version: &str,
+    requirements: Value,
+    artifacts: &[(&str, &str, &str)],
+) -> Value {
+    let dir = root.join(name).join(version);
+    std::fs::create_dir_all(dir.join("manifests")).unwrap();
+    let manifest = json!({
+        "name": name,
+        "version": version,
+        "requirements": requirements,
+        "resources": {"app": {"type": "process.v1.service", "config": {"command": "sleep 1"}}},
+    });
+    std::fs::write(
+        dir.join("manifests").join(format!("{name}.yaml")),
+        serde_json::to_string_pretty(&manifest).unwrap(),
+    )
+    .unwrap();
+    let mut index = serde_json::Map::new();
+    for (category, uuid, file) in artifacts {
+        std::fs::create_dir_all(dir.join(category)).unwrap();
+        std::fs::write(dir.join(category).join(file), format!("contents of {file}")).unwrap();
+        index
+            .entry(category.to_string())
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+            .unwrap()
+            .insert(uuid.to_string(), json!(file));
+    }
+    let entry = json!({"name": name, "version": version, "manifests": [format!("{name}.yaml")], "index": index});
+    std::fs::write(dir.join("inventory.json"), entry.to_string()).unwrap();
+    entry
+}
+
+fn write_inventory(root: &Path, entries: &[Value]) {
+    let mut elements = serde_json::Map::new();
+    for entry in entries {
+        let name = entry["name"].as_str().unwrap();
+        let version = entry["version"].as_str().unwrap();
+        elements
+            .entry(name.to_owned())
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+            .unwrap()
+            .insert(version.to_owned(), entry.clone());
+    }
+    std::fs::write(
+        root.join("inventory.json"),
+        json!({"elements": elements}).to_string(),
+    )
+    .unwrap();
+}
+
+const REPO_FIELDS: &str = "id status statusMessage progress { seen stored } lastSyncedAt";
+
+async fn create(app: &TestApp, input: Value) -> Value {
+    let body = app
+        .gql(
+            &format!("mutation($i: CreateRepositoryInput!) {{ createRepository(input: $i) {{ {REPO_FIELDS} }} }}"),
+            json!({"i": input}),
+        )
+        .await;
+    data(&body)["createRepository"].clone()
+}
+
+/// Polls until the repository's sync has finished (ACTIVE or ERROR) after `after`
+/// (a `lastSyncedAt`/status snapshot is not needed: a finished sync is not SYNCING
+/// and has a `nextRefreshAt` past the call).
+async fn settled(app: &TestApp, id: &str, want: &str) -> Value {
+    eventually(
+        Duration::from_secs(30),
+        &format!("repository {want}"),
+        || async {
+            let body = app
+                .gql(
+                    &format!("query($id: ID!) {{ repository(id: $id) {{ {REPO_FIELDS} }} }}"),
+                    json!({"id": id}),
+                )
+                .await;
+            let repo = data(&body)["repository"].clone();
+            (repo["status"] == want).then_some(repo)
+        },
+    )
+    .await
+}
+
+async fn element_ids(
+    app: &TestApp,
+    repository: &str,
+) -> std::collections::BTreeMap<String, String> {
+    let body = app
+        .gql(
+            "query($r: ID!) { elements(filter: {repositoryId: $r}, first: 500) { totalCount edges { node { id name version } } } }",
+            json!({"r": repository}),
+        )
+        .await;
+    data(&body)["elements"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let n = &e["node"];
+            (
+                format!(
+                    "{} {}",
+                    n["name"].as_str().unwrap(),
+                    n["version"].as_str().unwrap()
+                ),
+                n["id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+async fn mutate(app: &TestApp, field: &str, args: &str, vars: Value) -> Value {
+    app.gql(
+        &format!("mutation {args} {{ {field} {{ id name version installed status }} }}"),
+        vars,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn http_repository_lazy_sync_install_upgrade_uninstall() {
+    let served = tempfile::tempdir().unwrap();
+    let root = served.path();
+    let core_1 = put_element(
+        root,
+        "core",
+        "1.0.0",
+        json!({}),
+        &[("images", "img-1", "core.qcow2")],
+    );
+    let core_11 = put_element(root, "core", "1.1.0", json!({}), &[]);
+    let core_12 = put_element(root, "core", "1.2.0-dev+abc", json!({}), &[]);
+    let core_2 = put_element(root, "core", "2.0.0", json!({}), &[]);
+    let web = put_element(
+        root,
+        "web",
+        "1.0.0",
+        json!({"core": {"from_version": "1.0.0", "to_version": "2.0.0"}}),
+        &[],
+    );
+    write_inventory(root, &[core_1, core_11, core_12, core_2, web]);
+    let nginx = Nginx::start(root);
+    let app = TestApp::spawn().await;
+
+    let repo = create(
+        &app,
+        json!({"name": "main", "driver": {"http": {"url": nginx.url()}}, "syncMode": "LAZY"}),
+    )
+    .await;
+    let id = repo["id"].as_str().unwrap().to_owned();
+    let repo = settled(&app, &id, "ACTIVE").await;
+    assert_eq!(repo["progress"], json!({"seen": 5, "stored": 5}), "{repo}");
+    let ids = element_ids(&app, &id).await;
+    assert_eq!(ids.len(), 5, "{ids:?}");
+
+    // LAZY: the manifest and artifacts arrive on first access.
+    let core = &ids["core 1.0.0"];
+    let body = app
+        .gql(
+            "query($id: ID!) { element(id: $id) { manifest artifacts { urn fileName url } } }",
+            json!({"id": core}),
+        )
+        .await;
+    let element = &data(&body)["element"];
+    assert_eq!(element["manifest"]["name"], "core");
+    let body = app
+        .gql(
+            "query($id: ID!) { element(id: $id) { artifacts { urn fileName url } } }",
+            json!({"id": core}),
+        )
+        .await;
+    let artifacts = data(&body)["element"]["artifacts"].clone();
+    assert_eq!(artifacts[0]["urn"], "images:img-1", "{artifacts}");
+    let url = app.url(artifacts[0]["url"].as_str().unwrap());
+    let download = app
+        .client
+        .get(&url)
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(download.status(), 200);
+    assert_eq!(download.text().await.unwrap(), "contents of core.qcow2");
+    assert_eq!(app.client.get(&url).send().await.unwrap().status(), 401);
+
+    // The plan prefers a release over a higher suffixed build: core 1.1.0.
+    let web_id = &ids["web 1.0.0"];
+    let body = app
+        .gql("query($id: ID!) { resolveElement(id: $id) { elements { alreadyInstalled element { name version } } } }", json!({"id": web_id}))
+        .await;
+    let plan: Vec<String> = data(&body)["resolveElement"]["elements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            format!(
+                "{} {}",
+                p["element"]["name"].as_str().unwrap(),
+                p["element"]["version"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(plan, ["core 1.1.0", "web 1.0.0"]);
+
+    let installed = mutate(
+        &app,
+        "installElement(id: $id)",
+        "($id: ID!)",
+        json!({"id": web_id}),
+    )
+    .await;
+    assert_eq!(data(&installed)["installElement"]["installed"], true);
+    assert_eq!(data(&installed)["installElement"]["status"], "ACTIVE");
+    let again = mutate(
+        &app,
+        "installElement(id: $id)",
+        "($id: ID!)",
+        json!({"id": web_id}),
+    )
+    .await;
+    assert_eq!(error_code(&again), Some("ALREADY_INSTALLED"));
+    let other_core = mutate(
+        &app,
+        "installElement(id: $id)",
+        "($id: ID!)",
+        json!({"id": ids["core 1.0.0"]}),
+    )
+    .await;
+    assert_eq!(
+        error_code(&other_core),
+        Some("ALREADY_INSTALLED"),
+        "{other_core}"
+    );
+
+    let body = app
+        .gql(
+            "query($id: ID!) { element(id: $id) { dependents { name } } }",
+            json!({"id": ids["core 1.1.0"]}),
+        )
+        .await;
+    assert_eq!(
+        data(&body)["element"]["dependents"],
+        json!([{"name": "web"}])
+    );
+    let refused = mutate(
+        &app,
+        "uninstallElement(id: $id)",
+        "($id: ID!)",
+        json!({"id": ids["core 1.1.0"]}),
+    )
+    .await;
+    assert_eq!(error_code(&refused), Some("HAS_DEPENDENTS"), "{refused}");
+    assert_eq!(
+        refused["errors"][0]["extensions"]["dependents"],
+        json!(["web 1.0.0"])
+    );
+    let deleting = app
+        .gql(
+            "mutation($id: ID!) { deleteRepository(id: $id) }",
+            json!({"id": id}),
+        )
+        .await;
+    assert_eq!(error_code(&deleting), Some("CONFLICT"));
+
+    // An upgrade that breaks a dependent's constraint is refused; one that keeps
+    // it moves the binding.
+    let breaking = mutate(
+        &app,
+        "upgradeElement(id: $a, toId: $b)",
+        "($a: ID!, $b: ID!)",
+        json!({"a": ids["core 1.1.0"], "b": ids["core 2.0.0"]}),
+    )
+    .await;
+    assert_eq!(
+        error_code(&breaking),
+        Some("DEPENDENCY_CONSTRAINT"),
+        "{breaking}"
+    );
+    assert!(
+        breaking["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("web 1.0.0"),
+        "{breaking}"
+    );
+    let upgraded = mutate(
+        &app,
+        "upgradeElement(id: $a, toId: $b)",
+        "($a: ID!, $b: ID!)",
+        json!({"a": ids["core 1.1.0"], "b": ids["core 1.0.0"]}),
+    )
+    .await;
+    assert_eq!(data(&upgraded)["upgradeElement"]["installed"], true);
+    let body = app
+        .gql(
+            "{ elements(filter: {installed: true}) { edges { node { name version } } } }",
+            json!({}),
+        )
+        .await;
+    let mut installed: Vec<String> = data(&body)["elements"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["node"]["name"].as_str().unwrap(),
+                e["node"]["version"].as_str().unwrap()
+            )
+        })
+        .collect();
+    installed.sort();
+    assert_eq!(installed, ["core 1.0.0", "web 1.0.0"]);
+    let body = app
+        .gql(
+            "query($id: ID!) { element(id: $id) { dependents { name } } }",
+            json!({"id": ids["core 1.0.0"]}),
+        )
+        .await;
+    assert_eq!(
+        data(&body)["element"]["dependents"],
+        json!([{"name": "web"}])
+    );
+
+    for name in ["web 1.0.0", "core 1.0.0"] {
+        let gone = mutate(
+            &app,
+            "uninstallElement(id: $id)",
+            "($id: ID!)",
+            json!({"id": ids[name]}),
+        )
+        .await;
+        assert_eq!(
+            data(&gone)["uninstallElement"]["installed"],
+            false,
+            "{gone}"
+        );
+    }
+    let deleted = app
+        .gql(
+            "mutation($id: ID!) { deleteRepository(id: $id) }",
+            json!({"id": id}),
+        )
+        .await;
+    assert_eq!(data(&deleted)["deleteRepository"], true);
+}
+
+#[tokio::test]
+async fn refresh_adds_updates_and_removes_but_keeps_installed() {
+    let served = tempfile::tempdir().unwrap();
+    let root = served.path();
+    let a = put_element(root, "a", "1.0.0", json!({}), &[]);
+    let b = put_element(root, "b", "1.0.0", json!({}), &[]);
+    let c = put_element(root, "c", "1.0.0", json!({}), &[]);
+    write_inventory(root, &[a.clone(), b, c]);
+    let nginx = Nginx::start(root);
+    let app = TestApp::spawn().await;
+    let id = create(
+        &app,
+        json!({"name": "r", "driver": {"http": {"url": nginx.url()}}, "syncMode": "COPY"}),
+    )
+    .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let first = settled(&app, &id, "ACTIVE").await;
+    let ids = element_ids(&app, &id).await;
+    data(
+        &mutate(
+            &app,
+            "installElement(id: $id)",
+            "($id: ID!)",
+            json!({"id": ids["b 1.0.0"]}),
+        )
+        .await,
+    );
+
+    // b and c leave the inventory, d arrives, a changes.
+    let d = put_element(root, "d", "1.0.0", json!({}), &[]);
+    let mut a2 = a.clone();
+    a2["templates"] = json!(["t.j2"]);
+    write_inventory(root, &[a2, d]);
+    data(
+        &app.gql(
+            "mutation($id: ID!) { refreshRepository(id: $id) { id } }",
+            json!({"id": id}),
+        )
+        .await,
+    );
+    eventually(Duration::from_secs(30), "the refresh", || async {
+        let body = app
+            .gql(
+                "query($id: ID!) { repository(id: $id) { status lastSyncedAt } }",
+                json!({"id": id}),
+            )
+            .await;
+        let r = data(&body)["repository"].clone();
+        (r["status"] == "ACTIVE" && r["lastSyncedAt"] != first["lastSyncedAt"]).then_some(())
+    })
+    .await;
+    let after = element_ids(&app, &id).await;
+    let names: Vec<&String> = after.keys().collect();
+    assert_eq!(
+        names,
+        ["a 1.0.0", "b 1.0.0", "d 1.0.0"],
+        "b stays: it is installed"
+    );
+    assert_eq!(after["a 1.0.0"], ids["a 1.0.0"], "a changed in place");
+    // COPY stored d's manifest at sync time.
+    let body = app
+        .gql(
+            "query($id: ID!) { element(id: $id) { manifest } }",
+            json!({"id": after["d 1.0.0"]}),
+        )
+        .await;
+    assert_eq!(data(&body)["element"]["manifest"]["name"], "d");
+}
+
+#[tokio::test]
+async fn bad_sources_put_the_repository_in_error_and_keep_elements() {
+    let served = tempfile::tempdir().unwrap();
+    let root = served.path();
+    let a = put_element(root, "a", "1.0.0", json!({}), &[]);
+    write_inventory(root, &[a]);
+    let nginx = Nginx::start(root);
+    let app = TestApp::spawn().await;
+    let id = create(
+        &app,
+        json!({"name": "r", "driver": {"http": {"url": nginx.url()}}}),
+    )
+    .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    settled(&app, &id, "ACTIVE").await;
+
+    let cases: [(&str, &str); 5] = [
+        ("{not json", "inventory.json"),
+        (
+            r#"{"elements": {"b": {"1.x.0": {}}}}"#,
+            "element `b` 1.x.0, field `version`",
+        ),
+        (
+            r#"{"elements": {"b": {"1.0.0": {"index": {"images": {"u": "../../etc/passwd"}}}}}}"#,
+            "field `index.images`",
+        ),
+        (
+            r#"{"elements": {"b": {"1.0.0": {"index": {"images": {"u": "/etc/passwd"}}}}}}"#,
+            "not a plain file name",
+        ),
+        (r#"{"elements": []}"#, "inventory.json"),
+    ];
+    for (inventory, hint) in cases {
+        std::fs::write(root.join("inventory.json"), inventory).unwrap();
+        data(
+            &app.gql(
+                "mutation($id: ID!) { refreshRepository(id: $id) { id } }",
+                json!({"id": id}),
+            )
+            .await,
+        );
+        let repo = settled(&app, &id, "ERROR").await;
+        let message = repo["statusMessage"].as_str().unwrap();
+        assert!(message.contains(hint), "{inventory}: {message}");
+        let kept = element_ids(&app, &id).await;
+        assert!(
+            kept.contains_key("a 1.0.0"),
+            "stored elements are kept: {kept:?}"
+        );
+        // Back to a good state before the next case.
+        write_inventory(root, &[put_element(root, "a", "1.0.0", json!({}), &[])]);
+        data(
+            &app.gql(
+                "mutation($id: ID!) { refreshRepository(id: $id) { id } }",
+                json!({"id": id}),
+            )
+            .await,
+        );
+        settled(&app, &id, "ACTIVE").await;
+    }
+
+    // An HTTP error and an unreachable host.
+    std::fs::remove_file(root.join("inventory.json")).unwrap();
+    data(
+        &app.gql(
+            "mutation($id: ID!) { refreshRepository(id: $id) { id } }",
+            json!({"id": id}),
+        )
+        .await,
+    );
+    let repo = settled(&app, &id, "ERROR").await;
+    assert!(
+        repo["statusMessage"].as_str().unwrap().contains("404"),
+        "{repo}"
+    );
+    let closed = format!("http://127.0.0.1:{}", free_port());
+    let unreachable = create(
+        &app,
+        json!({"name": "gone", "driver": {"http": {"url": closed}}}),
+    )
+    .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let repo = settled(&app, &unreachable, "ERROR").await;
+    assert!(
+        repo["statusMessage"]
+            .as_str()
+            .unwrap()
+            .contains("cannot connect"),
+        "{repo}"
+    );
+
+    // A too-large inventory, with a small limit.
+    let store = std::sync::Arc::new(TestStore::fresh().await);
+    let small = TestApp::spawn_with(store, |c| c.repo_max_inventory_bytes = 64).await;
+    write_inventory(
+        root,
+        &[
+            put_element(root, "a", "1.0.0", json!({}), &[]),
+            put_element(root, "b", "1.0.0", json!({}), &[]),
+        ],
+    );
+    let big = create(
+        &small,
+        json!({"name": "big", "driver": {"http": {"url": nginx.url()}}}),
+    )
+    .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let repo = settled(&small, &big, "ERROR").await;
+    assert!(
+        repo["statusMessage"]
+            .as_str()
+            .unwrap()
+            .contains("over the limit of 64 bytes"),
+        "{repo}"
+    );
+}
+
+#[tokio::test]
+async fn bad_repository_input_is_named() {
+    let app = TestApp::spawn().await;
+    let cases = [
+        (
+            json!({"name": "x", "driver": {"http": {"url": "ftp://h/x"}}}),
+            "scheme `ftp`",
+        ),
+        (
+            json!({"name": "x", "driver": {"http": {"url": "not a url"}}}),
+            "driver.http.url",
+        ),
+        (
+            json!({"name": "x", "driver": {"local": {"path": "relative/dir"}}}),
+            "absolute path",
+        ),
+        (json!({"name": "", "driver": {"migration": {}}}), "name"),
+        (
+            json!({"name": "x", "driver": {"migration": {}}, "refreshIntervalSeconds": 0}),
+            "refreshIntervalSeconds",
+        ),
+    ];
+    for (input, hint) in cases {
+        let body = app
+            .gql(
+                "mutation($i: CreateRepositoryInput!) { createRepository(input: $i) { id } }",
+                json!({"i": input}),
+            )
+            .await;
+        assert_eq!(error_code(&body), Some("VALIDATION"), "{body}");
+        assert!(
+            body["errors"][0]["message"]
+                .as_str()
+                .unwrap()
+                .contains(hint),
+            "{body}"
+        );
+    }
+    let two_drivers = app
+        .gql("mutation { createRepository(input: {name: \"x\", driver: {migration: {}, local: {path: \"/tmp\"}}}) { id } }", json!({}))
+        .await;
+    assert_eq!(
+        error_code(&two_drivers),
+        Some("INVALID_QUERY"),
+        "{two_drivers}"
+    );
+    create(&app, json!({"name": "dup", "driver": {"migration": {}}})).await;
+    let dup = app
+        .gql(
+            "mutation { createRepository(input: {name: \"dup\", driver: {migration: {}}}) { id } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(error_code(&dup), Some("CONFLICT"));
+    let body = app.gql("{ repositories { totalCount } }", json!({})).await;
+    assert_eq!(
+        data(&body)["repositories"]["totalCount"],
+        1,
+        "nothing half-made"
+    );
+}
+
+#[tokio::test]
+async fn local_directories_and_uploads() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("base.yaml"),
+        "name: base\nversion: 1.0.0\nresources:\n  r: {type: process.v1.service}\n",
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join("nested")).unwrap();
+    std::fs::write(
+        dir.path().join("nested/app.yml"),
+        "name: app\nversion: 0.2.0\nresources:\n  r: {type: process.v1.service}\nrequirements:\n  base: {\">=\": 1.0.0}\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("notes.yaml"), "just: some yaml\n").unwrap();
+    std::fs::write(dir.path().join("README.md"), "not yaml at all").unwrap();
+    let app = TestApp::spawn().await;
+    let id = create(
+        &app,
+        json!({"name": "local", "driver": {"local": {"path": dir.path()}}, "syncMode": "COPY"}),
+    )
+    .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    settled(&app, &id, "ACTIVE").await;
+    let ids = element_ids(&app, &id).await;
+    assert_eq!(ids.keys().collect::<Vec<_>>(), ["app 0.2.0", "base 1.0.0"]);
+    let installed = mutate(
+        &app,
+        "installElement(id: $id)",
+        "($id: ID!)",
+        json!({"id": ids["app 0.2.0"]}),
+    )
+    .await;
+    assert_eq!(data(&installed)["installElement"]["installed"], true);
+
+    // Upload writes a new manifest file into the directory.
+    let yaml = "name: extra\nversion: 3.0.0\nresources:\n  r: {type: process.v1.service}\n";
+    let body = app
+        .gql("mutation($r: ID!, $m: String!) { uploadElement(repositoryId: $r, manifest: $m) { name version } }", json!({"r": id, "m": yaml}))
+        .await;
+    assert_eq!(
+        data(&body)["uploadElement"],
+        json!({"name": "extra", "version": "3.0.0"})
+    );
+    assert!(dir.path().join("extra-3.0.0.yaml").exists());
+    let again = app
+        .gql("mutation($r: ID!, $m: String!) { uploadElement(repositoryId: $r, manifest: $m) { name } }", json!({"r": id, "m": yaml}))
+        .await;
+    assert_eq!(error_code(&again), Some("CONFLICT"));
+    let bad = app
+        .gql("mutation($r: ID!, $m: String!) { uploadElement(repositoryId: $r, manifest: $m) { name } }", json!({"r": id, "m": "name: x\nversion: 1.0\nresources: {}\n"}))
+        .await;
+    assert_eq!(error_code(&bad), Some("VALIDATION"), "{bad}");
+    assert!(
+        bad["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("field `version`"),
+        "{bad}"
+    );
+}
+
+#[tokio::test]
+async fn dependency_errors_carry_their_codes() {
+    let app = TestApp::spawn().await;
+    let id = create(&app, json!({"name": "m", "driver": {"migration": {}}})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    settled(&app, &id, "ACTIVE").await;
+    let upload = |yaml: String| {
+        let app = &app;
+        let id = id.clone();
+        async move {
+            let body = app
+                .gql("mutation($r: ID!, $m: String!) { uploadElement(repositoryId: $r, manifest: $m) { id } }", json!({"r": id, "m": yaml}))
+                .await;
+            data(&body)["uploadElement"]["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    let element = |name: &str, requirements: &str| {
+        format!(
+            "name: {name}\nversion: 1.0.0\nresources:\n  r: {{type: process.v1.service}}\nrequirements: {requirements}\n"
+        )
+    };
+    let lonely = upload(element("lonely", "{missing: {}}")).await;
+    let cyc_a = upload(element("cyc-a", "{cyc-b: {}}")).await;
+    upload(element("cyc-b", "{cyc-a: {}}")).await;
+    // A malformed constraint is refused before anything is stored.
+    let odd = app
+        .gql("mutation($r: ID!, $m: String!) { uploadElement(repositoryId: $r, manifest: $m) { id } }",
+            json!({"r": id, "m": element("odd", "{lonely: {about: 1.0.0}}")}))
+        .await;
+    assert_eq!(
+        error_code(&odd),
+        Some("DEPENDENCY_CONSTRAINT_FORMAT"),
+        "{odd}"
+    );
+    assert!(
+        odd["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`about`")
+    );
+    let picky = upload(element("picky", "{cyc-b: {from_version: 9.0.0}}")).await;
+    for (element, code) in [
+        (&lonely, "DEPENDENCY_NOT_FOUND"),
+        (&cyc_a, "DEPENDENCY_CYCLE"),
+        (&picky, "DEPENDENCY_NOT_FOUND"),
+    ] {
+        let body = mutate(
+            &app,
+            "installElement(id: $id)",
+            "($id: ID!)",
+            json!({"id": element}),
+        )
+        .await;
+        assert_eq!(error_code(&body), Some(code), "{body}");
+        let state = app
+            .gql(
+                "query($id: ID!) { element(id: $id) { installed status } }",
+                json!({"id": element}),
+            )
+            .await;
+        assert_eq!(
+            data(&state)["element"],
+            json!({"installed": false, "status": "NEW"}),
+            "nothing changed"
+        );
+    }
+    let cycle = mutate(
+        &app,
+        "installElement(id: $id)",
+        "($id: ID!)",
+        json!({"id": cyc_a}),
+    )
+    .await;
+    let message = cycle["errors"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("cyc-a 1.0.0") && message.contains("cyc-b 1.0.0"),
+        "{message}"
+    );
+
+    // editElement keeps name and version.
+    let renamed = app
+        .gql(
+            "mutation($id: ID!, $m: JSON!) { editElement(id: $id, manifest: $m) { id } }",
+            json!({"id": lonely, "m": {"name": "other", "version": "1.0.0", "resources": {}}}),
+        )
+        .await;
+    assert_eq!(error_code(&renamed), Some("VALIDATION"), "{renamed}");
+    let fixed = app
+        .gql("mutation($id: ID!, $m: JSON!) { editElement(id: $id, manifest: $m) { manifest } }",
+            json!({"id": lonely, "m": {"name": "lonely", "version": "1.0.0", "resources": {"r": {"type": "x"}}}}))
+        .await;
+    assert_eq!(
+        data(&fixed)["editElement"]["manifest"]["resources"]["r"]["type"],
+        "x"
+    );
+    let installed = mutate(
+        &app,
+        "installElement(id: $id)",
+        "($id: ID!)",
+        json!({"id": lonely}),
+    )
+    .await;
+    assert_eq!(data(&installed)["installElement"]["installed"], true);
+}
