@@ -516,7 +516,7 @@ impl Repositories {
         driver::open(&repository.driver, &self.settings)?
             .upload(&checked, yaml)
             .await?;
-        let id = Uuid::new_v4();
+        let id = Uuid::now_v7();
         rows::insert_element(
             &self.db,
             repository_id,

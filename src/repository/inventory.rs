@@ -77,13 +77,13 @@ pub fn parse(
     Ok(count)
 }
 
-/// Checks an entry and turns it into an [`InventoryEntry`].
+/// Checks an entry (its JSON text) and turns it into an [`InventoryEntry`].
 pub fn entry_from_json(
     key_name: &str,
     key_version: &str,
-    raw_json: &serde_json::Value,
+    raw_json: &str,
 ) -> Result<InventoryEntry, RepositoryError> {
-    let raw: RawEntry = serde_json::from_value(raw_json.clone()).map_err(|e| {
+    let raw: RawEntry = serde_json::from_str(raw_json).map_err(|e| {
         RepositoryError::Inventory(format!("element `{key_name}` {key_version}: {e}"))
     })?;
     build_entry(key_name, key_version, raw, raw_json)
@@ -93,7 +93,7 @@ fn build_entry(
     key_name: &str,
     key_version: &str,
     raw: RawEntry,
-    raw_json: &serde_json::Value,
+    raw_json: &str,
 ) -> Result<InventoryEntry, RepositoryError> {
     let at = |field: &str, problem: String| {
         RepositoryError::Inventory(format!(
@@ -137,7 +137,7 @@ fn build_entry(
             });
         }
     }
-    let hash = hex::encode(Sha256::digest(raw_json.to_string().as_bytes()));
+    let hash = hex::encode(Sha256::digest(raw_json.as_bytes()));
     Ok(InventoryEntry {
         name: key_name.to_owned(),
         version,
@@ -277,8 +277,10 @@ impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> Visitor<'de>
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         while let Some(version) = map.next_key::<String>()? {
-            let raw_json: serde_json::Value = map.next_value()?;
-            let outcome = entry_from_json(self.name, &version, &raw_json).and_then(&mut *self.each);
+            // The entry's own text: parsed once into what we read, and hashed as is.
+            let raw_json: Box<serde_json::value::RawValue> = map.next_value()?;
+            let outcome =
+                entry_from_json(self.name, &version, raw_json.get()).and_then(&mut *self.each);
             if let Err(e) = outcome {
                 let message = e.to_string();
                 *self.failure = Some(e);

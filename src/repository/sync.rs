@@ -86,9 +86,7 @@ async fn sync(
     let id = repository.id;
     let copy = repository.sync_mode == SyncMode::Copy;
     let source = driver::open(&repository.driver, &repos.settings)?;
-    let mut existing = rows::existing_elements(db, id).await?;
     let mut stats = Stats::default();
-    let mut stored = existing.len() as i64;
     let mut seen_keys: HashSet<(String, String)> = HashSet::new();
     let mut fetch_later: Vec<(Uuid, String, crate::resolve::Version)> = Vec::new();
 
@@ -96,6 +94,16 @@ async fn sync(
     let reading = source.inventory(tx);
     tokio::pin!(reading);
     let mut reading_done = None;
+    // Load what is stored while the source is fetched and parsing starts.
+    let loading = rows::existing_elements(db, id);
+    tokio::pin!(loading);
+    let mut existing = loop {
+        tokio::select! {
+            loaded = &mut loading => break loaded?,
+            result = &mut reading, if reading_done.is_none() => reading_done = Some(result),
+        }
+    };
+    let mut stored = existing.len() as i64;
     let mut inserts = Vec::new();
     let mut updates = Vec::new();
     loop {
@@ -131,7 +139,9 @@ async fn sync(
         };
         match existing.remove(&key) {
             None => {
-                let element_id = Uuid::new_v4();
+                // Time-ordered ids keep inserts at the end of the primary-key
+                // index instead of scattering them across it.
+                let element_id = Uuid::now_v7();
                 if copy && manifest_text.is_none() {
                     fetch_later.push((element_id, entry.name.clone(), entry.version.clone()));
                 }

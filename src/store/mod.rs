@@ -48,7 +48,16 @@ pub async fn connect(location: &DatabaseLocation) -> Result<DatabaseConnection, 
         .sqlx_logging(false);
     match location {
         // SQLite serialises writers; a small pool avoids piling up on its lock.
-        DatabaseLocation::Sqlite(_) => options.max_connections(4).min_connections(1),
+        // In WAL mode `synchronous = NORMAL` is the documented safe choice: the
+        // database cannot corrupt, and only the last commits before a power cut
+        // may be lost. It saves an fsync per transaction, which dominates batch
+        // writes such as a repository sync.
+        DatabaseLocation::Sqlite(_) => options
+            .max_connections(4)
+            .min_connections(1)
+            .map_sqlx_sqlite_opts(|o| {
+                o.synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Normal)
+            }),
         DatabaseLocation::Postgres(_) => options.max_connections(16).min_connections(1),
     };
     let db = Database::connect(options)

@@ -265,7 +265,7 @@ async fn insert_artifacts(
         .into_iter()
         .map(
             |(element_id, (urn, category, file_name))| artifact::ActiveModel {
-                id: Set(Uuid::new_v4()),
+                id: Set(Uuid::now_v7()),
                 element_id: Set(element_id),
                 urn: Set(urn),
                 category: Set(category),

@@ -190,10 +190,7 @@ impl Driver for HttpDriver {
                 let text = self
                     .small_body(&listing_url, response, self.max_manifest_bytes)
                     .await?;
-                let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
-                    RepositoryError::Inventory(format!("{listing_url}: not JSON: {e}"))
-                })?;
-                Some(inventory::entry_from_json(name, &version.to_string(), &value)?.artifacts)
+                Some(inventory::entry_from_json(name, &version.to_string(), &text)?.artifacts)
             }
         };
         Ok(FetchedElement {

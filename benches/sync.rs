@@ -1,0 +1,180 @@
+//! Repository sync figures (a benchmark: it prints, it does not assert).
+//!
+//! A LAZY repository of 100,000 element versions (10,000 names × 10) served by a
+//! real nginx, synced by the real `corbel serve` binary on SQLite: time from
+//! `createRepository` to ACTIVE and the server's peak RSS; then a refresh where
+//! 1% of the entries changed. Needs nginx (`scripts/test.sh` installs it).
+//!
+//! Run with `cargo bench --bench sync`.
+
+#[path = "../tests/it/nginx.rs"]
+#[allow(dead_code)]
+mod nginx;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const NAMES: usize = 10_000;
+const VERSIONS: usize = 10;
+const TOKEN: &str = "cbl_bench_admin_token_0123456789";
+
+fn main() {
+    let served = tempfile::tempdir().expect("temp dir");
+    let bytes = write_inventory(served.path(), 0);
+    let nginx = nginx::Nginx::start(served.path());
+    println!(
+        "inventory: {} entries, {:.1} MiB",
+        NAMES * VERSIONS,
+        bytes as f64 / (1024.0 * 1024.0)
+    );
+
+    let data = tempfile::tempdir().expect("temp dir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_corbel"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+            "--log-filter",
+            "warn,corbel=info",
+        ])
+        .arg("--data-dir")
+        .arg(data.path())
+        .env("CORBEL_ADMIN_TOKEN", TOKEN)
+        .env("CORBEL_REPO_REFRESH_CHECK_MS", "100000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("corbel starts");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines.next().expect("an address line").unwrap();
+        let log: Value = serde_json::from_str(&line).unwrap_or_default();
+        if let Some(url) = log["url"].as_str() {
+            break url.trim_start_matches("http://").to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let pid = child.id();
+    let client = reqwest::blocking::Client::new();
+    let gql = |query: &str, variables: Value| -> Value {
+        client
+            .post(format!("http://{addr}/graphql"))
+            .bearer_auth(TOKEN)
+            .json(&json!({"query": query, "variables": variables}))
+            .send()
+            .expect("request")
+            .json()
+            .expect("json")
+    };
+    let rss_before = status_kib(pid, "VmRSS:");
+
+    let started = Instant::now();
+    let created = gql(
+        "mutation($u: String!) { createRepository(input: {name: \"big\", driver: {http: {url: $u}}, syncMode: LAZY}) { id } }",
+        json!({"u": nginx.url()}),
+    );
+    let id = created["data"]["createRepository"]["id"]
+        .as_str()
+        .expect("created")
+        .to_owned();
+    let first = wait_active(&gql, &id, None);
+    let full = started.elapsed();
+    println!(
+        "LAZY sync of {} versions:       {:>7.2} s   (stored {})",
+        NAMES * VERSIONS,
+        full.as_secs_f64(),
+        first["progress"]["stored"]
+    );
+    println!(
+        "server RSS: before {:.1} MiB, peak {:.1} MiB (VmHWM)",
+        rss_before as f64 / 1024.0,
+        status_kib(pid, "VmHWM:") as f64 / 1024.0
+    );
+
+    write_inventory(served.path(), 1);
+    let started = Instant::now();
+    gql(
+        "mutation($id: ID!) { refreshRepository(id: $id) { id } }",
+        json!({"id": id}),
+    );
+    wait_active(&gql, &id, first["lastSyncedAt"].as_str());
+    println!(
+        "refresh with 1% changed:         {:>7.2} s",
+        started.elapsed().as_secs_f64()
+    );
+    println!(
+        "server peak RSS after refresh: {:.1} MiB",
+        status_kib(pid, "VmHWM:") as f64 / 1024.0
+    );
+
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let _ = child.wait();
+}
+
+/// Polls until the repository is ACTIVE with a `lastSyncedAt` other than `before`.
+fn wait_active(gql: &dyn Fn(&str, Value) -> Value, id: &str, before: Option<&str>) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let body = gql(
+            "query($id: ID!) { repository(id: $id) { status statusMessage lastSyncedAt progress { seen stored } } }",
+            json!({"id": id}),
+        );
+        let repo = body["data"]["repository"].clone();
+        assert_ne!(repo["status"], "ERROR", "sync failed: {repo}");
+        if repo["status"] == "ACTIVE" && repo["lastSyncedAt"].as_str() != before {
+            return repo;
+        }
+        assert!(Instant::now() < deadline, "sync took over 10 minutes");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Writes `inventory.json`; `generation` > 0 changes every 100th entry.
+fn write_inventory(root: &std::path::Path, generation: usize) -> u64 {
+    use std::io::Write;
+    let path = root.join("inventory.json");
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    write!(out, "{{\"elements\": {{").unwrap();
+    for n in 0..NAMES {
+        if n > 0 {
+            write!(out, ",").unwrap();
+        }
+        write!(out, "\"element-{n:05}\": {{").unwrap();
+        for v in 0..VERSIONS {
+            if v > 0 {
+                write!(out, ",").unwrap();
+            }
+            let changed = generation > 0 && (n * VERSIONS + v) % 100 == 0;
+            let image = if changed {
+                "disk-v2.qcow2"
+            } else {
+                "disk.qcow2"
+            };
+            write!(
+                out,
+                "\"1.{v}.0\": {{\"name\": \"element-{n:05}\", \"version\": \"1.{v}.0\", \"images\": [\"{image}\"], \
+                 \"index\": {{\"images\": {{\"{n:05}-{v}\": \"{image}\"}}, \"manifests\": {{\"m{n:05}-{v}\": \"element-{n:05}.yaml\"}}}}}}"
+            )
+            .unwrap();
+        }
+        write!(out, "}}").unwrap();
+    }
+    write!(out, "}}}}").unwrap();
+    out.flush().unwrap();
+    std::fs::metadata(&path).unwrap().len()
+}
+
+fn status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
