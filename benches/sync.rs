@@ -150,7 +150,7 @@ fn write_inventory(root: &std::path::Path, generation: usize) -> u64 {
             if v > 0 {
                 write!(out, ",").unwrap();
             }
-            let changed = generation > 0 && (n * VERSIONS + v) % 100 == 0;
+            let changed = generation > 0 && (n * VERSIONS + v).is_multiple_of(100);
             let image = if changed {
                 "disk-v2.qcow2"
             } else {
