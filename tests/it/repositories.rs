@@ -792,3 +792,34 @@ async fn dependency_errors_carry_their_codes() {
     .await;
     assert_eq!(data(&installed)["installElement"]["installed"], true);
 }
+
+#[tokio::test]
+async fn a_silent_source_times_out() {
+    // Accepts connections and never answers: a fault we can cause for real.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().take(8) {
+            held.push(stream);
+        }
+    });
+    let store = std::sync::Arc::new(TestStore::fresh().await);
+    let app = TestApp::spawn_with(store, |c| c.repo_http_timeout = Duration::from_secs(1)).await;
+    let id = create(
+        &app,
+        json!({"name": "silent", "driver": {"http": {"url": format!("http://127.0.0.1:{port}")}}}),
+    )
+    .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let repo = settled(&app, &id, "ERROR").await;
+    assert!(
+        repo["statusMessage"]
+            .as_str()
+            .unwrap()
+            .contains("timed out after 1s"),
+        "{repo}"
+    );
+}
