@@ -63,8 +63,12 @@ impl App {
             .await
             .context("creating the admin user")?;
 
-        let repositories =
-            Repositories::new(db.clone(), config.repository_settings(), stopping.clone());
+        let repositories = Repositories::new(
+            db.clone(),
+            config.repository_settings(),
+            bus.clone(),
+            stopping.clone(),
+        );
         repositories
             .recover_interrupted()
             .await

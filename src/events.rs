@@ -26,6 +26,16 @@ pub enum Event {
     },
     /// An API token was revoked.
     ApiTokenRevoked { user_id: Uuid, token_id: Uuid },
+    /// A repository sync started, progressed (one per batch) or ended.
+    RepositorySync {
+        repository_id: Uuid,
+        status: &'static str,
+        message: Option<String>,
+        /// Entries read so far; `-1` when unknown (a failed sync).
+        seen: i64,
+        /// Elements stored; `-1` when unknown.
+        stored: i64,
+    },
 }
 
 /// What a subscriber receives.

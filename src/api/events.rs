@@ -25,6 +25,19 @@ pub struct ApiTokenRevoked {
     token_id: ID,
 }
 
+/// A repository sync started, stored a batch, or ended.
+#[derive(SimpleObject, Clone)]
+pub struct RepositorySync {
+    repository_id: ID,
+    /// `SYNCING`, `ACTIVE` or `ERROR`.
+    status: String,
+    message: Option<String>,
+    /// Inventory entries read so far (`null` once a sync failed).
+    seen: Option<i64>,
+    /// Elements stored for the repository (`null` once a sync failed).
+    stored: Option<i64>,
+}
+
 /// The subscriber fell behind and this many events were dropped.
 #[derive(SimpleObject)]
 pub struct EventsMissed {
@@ -36,6 +49,7 @@ pub enum ServerEvent {
     UserLoggedIn(UserLoggedIn),
     ApiTokenCreated(ApiTokenCreated),
     ApiTokenRevoked(ApiTokenRevoked),
+    RepositorySync(RepositorySync),
     EventsMissed(EventsMissed),
 }
 
@@ -65,6 +79,19 @@ impl From<Delivery> for ServerEvent {
                     token_id: ID(token_id.to_string()),
                 })
             }
+            Event::RepositorySync {
+                repository_id,
+                status,
+                message,
+                seen,
+                stored,
+            } => ServerEvent::RepositorySync(RepositorySync {
+                repository_id: ID(repository_id.to_string()),
+                status: (*status).to_owned(),
+                message: message.clone(),
+                seen: (*seen >= 0).then_some(*seen),
+                stored: (*stored >= 0).then_some(*stored),
+            }),
         }
     }
 }
@@ -82,5 +109,29 @@ impl EventSubscription {
     ) -> Result<impl Stream<Item = ServerEvent> + use<>, ApiError> {
         principal(ctx)?;
         Ok(state::<EventBus>(ctx)?.subscribe().map(ServerEvent::from))
+    }
+
+    /// One repository's sync progress, live: an event when a sync starts, one
+    /// per stored batch, and one when it ends.
+    async fn repository_events(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+    ) -> Result<impl Stream<Item = RepositorySync> + use<>, ApiError> {
+        principal(ctx)?;
+        let wanted = id.0.clone();
+        Ok(state::<EventBus>(ctx)?
+            .subscribe()
+            .filter_map(move |delivery| {
+                let event = match ServerEvent::from(delivery) {
+                    ServerEvent::RepositorySync(e) if e.repository_id.0 == wanted => Some(e),
+                    ServerEvent::RepositorySync(_)
+                    | ServerEvent::UserLoggedIn(_)
+                    | ServerEvent::ApiTokenCreated(_)
+                    | ServerEvent::ApiTokenRevoked(_)
+                    | ServerEvent::EventsMissed(_) => None,
+                };
+                std::future::ready(event)
+            }))
     }
 }

@@ -192,12 +192,14 @@ pub struct Repositories {
     syncing: Arc<Mutex<HashSet<Uuid>>>,
     tasks: TaskTracker,
     stopping: CancellationToken,
+    bus: crate::events::EventBus,
 }
 
 impl Repositories {
     pub fn new(
         db: DatabaseConnection,
         settings: RepositorySettings,
+        bus: crate::events::EventBus,
         stopping: CancellationToken,
     ) -> Self {
         Self {
@@ -206,6 +208,7 @@ impl Repositories {
             syncing: Arc::default(),
             tasks: TaskTracker::new(),
             stopping,
+            bus,
         }
     }
 

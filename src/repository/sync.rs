@@ -27,6 +27,7 @@ pub async fn run(repos: &Repositories, id: Uuid) -> Result<(), RepositoryError> 
     let repository = super::to_repository(row)?;
     rows::set_repository_status(db, id, RepositoryStatus::Syncing.as_str(), None).await?;
     rows::set_repository_progress(db, id, 0, 0).await?;
+    publish(repos, id, RepositoryStatus::Syncing, None, 0, 0);
     tracing::info!(repository.id = %id, repository.name = %repository.name, "sync started");
     let outcome = sync(repos, &repository).await;
     let next = Utc::now() + chrono::TimeDelta::seconds(repository.refresh_interval_seconds);
@@ -46,6 +47,14 @@ pub async fn run(repos: &Repositories, id: Uuid) -> Result<(), RepositoryError> 
                 next,
             )
             .await?;
+            publish(
+                repos,
+                id,
+                RepositoryStatus::Active,
+                None,
+                stats.seen,
+                stats.stored,
+            );
         }
         Err(e) => {
             let message = e.to_string();
@@ -60,11 +69,12 @@ pub async fn run(repos: &Repositories, id: Uuid) -> Result<(), RepositoryError> 
                 db,
                 id,
                 RepositoryStatus::Error.as_str(),
-                Some(message),
+                Some(message.clone()),
                 None,
                 next,
             )
             .await?;
+            publish(repos, id, RepositoryStatus::Error, Some(message), -1, -1);
         }
     }
     Ok(())
@@ -76,6 +86,25 @@ struct Stats {
     added: i64,
     updated: i64,
     removed: u64,
+    stored: i64,
+}
+
+/// Tells subscribers where a sync stands (`-1`: unknown counts).
+fn publish(
+    repos: &Repositories,
+    id: Uuid,
+    status: RepositoryStatus,
+    message: Option<String>,
+    seen: i64,
+    stored: i64,
+) {
+    repos.bus.publish(crate::events::Event::RepositorySync {
+        repository_id: id,
+        status: status.as_str(),
+        message,
+        seen,
+        stored,
+    });
 }
 
 async fn sync(
@@ -184,6 +213,14 @@ async fn sync(
             )
             .await?;
             rows::set_repository_progress(db, id, stats.seen, stored).await?;
+            publish(
+                repos,
+                id,
+                RepositoryStatus::Syncing,
+                None,
+                stats.seen,
+                stored,
+            );
         }
     }
     let read = match reading_done {
@@ -229,5 +266,6 @@ async fn sync(
             result?;
         }
     }
+    stats.stored = stored;
     Ok(stats)
 }

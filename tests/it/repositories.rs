@@ -823,3 +823,63 @@ async fn a_silent_source_times_out() {
         "{repo}"
     );
 }
+
+#[tokio::test]
+async fn sync_progress_is_published_live() {
+    use crate::subscriptions::{connect, next_json, send};
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..3 {
+        std::fs::write(
+            dir.path().join(format!("e{i}.yaml")),
+            format!("name: e{i}\nversion: 1.0.0\nresources: {{}}\n"),
+        )
+        .unwrap();
+    }
+    let app = TestApp::spawn().await;
+    let id = create(
+        &app,
+        json!({"name": "live", "driver": {"local": {"path": dir.path()}}}),
+    )
+    .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    settled(&app, &id, "ACTIVE").await;
+
+    let mut ws = connect(app.addr, "graphql-transport-ws").await;
+    send(
+        &mut ws,
+        json!({"type": "connection_init", "payload": {"token": ADMIN_TOKEN}}),
+    )
+    .await;
+    assert_eq!(next_json(&mut ws).await.unwrap()["type"], "connection_ack");
+    send(
+        &mut ws,
+        json!({"id": "r", "type": "subscribe", "payload": {
+        "query": "subscription($id: ID!) { repositoryEvents(id: $id) { status seen stored } }",
+        "variables": {"id": id}}}),
+    )
+    .await;
+    // Refresh until the subscriber sees a whole sync: SYNCING, then ACTIVE.
+    let mut statuses = Vec::new();
+    for _ in 0..50 {
+        data(
+            &app.gql(
+                "mutation($id: ID!) { refreshRepository(id: $id) { id } }",
+                json!({"id": id}),
+            )
+            .await,
+        );
+        while let Ok(Some(message)) =
+            tokio::time::timeout(Duration::from_millis(200), next_json(&mut ws)).await
+        {
+            let event = message["payload"]["data"]["repositoryEvents"].clone();
+            statuses.push(event["status"].as_str().unwrap().to_owned());
+            if event["status"] == "ACTIVE" && statuses.contains(&"SYNCING".to_owned()) {
+                assert_eq!(event["stored"], 3, "{event}");
+                return;
+            }
+        }
+    }
+    panic!("no complete sync seen: {statuses:?}");
+}
