@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, on SQLite and again on PostgreSQL. Works on a fresh Debian
 # machine as root: installs and starts what the tests need, then cleans up the
-# databases it made. Needs: PostgreSQL (the server), nginx (repository tests).
+# databases it made. Needs: PostgreSQL (the server), nginx (repository tests), Chromium
+# (the web UI test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +11,7 @@ log() { printf '\n==> %s\n' "$*"; }
 need_apt=()
 command -v pg_ctlcluster >/dev/null 2>&1 || need_apt+=(postgresql)
 [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing ${need_apt[*]} from Debian's packages"
   export DEBIAN_FRONTEND=noninteractive

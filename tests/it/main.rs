@@ -12,3 +12,4 @@ mod repositories;
 mod schema;
 mod server;
 mod subscriptions;
+mod web;
