@@ -18,6 +18,10 @@ use corbel::app::App;
 use corbel::config::Config;
 use serde_json::json;
 
+// The same allocator as the `corbel` binary, so in-process figures match it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const STARTS: usize = 10;
 const REQUESTS: usize = 20_000;
 const CONCURRENCY: usize = 32;

@@ -212,10 +212,6 @@ impl Repositories {
         }
     }
 
-    pub fn settings(&self) -> &RepositorySettings {
-        &self.settings
-    }
-
     pub async fn create(&self, new: NewRepository) -> Result<Repository, RepositoryError> {
         check_repository_name(&new.name)?;
         new.driver.validate()?;
@@ -370,14 +366,6 @@ impl Repositories {
             }
             this.syncing.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
         });
-    }
-
-    /// Waits until no sync of `id` runs in this process (tests, benchmarks).
-    pub fn is_syncing(&self, id: Uuid) -> bool {
-        self.syncing
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&id)
     }
 }
 
