@@ -66,35 +66,14 @@ pub fn paginate<T: OutputType>(
     first: Option<i32>,
     after: Option<String>,
 ) -> Result<Page<T>, ApiError> {
-    let first = match first {
-        None => DEFAULT_PAGE,
-        Some(n) if (0..=MAX_PAGE).contains(&n) => n,
-        Some(n) => {
-            return Err(ApiError::validation(format!(
-                "`first` must be between 0 and {MAX_PAGE}, not {n}"
-            )));
-        }
-    } as usize;
-    let start = match after {
-        None => 0,
-        Some(cursor) => cursor
-            .parse::<usize>()
-            .map(|offset| offset + 1)
-            .map_err(|_| ApiError::validation("`after` is not a cursor from this list"))?,
-    };
-    let total = items.len();
-    let end = start.saturating_add(first).min(total);
-    let mut page =
-        Connection::with_additional_fields(start > 0, end < total, Totals { total_count: total });
-    page.edges.extend(
-        items
-            .into_iter()
-            .enumerate()
-            .skip(start)
-            .take(end.saturating_sub(start))
-            .map(|(i, item)| Edge::new(i.to_string(), item)),
-    );
-    Ok(page)
+    let (offset, limit) = window(first, after)?;
+    let total = items.len() as u64;
+    let page = items
+        .into_iter()
+        .skip(usize::try_from(offset).unwrap_or(usize::MAX))
+        .take(usize::try_from(limit).unwrap_or(usize::MAX))
+        .collect();
+    Ok(page_of(page, offset, total))
 }
 
 #[cfg(test)]
