@@ -78,6 +78,11 @@ async fn create(app: &TestApp, input: Value) -> Value {
     data(&body)["createRepository"].clone()
 }
 
+/// Creates a repository and returns its id.
+async fn create_id(app: &TestApp, input: Value) -> String {
+    create(app, input).await["id"].as_str().unwrap().to_owned()
+}
+
 /// Polls until the repository's sync has finished (ACTIVE or ERROR) after `after`
 /// (a `lastSyncedAt`/status snapshot is not needed: a finished sync is not SYNCING
 /// and has a `nextRefreshAt` past the call).
@@ -373,14 +378,11 @@ async fn refresh_adds_updates_and_removes_but_keeps_installed() {
     write_inventory(root, &[a.clone(), b, c]);
     let nginx = Nginx::start(root);
     let app = TestApp::spawn().await;
-    let id = create(
+    let id = create_id(
         &app,
         json!({"name": "r", "driver": {"http": {"url": nginx.url()}}, "syncMode": "COPY"}),
     )
-    .await["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    .await;
     let first = settled(&app, &id, "ACTIVE").await;
     let ids = element_ids(&app, &id).await;
     data(
@@ -442,14 +444,11 @@ async fn bad_sources_put_the_repository_in_error_and_keep_elements() {
     write_inventory(root, &[a]);
     let nginx = Nginx::start(root);
     let app = TestApp::spawn().await;
-    let id = create(
+    let id = create_id(
         &app,
         json!({"name": "r", "driver": {"http": {"url": nginx.url()}}}),
     )
-    .await["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    .await;
     settled(&app, &id, "ACTIVE").await;
 
     let cases: [(&str, &str); 5] = [
@@ -512,14 +511,11 @@ async fn bad_sources_put_the_repository_in_error_and_keep_elements() {
         "{repo}"
     );
     let closed = format!("http://127.0.0.1:{}", free_port());
-    let unreachable = create(
+    let unreachable = create_id(
         &app,
         json!({"name": "gone", "driver": {"http": {"url": closed}}}),
     )
-    .await["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    .await;
     let repo = settled(&app, &unreachable, "ERROR").await;
     assert!(
         repo["statusMessage"]
@@ -539,14 +535,11 @@ async fn bad_sources_put_the_repository_in_error_and_keep_elements() {
             put_element(root, "b", "1.0.0", json!({}), &[]),
         ],
     );
-    let big = create(
+    let big = create_id(
         &small,
         json!({"name": "big", "driver": {"http": {"url": nginx.url()}}}),
     )
-    .await["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    .await;
     let repo = settled(&small, &big, "ERROR").await;
     assert!(
         repo["statusMessage"]
@@ -636,14 +629,11 @@ async fn local_directories_and_uploads() {
     std::fs::write(dir.path().join("notes.yaml"), "just: some yaml\n").unwrap();
     std::fs::write(dir.path().join("README.md"), "not yaml at all").unwrap();
     let app = TestApp::spawn().await;
-    let id = create(
+    let id = create_id(
         &app,
         json!({"name": "local", "driver": {"local": {"path": dir.path()}}, "syncMode": "COPY"}),
     )
-    .await["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    .await;
     settled(&app, &id, "ACTIVE").await;
     let ids = element_ids(&app, &id).await;
     assert_eq!(ids.keys().collect::<Vec<_>>(), ["app 0.2.0", "base 1.0.0"]);
@@ -686,10 +676,7 @@ async fn local_directories_and_uploads() {
 #[tokio::test]
 async fn dependency_errors_carry_their_codes() {
     let app = TestApp::spawn().await;
-    let id = create(&app, json!({"name": "m", "driver": {"migration": {}}})).await["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = create_id(&app, json!({"name": "m", "driver": {"migration": {}}})).await;
     settled(&app, &id, "ACTIVE").await;
     let upload = |yaml: String| {
         let app = &app;
@@ -806,14 +793,11 @@ async fn a_silent_source_times_out() {
     });
     let store = std::sync::Arc::new(TestStore::fresh().await);
     let app = TestApp::spawn_with(store, |c| c.repo_http_timeout = Duration::from_secs(1)).await;
-    let id = create(
+    let id = create_id(
         &app,
         json!({"name": "silent", "driver": {"http": {"url": format!("http://127.0.0.1:{port}")}}}),
     )
-    .await["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    .await;
     let repo = settled(&app, &id, "ERROR").await;
     assert!(
         repo["statusMessage"]
@@ -836,14 +820,11 @@ async fn sync_progress_is_published_live() {
         .unwrap();
     }
     let app = TestApp::spawn().await;
-    let id = create(
+    let id = create_id(
         &app,
         json!({"name": "live", "driver": {"local": {"path": dir.path()}}}),
     )
-    .await["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    .await;
     settled(&app, &id, "ACTIVE").await;
 
     let mut ws = connect(app.addr, "graphql-transport-ws").await;
