@@ -83,9 +83,8 @@ async fn create_id(app: &TestApp, input: Value) -> String {
     create(app, input).await["id"].as_str().unwrap().to_owned()
 }
 
-/// Polls until the repository's sync has finished (ACTIVE or ERROR) after `after`
-/// (a `lastSyncedAt`/status snapshot is not needed: a finished sync is not SYNCING
-/// and has a `nextRefreshAt` past the call).
+/// Polls until the repository's status is `want`. Callers wait for a status
+/// other than the one it had before their refresh, so a stale read cannot pass.
 async fn settled(app: &TestApp, id: &str, want: &str) -> Value {
     eventually(
         Duration::from_secs(30),
