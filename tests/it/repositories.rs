@@ -78,6 +78,23 @@ async fn create(app: &TestApp, input: Value) -> Value {
     data(&body)["createRepository"].clone()
 }
 
+/// `"name version"` of each item, reading the element at `path` in each.
+fn labels(items: &Value, path: &str) -> Vec<String> {
+    items
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| {
+            let element = &item[path];
+            format!(
+                "{} {}",
+                element["name"].as_str().unwrap(),
+                element["version"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
 /// Creates a repository and returns its id.
 async fn create_id(app: &TestApp, input: Value) -> String {
     create(app, input).await["id"].as_str().unwrap().to_owned()
@@ -210,18 +227,7 @@ async fn http_repository_lazy_sync_install_upgrade_uninstall() {
     let body = app
         .gql("query($id: ID!) { resolveElement(id: $id) { elements { alreadyInstalled element { name version } } } }", json!({"id": web_id}))
         .await;
-    let plan: Vec<String> = data(&body)["resolveElement"]["elements"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| {
-            format!(
-                "{} {}",
-                p["element"]["name"].as_str().unwrap(),
-                p["element"]["version"].as_str().unwrap()
-            )
-        })
-        .collect();
+    let plan = labels(&data(&body)["resolveElement"]["elements"], "element");
     assert_eq!(plan, ["core 1.1.0", "web 1.0.0"]);
 
     let installed = mutate(
@@ -319,18 +325,7 @@ async fn http_repository_lazy_sync_install_upgrade_uninstall() {
             json!({}),
         )
         .await;
-    let mut installed: Vec<String> = data(&body)["elements"]["edges"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            format!(
-                "{} {}",
-                e["node"]["name"].as_str().unwrap(),
-                e["node"]["version"].as_str().unwrap()
-            )
-        })
-        .collect();
+    let mut installed = labels(&data(&body)["elements"]["edges"], "node");
     installed.sort();
     assert_eq!(installed, ["core 1.0.0", "web 1.0.0"]);
     let body = app
@@ -809,7 +804,7 @@ async fn a_silent_source_times_out() {
 
 #[tokio::test]
 async fn sync_progress_is_published_live() {
-    use crate::subscriptions::{connect, next_json, send};
+    use crate::subscriptions::{connect, init, next_json, send};
     let dir = tempfile::tempdir().unwrap();
     for i in 0..3 {
         std::fs::write(
@@ -827,12 +822,7 @@ async fn sync_progress_is_published_live() {
     settled(&app, &id, "ACTIVE").await;
 
     let mut ws = connect(app.addr, "graphql-transport-ws").await;
-    send(
-        &mut ws,
-        json!({"type": "connection_init", "payload": {"token": ADMIN_TOKEN}}),
-    )
-    .await;
-    assert_eq!(next_json(&mut ws).await.unwrap()["type"], "connection_ack");
+    init(&mut ws, json!({"token": ADMIN_TOKEN})).await;
     send(
         &mut ws,
         json!({"id": "r", "type": "subscribe", "payload": {

@@ -52,12 +52,21 @@ pub async fn send(ws: &mut Ws, value: Value) {
         .unwrap();
 }
 
+/// Sends `connection_init` with `payload` and expects the server's ack.
+pub async fn init(ws: &mut Ws, payload: Value) {
+    send(ws, json!({"type": "connection_init", "payload": payload})).await;
+    assert_eq!(next_json(ws).await.unwrap()["type"], "connection_ack");
+}
+
 /// Connects with `graphql-transport-ws`, authenticates and subscribes to
 /// `serverEvents` under id `1`.
 pub async fn subscribe_server_events(addr: std::net::SocketAddr) -> Ws {
     let mut ws = connect(addr, "graphql-transport-ws").await;
-    send(&mut ws, json!({"type": "connection_init", "payload": {"Authorization": format!("Bearer {ADMIN_TOKEN}")}})).await;
-    assert_eq!(next_json(&mut ws).await.unwrap()["type"], "connection_ack");
+    init(
+        &mut ws,
+        json!({"Authorization": format!("Bearer {ADMIN_TOKEN}")}),
+    )
+    .await;
     send(
         &mut ws,
         json!({"id": "1", "type": "subscribe", "payload": {"query":
@@ -127,12 +136,7 @@ async fn graphql_transport_ws_delivers_bus_events() {
 async fn legacy_graphql_ws_delivers_bus_events() {
     let app = TestApp::spawn().await;
     let mut ws = connect(app.addr, "graphql-ws").await;
-    send(
-        &mut ws,
-        json!({"type": "connection_init", "payload": {"token": ADMIN_TOKEN}}),
-    )
-    .await;
-    assert_eq!(next_json(&mut ws).await.unwrap()["type"], "connection_ack");
+    init(&mut ws, json!({"token": ADMIN_TOKEN})).await;
     send(
         &mut ws,
         json!({"id": "7", "type": "start", "payload": {"query": "subscription { serverEvents { __typename } }"}}),
@@ -150,8 +154,7 @@ async fn legacy_graphql_ws_delivers_bus_events() {
 async fn subscriptions_need_a_token() {
     let app = TestApp::spawn().await;
     let mut ws = connect(app.addr, "graphql-transport-ws").await;
-    send(&mut ws, json!({"type": "connection_init"})).await;
-    assert_eq!(next_json(&mut ws).await.unwrap()["type"], "connection_ack");
+    init(&mut ws, json!({})).await;
     send(&mut ws, json!({"id": "1", "type": "subscribe", "payload": {"query": "subscription { serverEvents { __typename } }"}})).await;
     let reply = next_json(&mut ws).await.unwrap();
     // async-graphql reports a refused subscription as `next` with errors, then

@@ -66,11 +66,17 @@ impl HttpDriver {
         format!("{}/{}/{}/{}", self.base, name, version, rest)
     }
 
-    /// GETs `url`; `Ok(None)` on 404 when `missing_ok`.
-    async fn get(
+    /// GETs `url`; any status but success is an error naming it.
+    async fn get(&self, url: &str) -> Result<reqwest::Response, RepositoryError> {
+        self.get_if_present(url)
+            .await?
+            .ok_or_else(|| RepositoryError::Source(format!("GET {url}: HTTP 404 Not Found")))
+    }
+
+    /// GETs `url`; `Ok(None)` on 404.
+    async fn get_if_present(
         &self,
         url: &str,
-        missing_ok: bool,
     ) -> Result<Option<reqwest::Response>, RepositoryError> {
         let response = self
             .client
@@ -79,7 +85,7 @@ impl HttpDriver {
             .await
             .map_err(|e| describe(url, &e, self.timeout))?;
         let status = response.status();
-        if status == reqwest::StatusCode::NOT_FOUND && missing_ok {
+        if status == reqwest::StatusCode::NOT_FOUND {
             return Ok(None);
         }
         if !status.is_success() {
@@ -126,7 +132,7 @@ fn describe(url: &str, e: &reqwest::Error, timeout: Duration) -> RepositoryError
 impl Driver for HttpDriver {
     async fn inventory(&self, out: mpsc::Sender<Listed>) -> Result<(), RepositoryError> {
         let url = format!("{}/inventory.json", self.base);
-        let response = self.get(&url, false).await?.expect("missing_ok is false");
+        let response = self.get(&url).await?;
         let spool = tempfile::tempfile()
             .map_err(|e| RepositoryError::Source(format!("cannot make a spool file: {e}")))?;
         let mut writer = std::io::BufWriter::new(spool);
@@ -172,7 +178,7 @@ impl Driver for HttpDriver {
         version: &Version,
     ) -> Result<FetchedElement, RepositoryError> {
         let url = self.element_url(name, version, &format!("manifests/{name}.yaml"));
-        let response = self.get(&url, false).await?.expect("missing_ok is false");
+        let response = self.get(&url).await?;
         let text = self
             .small_body(&url, response, self.max_manifest_bytes)
             .await?;
@@ -184,7 +190,7 @@ impl Driver for HttpDriver {
             )));
         }
         let listing_url = self.element_url(name, version, "inventory.json");
-        let artifacts = match self.get(&listing_url, true).await? {
+        let artifacts = match self.get_if_present(&listing_url).await? {
             None => None,
             Some(response) => {
                 let text = self
@@ -212,7 +218,7 @@ impl Driver for HttpDriver {
             &format!("{}/{}", artifact.category, artifact.file_name),
         );
         let response = self
-            .get(&url, true)
+            .get_if_present(&url)
             .await?
             .ok_or_else(|| RepositoryError::NotFound(format!("GET {url}: not found")))?;
         Ok(Box::pin(

@@ -18,6 +18,7 @@ use crate::resolve::Version;
 /// How deep below the root manifests are looked for.
 const MAX_DEPTH: usize = 4;
 
+#[derive(Clone)]
 pub struct LocalDriver {
     root: PathBuf,
     max_manifest_bytes: usize,
@@ -114,10 +115,7 @@ fn collect(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), Repos
 #[async_trait::async_trait]
 impl Driver for LocalDriver {
     async fn inventory(&self, out: mpsc::Sender<Listed>) -> Result<(), RepositoryError> {
-        let driver = LocalDriver {
-            root: self.root.clone(),
-            max_manifest_bytes: self.max_manifest_bytes,
-        };
+        let driver = self.clone();
         tokio::task::spawn_blocking(move || driver.scan(|listed| out.blocking_send(listed).is_ok()))
             .await
             .map_err(|e| RepositoryError::Source(format!("scanning failed: {e}")))?
@@ -128,10 +126,7 @@ impl Driver for LocalDriver {
         name: &str,
         version: &Version,
     ) -> Result<FetchedElement, RepositoryError> {
-        let driver = LocalDriver {
-            root: self.root.clone(),
-            max_manifest_bytes: self.max_manifest_bytes,
-        };
+        let driver = self.clone();
         let (name, version) = (name.to_owned(), version.clone());
         tokio::task::spawn_blocking(move || {
             let mut found = None;
