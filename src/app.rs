@@ -27,7 +27,9 @@ use crate::api::{self, ServerFacts};
 use crate::auth::Auth;
 use crate::config::Config;
 use crate::events::EventBus;
+use crate::provider::{self, Providers};
 use crate::repository::Repositories;
+use crate::repository::driver::ProviderSources;
 use crate::store;
 
 /// How often expired sessions are purged.
@@ -39,6 +41,11 @@ pub struct App {
     db: DatabaseConnection,
     auth: Auth,
     repositories: Repositories,
+    providers: Providers,
+    /// Serves the provider registry once spawned.
+    registry: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// Stops the registry, after the providers have been stopped.
+    registry_stop: CancellationToken,
     /// Cancelled when shutdown begins: ends subscriptions and background loops.
     stopping: CancellationToken,
     ws_close: CancellationToken,
@@ -63,9 +70,28 @@ impl App {
             .await
             .context("creating the admin user")?;
 
+        let providers = Providers::new(
+            db.clone(),
+            config
+                .provider_settings()
+                .context("resolving the data directory")?,
+            bus.clone(),
+            stopping.clone(),
+        );
+        providers
+            .reset_after_restart()
+            .await
+            .context("resetting provider statuses")?;
+        let registry_stop = CancellationToken::new();
+        let registry = provider::serve_registry(providers.clone(), registry_stop.clone())
+            .await
+            .context("starting the provider registry")?;
+
+        let mut repository_settings = config.repository_settings();
+        repository_settings.providers = ProviderSources(Some(Arc::new(providers.clone())));
         let repositories = Repositories::new(
             db.clone(),
-            config.repository_settings(),
+            repository_settings,
             bus.clone(),
             stopping.clone(),
         );
@@ -83,6 +109,7 @@ impl App {
             .data(facts.clone())
             .data(auth.clone())
             .data(repositories.clone())
+            .data(providers.clone())
             .data(bus)
             .finish();
 
@@ -129,6 +156,9 @@ impl App {
             db,
             auth,
             repositories,
+            providers,
+            registry: Box::pin(registry),
+            registry_stop,
             stopping,
             ws_close,
             ws_tasks,
@@ -162,6 +192,17 @@ impl App {
         let stopping = self.stopping.clone();
         let background = tokio::spawn(purge_sessions(self.auth.clone(), stopping.clone()));
         let refreshing = tokio::spawn(self.repositories.clone().run_refresh_loop());
+        let registry = tokio::spawn(self.registry);
+        let loading = {
+            let providers = self.providers.clone();
+            tokio::spawn(async move {
+                match providers.load_automatic().await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(providers = n, "loading providers"),
+                    Err(e) => tracing::error!(error = %e, "cannot load providers"),
+                }
+            })
+        };
         let signal = {
             let stopping = stopping.clone();
             async move {
@@ -188,6 +229,11 @@ impl App {
             );
         }
         stopping.cancel();
+        let _ = loading.await;
+        // Providers unregister as they stop, so the registry outlives them.
+        self.providers.shutdown().await;
+        self.registry_stop.cancel();
+        let _ = registry.await;
         let _ = background.await;
         let _ = refreshing.await;
         self.db.close().await.context("closing the database")?;

@@ -95,6 +95,28 @@ pub struct Config {
     pub repo_http_timeout: Duration,
     /// How often due repository refreshes are looked for, in milliseconds.
     pub repo_refresh_check_ms: u64,
+    /// Provider git URL schemes allowed (`file` covers local paths).
+    pub provider_git_schemes: Vec<String>,
+    /// Whether provider fetches update git submodules.
+    pub provider_git_submodules: bool,
+    /// Deadline of a provider's git fetch, in seconds.
+    pub provider_fetch_timeout_seconds: u64,
+    /// Deadline of a provider's build command, in seconds.
+    pub provider_build_timeout_seconds: u64,
+    /// How long a started provider has to register, in seconds.
+    pub provider_start_timeout_seconds: u64,
+    /// Deadline of each call to a provider, in milliseconds.
+    pub provider_call_timeout_ms: u64,
+    /// Between SIGTERM and SIGKILL when stopping a provider, in milliseconds.
+    pub provider_stop_grace_ms: u64,
+    /// How often a provider's health is checked, in milliseconds.
+    pub provider_health_interval_ms: u64,
+    /// First restart delay of a crashed provider, in milliseconds; it doubles.
+    pub provider_backoff_initial_ms: u64,
+    /// Longest restart delay, in milliseconds.
+    pub provider_backoff_max_ms: u64,
+    /// Providers fetched and built at once.
+    pub provider_load_concurrency: usize,
 }
 
 /// Optional settings as a TOML file or the command line gives them; `None` means
@@ -157,6 +179,44 @@ pub struct Overrides {
     /// How often due repository refreshes are looked for, in milliseconds.
     #[arg(long, env = "CORBEL_REPO_REFRESH_CHECK_MS", global = true)]
     pub repo_refresh_check_ms: Option<u64>,
+    /// Provider git URL schemes allowed, comma-separated (`file` covers local paths).
+    #[arg(
+        long,
+        env = "CORBEL_PROVIDER_GIT_SCHEMES",
+        global = true,
+        value_delimiter = ','
+    )]
+    pub provider_git_schemes: Option<Vec<String>>,
+    /// Update git submodules when fetching providers.
+    #[arg(long, env = "CORBEL_PROVIDER_GIT_SUBMODULES", global = true)]
+    pub provider_git_submodules: Option<bool>,
+    /// Deadline of a provider's git fetch, in seconds.
+    #[arg(long, env = "CORBEL_PROVIDER_FETCH_TIMEOUT_SECONDS", global = true)]
+    pub provider_fetch_timeout_seconds: Option<u64>,
+    /// Deadline of a provider's build command, in seconds.
+    #[arg(long, env = "CORBEL_PROVIDER_BUILD_TIMEOUT_SECONDS", global = true)]
+    pub provider_build_timeout_seconds: Option<u64>,
+    /// How long a started provider has to register, in seconds.
+    #[arg(long, env = "CORBEL_PROVIDER_START_TIMEOUT_SECONDS", global = true)]
+    pub provider_start_timeout_seconds: Option<u64>,
+    /// Deadline of each call to a provider, in milliseconds.
+    #[arg(long, env = "CORBEL_PROVIDER_CALL_TIMEOUT_MS", global = true)]
+    pub provider_call_timeout_ms: Option<u64>,
+    /// Between SIGTERM and SIGKILL when stopping a provider, in milliseconds.
+    #[arg(long, env = "CORBEL_PROVIDER_STOP_GRACE_MS", global = true)]
+    pub provider_stop_grace_ms: Option<u64>,
+    /// How often a provider's health is checked, in milliseconds.
+    #[arg(long, env = "CORBEL_PROVIDER_HEALTH_INTERVAL_MS", global = true)]
+    pub provider_health_interval_ms: Option<u64>,
+    /// First restart delay of a crashed provider, in milliseconds.
+    #[arg(long, env = "CORBEL_PROVIDER_BACKOFF_INITIAL_MS", global = true)]
+    pub provider_backoff_initial_ms: Option<u64>,
+    /// Longest restart delay of a crashed provider, in milliseconds.
+    #[arg(long, env = "CORBEL_PROVIDER_BACKOFF_MAX_MS", global = true)]
+    pub provider_backoff_max_ms: Option<u64>,
+    /// Providers fetched and built at once.
+    #[arg(long, env = "CORBEL_PROVIDER_LOAD_CONCURRENCY", global = true)]
+    pub provider_load_concurrency: Option<usize>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -208,6 +268,30 @@ impl Config {
             repo_max_manifest_bytes: pick.repo_max_manifest_bytes.unwrap_or(1024 * 1024),
             repo_http_timeout: Duration::from_secs(pick.repo_http_timeout_seconds.unwrap_or(30)),
             repo_refresh_check_ms: pick.repo_refresh_check_ms.unwrap_or(5_000).max(10),
+            provider_git_schemes: pick.provider_git_schemes.unwrap_or_else(|| {
+                ["https", "http", "git", "ssh", "file"]
+                    .map(String::from)
+                    .to_vec()
+            }),
+            provider_git_submodules: pick.provider_git_submodules.unwrap_or(false),
+            provider_fetch_timeout_seconds: pick
+                .provider_fetch_timeout_seconds
+                .unwrap_or(300)
+                .max(1),
+            provider_build_timeout_seconds: pick
+                .provider_build_timeout_seconds
+                .unwrap_or(1800)
+                .max(1),
+            provider_start_timeout_seconds: pick
+                .provider_start_timeout_seconds
+                .unwrap_or(30)
+                .max(1),
+            provider_call_timeout_ms: pick.provider_call_timeout_ms.unwrap_or(30_000).max(10),
+            provider_stop_grace_ms: pick.provider_stop_grace_ms.unwrap_or(5_000),
+            provider_health_interval_ms: pick.provider_health_interval_ms.unwrap_or(5_000).max(10),
+            provider_backoff_initial_ms: pick.provider_backoff_initial_ms.unwrap_or(500).max(1),
+            provider_backoff_max_ms: pick.provider_backoff_max_ms.unwrap_or(60_000).max(1),
+            provider_load_concurrency: pick.provider_load_concurrency.unwrap_or(8).max(1),
         };
         config.database()?;
         Ok(config)
@@ -231,6 +315,27 @@ impl Config {
             refresh_check: Duration::from_millis(self.repo_refresh_check_ms),
             ..Default::default()
         }
+    }
+
+    /// Settings of the provider area. The data directory is made absolute:
+    /// providers run in other directories and get socket paths from it.
+    pub fn provider_settings(&self) -> std::io::Result<crate::provider::ProviderSettings> {
+        let data_dir = std::path::absolute(&self.data_dir)?;
+        Ok(crate::provider::ProviderSettings {
+            data_dir,
+            git_schemes: self.provider_git_schemes.clone(),
+            git_submodules: self.provider_git_submodules,
+            fetch_timeout: Duration::from_secs(self.provider_fetch_timeout_seconds),
+            build_timeout: Duration::from_secs(self.provider_build_timeout_seconds),
+            start_timeout: Duration::from_secs(self.provider_start_timeout_seconds),
+            call_timeout: Duration::from_millis(self.provider_call_timeout_ms),
+            stop_grace: Duration::from_millis(self.provider_stop_grace_ms),
+            health_interval: Duration::from_millis(self.provider_health_interval_ms),
+            backoff_initial: Duration::from_millis(self.provider_backoff_initial_ms),
+            backoff_max: Duration::from_millis(self.provider_backoff_max_ms),
+            load_concurrency: self.provider_load_concurrency,
+            log_lines: 2_000,
+        })
     }
 
     /// The database this configuration points at.
@@ -283,6 +388,35 @@ impl Overrides {
                 .repo_http_timeout_seconds
                 .or(other.repo_http_timeout_seconds),
             repo_refresh_check_ms: self.repo_refresh_check_ms.or(other.repo_refresh_check_ms),
+            provider_git_schemes: self.provider_git_schemes.or(other.provider_git_schemes),
+            provider_git_submodules: self
+                .provider_git_submodules
+                .or(other.provider_git_submodules),
+            provider_fetch_timeout_seconds: self
+                .provider_fetch_timeout_seconds
+                .or(other.provider_fetch_timeout_seconds),
+            provider_build_timeout_seconds: self
+                .provider_build_timeout_seconds
+                .or(other.provider_build_timeout_seconds),
+            provider_start_timeout_seconds: self
+                .provider_start_timeout_seconds
+                .or(other.provider_start_timeout_seconds),
+            provider_call_timeout_ms: self
+                .provider_call_timeout_ms
+                .or(other.provider_call_timeout_ms),
+            provider_stop_grace_ms: self.provider_stop_grace_ms.or(other.provider_stop_grace_ms),
+            provider_health_interval_ms: self
+                .provider_health_interval_ms
+                .or(other.provider_health_interval_ms),
+            provider_backoff_initial_ms: self
+                .provider_backoff_initial_ms
+                .or(other.provider_backoff_initial_ms),
+            provider_backoff_max_ms: self
+                .provider_backoff_max_ms
+                .or(other.provider_backoff_max_ms),
+            provider_load_concurrency: self
+                .provider_load_concurrency
+                .or(other.provider_load_concurrency),
         }
     }
 }

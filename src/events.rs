@@ -36,6 +36,17 @@ pub enum Event {
         /// Elements stored; `-1` when unknown.
         stored: i64,
     },
+    /// A provider's status changed (or its status message, e.g. fetch progress).
+    ProviderStatus {
+        provider_id: Uuid,
+        status: crate::provider::ProviderStatus,
+        message: Option<String>,
+    },
+    /// A provider printed a line (build or run output, or Corbel's note on it).
+    ProviderLog {
+        provider_id: Uuid,
+        line: crate::provider::LogLine,
+    },
 }
 
 /// What a subscriber receives.

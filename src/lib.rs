@@ -7,6 +7,7 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod events;
+pub mod provider;
 pub mod repository;
 pub mod resolve;
 pub mod store;

@@ -6,6 +6,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261130_000001_users_and_tokens;
 mod m20261130_000002_repositories;
+mod m20261130_000003_providers;
 
 pub struct Migrator;
 
@@ -15,6 +16,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261130_000001_users_and_tokens::Migration),
             Box::new(m20261130_000002_repositories::Migration),
+            Box::new(m20261130_000003_providers::Migration),
         ]
     }
 }

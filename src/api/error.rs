@@ -10,6 +10,7 @@
 use async_graphql::ErrorExtensions;
 
 use crate::auth::AuthError;
+use crate::provider::ProviderError;
 use crate::repository::RepositoryError;
 use crate::resolve::ResolveError;
 
@@ -29,6 +30,10 @@ pub enum ErrorCode {
     HasDependents,
     /// A repository's source could not be read (unreachable, HTTP error, bad data).
     SourceUnavailable,
+    /// A provider is not connected, or a call to it failed or passed its deadline.
+    ProviderUnavailable,
+    /// A provider answered that the work itself failed.
+    ProviderFailed,
     /// The HTTP body is not a GraphQL request (malformed JSON, too large).
     BadRequest,
     /// The document does not parse or validate (unknown field, too deep).
@@ -51,6 +56,8 @@ impl ErrorCode {
             ErrorCode::AlreadyInstalled => "ALREADY_INSTALLED",
             ErrorCode::HasDependents => "HAS_DEPENDENTS",
             ErrorCode::SourceUnavailable => "SOURCE_UNAVAILABLE",
+            ErrorCode::ProviderUnavailable => "PROVIDER_UNAVAILABLE",
+            ErrorCode::ProviderFailed => "PROVIDER_FAILED",
             ErrorCode::BadRequest => "BAD_REQUEST",
             ErrorCode::InvalidQuery => "INVALID_QUERY",
             ErrorCode::Internal => "INTERNAL",
@@ -115,6 +122,22 @@ impl From<AuthError> for ApiError {
                 "that conflicts with an existing record",
             ),
             AuthError::Db(_) | AuthError::Hash(_) | AuthError::Corrupt(_) => Self::internal(&e),
+        }
+    }
+}
+
+impl From<ProviderError> for ApiError {
+    fn from(e: ProviderError) -> Self {
+        match e {
+            ProviderError::Invalid(m) => Self::validation(m),
+            ProviderError::NotFound(m) => Self::new(ErrorCode::NotFound, m),
+            ProviderError::Conflict(m) => Self::new(ErrorCode::Conflict, m),
+            ProviderError::Unavailable(m) => Self::new(ErrorCode::ProviderUnavailable, m),
+            ProviderError::Failed { message, .. } => Self::new(ErrorCode::ProviderFailed, message),
+            ProviderError::Db(ref db) if crate::store::is_conflict(db) => {
+                Self::new(ErrorCode::Conflict, "the change conflicts with stored data")
+            }
+            ProviderError::Db(_) | ProviderError::Corrupt(_) => Self::internal(&e),
         }
     }
 }

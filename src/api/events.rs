@@ -50,16 +50,29 @@ pub enum ServerEvent {
     ApiTokenCreated(ApiTokenCreated),
     ApiTokenRevoked(ApiTokenRevoked),
     RepositorySync(RepositorySync),
+    ProviderStatusChanged(ProviderStatusChanged),
     EventsMissed(EventsMissed),
 }
 
-impl From<Delivery> for ServerEvent {
-    fn from(delivery: Delivery) -> Self {
+/// A provider's status (or status message) changed.
+#[derive(SimpleObject)]
+pub struct ProviderStatusChanged {
+    provider_id: ID,
+    status: String,
+    message: Option<String>,
+}
+
+impl ServerEvent {
+    /// The server-wide view of a delivery; provider log lines stay on
+    /// `providerEvents`, where one asks for them.
+    fn of(delivery: Delivery) -> Option<Self> {
         let event = match delivery {
-            Delivery::Lagged(missed) => return ServerEvent::EventsMissed(EventsMissed { missed }),
+            Delivery::Lagged(missed) => {
+                return Some(ServerEvent::EventsMissed(EventsMissed { missed }));
+            }
             Delivery::Event(event) => event,
         };
-        match &*event {
+        Some(match &*event {
             Event::UserLoggedIn { user_id, username } => ServerEvent::UserLoggedIn(UserLoggedIn {
                 user_id: ID(user_id.to_string()),
                 username: username.clone(),
@@ -92,7 +105,17 @@ impl From<Delivery> for ServerEvent {
                 seen: (*seen >= 0).then_some(*seen),
                 stored: (*stored >= 0).then_some(*stored),
             }),
-        }
+            Event::ProviderStatus {
+                provider_id,
+                status,
+                message,
+            } => ServerEvent::ProviderStatusChanged(ProviderStatusChanged {
+                provider_id: ID(provider_id.to_string()),
+                status: status.as_str().to_owned(),
+                message: message.clone(),
+            }),
+            Event::ProviderLog { .. } => return None,
+        })
     }
 }
 
@@ -108,7 +131,9 @@ impl EventSubscription {
         ctx: &Context<'_>,
     ) -> Result<impl Stream<Item = ServerEvent> + use<>, ApiError> {
         principal(ctx)?;
-        Ok(state::<EventBus>(ctx)?.subscribe().map(ServerEvent::from))
+        Ok(state::<EventBus>(ctx)?
+            .subscribe()
+            .filter_map(|delivery| std::future::ready(ServerEvent::of(delivery))))
     }
 
     /// One repository's sync progress, live: an event when a sync starts, one
@@ -123,13 +148,17 @@ impl EventSubscription {
         Ok(state::<EventBus>(ctx)?
             .subscribe()
             .filter_map(move |delivery| {
-                let event = match ServerEvent::from(delivery) {
-                    ServerEvent::RepositorySync(e) if e.repository_id.0 == wanted => Some(e),
-                    ServerEvent::RepositorySync(_)
-                    | ServerEvent::UserLoggedIn(_)
-                    | ServerEvent::ApiTokenCreated(_)
-                    | ServerEvent::ApiTokenRevoked(_)
-                    | ServerEvent::EventsMissed(_) => None,
+                let event = match ServerEvent::of(delivery) {
+                    Some(ServerEvent::RepositorySync(e)) if e.repository_id.0 == wanted => Some(e),
+                    None => None,
+                    Some(
+                        ServerEvent::RepositorySync(_)
+                        | ServerEvent::UserLoggedIn(_)
+                        | ServerEvent::ApiTokenCreated(_)
+                        | ServerEvent::ApiTokenRevoked(_)
+                        | ServerEvent::ProviderStatusChanged(_)
+                        | ServerEvent::EventsMissed(_),
+                    ) => None,
                 };
                 std::future::ready(event)
             }))

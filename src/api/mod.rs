@@ -8,6 +8,7 @@ mod events;
 mod guard;
 pub mod http;
 pub mod pagination;
+mod provider;
 mod repository;
 mod server;
 
@@ -24,13 +25,18 @@ pub struct Query(
     server::ServerQuery,
     auth::AuthQuery,
     repository::RepositoryQuery,
+    provider::ProviderQuery,
 );
 
 #[derive(MergedObject, Default)]
-pub struct Mutation(auth::AuthMutation, repository::RepositoryMutation);
+pub struct Mutation(
+    auth::AuthMutation,
+    repository::RepositoryMutation,
+    provider::ProviderMutation,
+);
 
 #[derive(MergedSubscription, Default)]
-pub struct Subscription(events::EventSubscription);
+pub struct Subscription(events::EventSubscription, provider::ProviderSubscription);
 
 pub type CorbelSchema = Schema<Query, Mutation, Subscription>;
 
@@ -72,6 +78,12 @@ pub(crate) fn principal<'a>(ctx: &async_graphql::Context<'a>) -> Result<&'a Prin
     ctx.data_opt::<Caller>()
         .and_then(|caller| caller.0.as_ref())
         .ok_or_else(ApiError::unauthenticated)
+}
+
+/// An id argument, or `VALIDATION` naming the argument.
+pub(crate) fn parse_id(id: &async_graphql::ID, what: &str) -> Result<uuid::Uuid, ApiError> {
+    id.parse::<uuid::Uuid>()
+        .map_err(|_| ApiError::validation(format!("`{what}`: `{}` is not an id", id.0)))
 }
 
 /// Server state the schema was built with. Missing state is a wiring bug, so it

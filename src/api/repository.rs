@@ -4,10 +4,9 @@ use async_graphql::{
     Context, Enum, ID, InputObject, Json, Object, OneofObject, SimpleObject, Union,
 };
 use chrono::{DateTime, Utc};
-use uuid::Uuid;
 
 use super::pagination::{Page, page_of, window};
-use super::{ApiError, principal, state};
+use super::{ApiError, parse_id, principal, state};
 use crate::repository::{self as domain, DriverSpec, ElementFilter as DomainFilter, Repositories};
 
 #[derive(Enum, Clone, Copy, PartialEq, Eq)]
@@ -71,17 +70,26 @@ pub struct MigrationDriverInput {
     note: Option<String>,
 }
 
+#[derive(InputObject)]
+pub struct ProviderDriverInput {
+    /// A provider with the `repository` feature.
+    provider_id: ID,
+}
+
 /// Exactly one driver.
 #[derive(OneofObject)]
 pub enum DriverInput {
     Http(HttpDriverInput),
     Local(LocalDriverInput),
     Migration(MigrationDriverInput),
+    Provider(ProviderDriverInput),
 }
 
-impl From<DriverInput> for DriverSpec {
-    fn from(d: DriverInput) -> Self {
-        match d {
+impl TryFrom<DriverInput> for DriverSpec {
+    type Error = ApiError;
+
+    fn try_from(d: DriverInput) -> Result<Self, ApiError> {
+        Ok(match d {
             DriverInput::Http(h) => DriverSpec::Http { url: h.url },
             DriverInput::Local(l) => DriverSpec::Local {
                 path: l.path.into(),
@@ -90,7 +98,10 @@ impl From<DriverInput> for DriverSpec {
                 let _ = m.note;
                 DriverSpec::Migration
             }
-        }
+            DriverInput::Provider(p) => DriverSpec::Provider {
+                provider_id: parse_id(&p.provider_id, "driver.provider.providerId")?,
+            },
+        })
     }
 }
 
@@ -142,11 +153,18 @@ pub struct MigrationDriver {
     kind: String,
 }
 
+#[derive(SimpleObject)]
+pub struct ProviderDriver {
+    kind: String,
+    provider_id: ID,
+}
+
 #[derive(Union)]
 pub enum Driver {
     Http(HttpDriver),
     Local(LocalDriver),
     Migration(MigrationDriver),
+    Provider(ProviderDriver),
 }
 
 /// How far the current (or last) sync got.
@@ -180,6 +198,10 @@ impl Repository {
                 path: path.display().to_string(),
             }),
             DriverSpec::Migration => Driver::Migration(MigrationDriver { kind }),
+            DriverSpec::Provider { provider_id } => Driver::Provider(ProviderDriver {
+                kind,
+                provider_id: ID(provider_id.to_string()),
+            }),
         }
     }
     async fn sync_mode(&self) -> SyncMode {
@@ -352,11 +374,6 @@ pub struct InstallPlan {
     elements: Vec<PlannedElement>,
 }
 
-fn parse_id(id: &ID, what: &str) -> Result<Uuid, ApiError> {
-    id.parse::<Uuid>()
-        .map_err(|_| ApiError::validation(format!("`{what}`: `{}` is not an id", id.0)))
-}
-
 async fn list_elements(
     ctx: &Context<'_>,
     filter: DomainFilter,
@@ -469,7 +486,7 @@ impl RepositoryMutation {
         let created = state::<Repositories>(ctx)?
             .create(domain::NewRepository {
                 name: input.name,
-                driver: input.driver.into(),
+                driver: input.driver.try_into()?,
                 sync_mode: input.sync_mode.into(),
                 priority: input.priority,
                 refresh_interval_seconds: input.refresh_interval_seconds,
@@ -491,7 +508,7 @@ impl RepositoryMutation {
                 parse_id(&id, "id")?,
                 domain::RepositoryPatch {
                     name: input.name,
-                    driver: input.driver.map(Into::into),
+                    driver: input.driver.map(TryInto::try_into).transpose()?,
                     sync_mode: input.sync_mode.map(Into::into),
                     priority: input.priority,
                     refresh_interval_seconds: input.refresh_interval_seconds,

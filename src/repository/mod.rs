@@ -37,6 +37,8 @@ pub struct RepositorySettings {
     pub refresh_check: Duration,
     /// How many manifests a COPY sync fetches at once.
     pub fetch_concurrency: usize,
+    /// The provider host, for repositories read through providers.
+    pub providers: driver::ProviderSources,
 }
 
 impl Default for RepositorySettings {
@@ -47,6 +49,7 @@ impl Default for RepositorySettings {
             http_timeout: Duration::from_secs(30),
             refresh_check: Duration::from_secs(5),
             fetch_concurrency: 8,
+            providers: driver::ProviderSources::default(),
         }
     }
 }

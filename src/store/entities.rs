@@ -213,3 +213,42 @@ pub mod element_binding {
 
     impl ActiveModelBehavior for ActiveModel {}
 }
+
+pub mod provider {
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "providers")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub id: Uuid,
+        #[sea_orm(unique)]
+        pub name: String,
+        pub git_url: String,
+        pub git_ref: String,
+        /// Plain configuration values, a JSON object as text.
+        pub config: String,
+        /// Secret configuration values, a JSON object as text; never shown.
+        pub secret_config: String,
+        pub auto_load: bool,
+        /// SHA-256 (hex) of the registration token.
+        pub token_hash: String,
+        pub status: String,
+        pub status_message: Option<String>,
+        pub resolved_commit: Option<String>,
+        /// The parsed `corbel-provider.yaml`, as JSON text.
+        pub metadata: Option<String>,
+        /// JSON arrays of strings, as the provider announced at registration.
+        pub features: String,
+        pub resource_types: String,
+        pub restarts: i32,
+        pub last_seen_at: Option<DateTimeUtc>,
+        pub created_at: DateTimeUtc,
+        pub updated_at: DateTimeUtc,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}

@@ -4,6 +4,7 @@
 //! modules expose and convert rows to their own types at the boundary.
 
 pub mod entities;
+pub mod providers;
 pub mod repositories;
 pub mod users;
 

@@ -9,12 +9,12 @@ use serde_json::json;
 use crate::support::{ADMIN_TOKEN, TestStore, corbel_bin, eventually};
 
 /// A `corbel serve` child and the address it announced.
-struct Served {
-    child: Child,
-    addr: std::net::SocketAddr,
+pub struct Served {
+    pub child: Child,
+    pub addr: std::net::SocketAddr,
 }
 
-fn serve(store: &TestStore, extra_env: &[(&str, &str)]) -> Served {
+pub fn serve(store: &TestStore, extra_env: &[(&str, &str)]) -> Served {
     let mut command = Command::new(corbel_bin());
     command
         .arg("serve")

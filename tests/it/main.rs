@@ -8,6 +8,7 @@ mod support;
 mod auth;
 mod binary;
 mod http;
+mod providers;
 mod repositories;
 mod schema;
 mod server;

@@ -5,6 +5,9 @@
 mod http;
 mod local;
 mod migration;
+mod provider;
+
+pub use provider::{ProviderSource, ProviderSources, SourcedEntry};
 
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -28,6 +31,9 @@ pub enum DriverSpec {
     Local { path: PathBuf },
     /// No source: elements are attached through the API.
     Migration,
+    /// Read through a provider with the `repository` feature.
+    #[serde(rename_all = "camelCase")]
+    Provider { provider_id: uuid::Uuid },
 }
 
 impl DriverSpec {
@@ -36,6 +42,7 @@ impl DriverSpec {
             DriverSpec::Http { .. } => "http",
             DriverSpec::Local { .. } => "local",
             DriverSpec::Migration => "migration",
+            DriverSpec::Provider { .. } => "provider",
         }
     }
 
@@ -53,7 +60,7 @@ impl DriverSpec {
                     )))
                 }
             }
-            DriverSpec::Migration => Ok(()),
+            DriverSpec::Migration | DriverSpec::Provider { .. } => Ok(()),
         }
     }
 }
@@ -106,5 +113,8 @@ pub fn open(
         DriverSpec::Http { url } => Box::new(http::HttpDriver::new(url, settings)?),
         DriverSpec::Local { path } => Box::new(local::LocalDriver::new(path.clone(), settings)),
         DriverSpec::Migration => Box::new(migration::MigrationDriver),
+        DriverSpec::Provider { provider_id } => {
+            Box::new(provider::ProviderDriver::new(*provider_id, settings)?)
+        }
     })
 }

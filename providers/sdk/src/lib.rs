@@ -1,0 +1,51 @@
+//! Write a Corbel provider: implement [`Provider`], call [`serve`].
+//!
+//! ```no_run
+//! use corbel_provider_sdk::{Provider, ProviderInfo, async_trait};
+//!
+//! struct Hello;
+//!
+//! #[async_trait]
+//! impl Provider for Hello {
+//!     fn info(&self) -> ProviderInfo {
+//!         ProviderInfo::new("hello", "0.1.0")
+//!     }
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> std::process::ExitCode {
+//!     corbel_provider_sdk::serve(Hello).await
+//! }
+//! ```
+//!
+//! The SDK reads the environment Corbel sets, handshakes, serves the
+//! `Provider` service and `grpc.health.v1` on `<CORBEL_SOCKET_DIR>/<id>.sock`,
+//! registers, exits when Corbel goes away, and unregisters on SIGTERM. See the
+//! crate's README for the lifecycle and [`testing`] to test without Corbel.
+
+mod error;
+mod provider;
+mod serve;
+mod service;
+mod settings;
+pub mod testing;
+
+pub use corbel_proto::SUPPORTED_VERSIONS;
+/// The protocol's messages, clients and servers (`corbel.provider.v1`).
+pub use corbel_proto::v1 as proto;
+
+pub use async_trait::async_trait;
+pub use serde_json;
+pub use tonic::{Code, Status};
+
+pub use error::SdkError;
+pub use provider::{
+    Events, Failure, InventorySink, Provider, ProviderInfo, Registration, StepError, StepResult,
+};
+pub use serve::{REGISTRY_HEALTH_SERVICE, Stopped, connect, serve, serve_with};
+pub use settings::{ENV_PROVIDER_ID, ENV_PROVIDER_TOKEN, ENV_REGISTRY, ENV_SOCKET_DIR, Settings};
+
+/// Compiles the README's code blocks as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -1,0 +1,465 @@
+//! A provider's life, in order: read the environment, connect to the
+//! registry, handshake, listen on `<socket dir>/<id>.sock`, register, serve
+//! until told to stop (unregister, exit 0) or until the registry goes away
+//! (the watchdog: a provider never outlives its server).
+//!
+//! Architecture invariant: the provider's socket accepts connections before
+//! `Register` is sent, because Corbel dials it, checks health and sends
+//! `Configure` while it handles `Register`.
+
+use std::future::Future;
+use std::io;
+use std::os::unix::fs::FileTypeExt;
+use std::path::PathBuf;
+use std::pin::pin;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::UnixListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::transport::{Channel, Endpoint, Server};
+use tonic::{Code, Request, Response, Status};
+use tonic_health::ServingStatus;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus as WireStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::server::HealthReporter;
+use tracing::{info, warn};
+
+use crate::proto;
+use crate::proto::registry_client::RegistryClient;
+use crate::service::ProviderService;
+use crate::{Provider, Registration, SdkError, Settings};
+
+/// The health service name the watchdog watches on the registry connection.
+/// Corbel serves `grpc.health.v1` on its registry socket with this name SERVING.
+pub const REGISTRY_HEALTH_SERVICE: &str = proto::registry_server::SERVICE_NAME;
+
+/// How a provider that served successfully came to stop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stopped {
+    /// The shutdown future completed (SIGTERM or SIGINT under [`serve`]);
+    /// `Unregister` was sent.
+    Requested,
+    /// The registry stopped serving or its connection closed: the server is gone.
+    RegistryGone(String),
+}
+
+/// Runs a provider under Corbel: settings from the environment, stop on
+/// SIGTERM or SIGINT. Use it as `main`'s last line.
+///
+/// Exit codes: 0 after a requested stop or when the registry went away; 2 when
+/// the environment is incomplete; 1 for any other error (refused handshake or
+/// registration, unreachable registry, unusable socket). Errors go to stderr.
+pub async fn serve<P: Provider>(provider: P) -> ExitCode {
+    init_tracing();
+    let name = provider.info().name;
+    let settings = match Settings::from_env() {
+        Ok(settings) => settings,
+        Err(error) => return fail(&name, error),
+    };
+    let shutdown = match termination() {
+        Ok(shutdown) => shutdown,
+        Err(error) => {
+            eprintln!("{name}: cannot install signal handlers: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match serve_with(settings, provider, shutdown).await {
+        Ok(Stopped::Requested) => ExitCode::SUCCESS,
+        Ok(Stopped::RegistryGone(_)) => ExitCode::SUCCESS,
+        Err(error) => fail(&name, error),
+    }
+}
+
+fn fail(name: &str, error: SdkError) -> ExitCode {
+    eprintln!("{name}: {error}");
+    ExitCode::from(error.exit_code())
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // An author who installed a subscriber already keeps theirs.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr)
+        // Corbel captures stderr into the provider's log: no colour codes there.
+        .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
+        .try_init();
+}
+
+/// Resolves on SIGTERM or SIGINT. The handlers are installed now, so a signal
+/// arriving during startup is not lost.
+fn termination() -> io::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
+}
+
+/// Runs a provider until `shutdown` completes or the registry goes away.
+pub async fn serve_with<P: Provider>(
+    settings: Settings,
+    provider: P,
+    shutdown: impl Future<Output = ()>,
+) -> Result<Stopped, SdkError> {
+    settings.validate()?;
+    let provider = Arc::new(provider);
+    let mut shutdown = pin!(shutdown);
+    // Until `Register` is sent nothing needs undoing, so a stop ends it all.
+    // Once sent, the call runs to its answer (bounded by its deadline), so that
+    // a registration Corbel accepted is always followed by `Unregister`.
+    let prepared = tokio::select! {
+        prepared = prepare(&settings, provider.clone()) => prepared?,
+        () = &mut shutdown => {
+            info!(provider.id = %settings.provider_id, "stop requested before registering");
+            return Ok(Stopped::Requested);
+        }
+    };
+    let Started {
+        channel,
+        mut server,
+        registration,
+    } = register(&settings, provider, prepared).await?;
+    let stopped = tokio::select! {
+        reason = registry_gone(channel.clone(), settings.call_timeout) => {
+            warn!(provider.id = %settings.provider_id, reason = %reason, "the registry is gone; stopping");
+            Stopped::RegistryGone(reason)
+        }
+        () = &mut shutdown => {
+            info!(provider.id = %settings.provider_id, "stop requested; unregistering");
+            unregister(channel, &registration, settings.unregister_timeout).await;
+            Stopped::Requested
+        }
+        result = &mut server.task => {
+            let reason = match result {
+                Ok(Ok(())) => "it stopped unasked".to_string(),
+                Ok(Err(error)) => error.to_string(),
+                Err(error) => error.to_string(),
+            };
+            return Err(SdkError::Serve(reason));
+        }
+    };
+    server.stop(settings.shutdown_grace).await;
+    Ok(stopped)
+}
+
+struct Started {
+    /// The registry connection: calls, and the watchdog's health stream.
+    channel: Channel,
+    server: RunningServer,
+    registration: Registration,
+}
+
+/// Connected, agreed on a version, and serving: ready to register.
+struct Prepared {
+    channel: Channel,
+    server: RunningServer,
+    version: u32,
+}
+
+async fn prepare<P: Provider>(settings: &Settings, provider: Arc<P>) -> Result<Prepared, SdkError> {
+    let deadline = settings.call_timeout;
+    let channel = connect(&settings.registry, deadline).await?;
+    let ours = corbel_proto::SUPPORTED_VERSIONS.to_vec();
+    let handshake = call(
+        deadline,
+        RegistryClient::new(channel.clone()).handshake(request(
+            proto::HandshakeRequest {
+                supported_versions: ours.clone(),
+            },
+            deadline,
+        )),
+    )
+    .await
+    .map_err(|status| SdkError::HandshakeRefused {
+        code: status.code(),
+        message: status.message().to_string(),
+        ours: ours.clone(),
+    })?;
+    let version = handshake.chosen_version;
+    if !ours.contains(&version) {
+        return Err(SdkError::HandshakeRefused {
+            code: Code::FailedPrecondition,
+            message: format!(
+                "the registry chose version {version}, which this provider does not speak (the registry speaks {:?})",
+                handshake.server_versions
+            ),
+            ours,
+        });
+    }
+    let server = RunningServer::start(settings, provider).await?;
+    Ok(Prepared {
+        channel,
+        server,
+        version,
+    })
+}
+
+async fn register<P: Provider>(
+    settings: &Settings,
+    provider: Arc<P>,
+    prepared: Prepared,
+) -> Result<Started, SdkError> {
+    let Prepared {
+        channel,
+        server,
+        version,
+    } = prepared;
+    let id = &settings.provider_id;
+    let deadline = settings.call_timeout;
+    let endpoint = format!("unix://{}", server.socket.display());
+    let info = provider.info();
+    let response = call(
+        deadline,
+        RegistryClient::new(channel.clone()).register(request(
+            proto::RegisterRequest {
+                id: id.clone(),
+                token: settings.token.clone(),
+                name: info.name,
+                version: info.version,
+                protocol_version: version,
+                features: info.features,
+                resource_types: info.resource_types,
+                endpoint: endpoint.clone(),
+            },
+            deadline,
+        )),
+    )
+    .await
+    .map_err(|status| SdkError::RegisterRefused {
+        code: status.code(),
+        message: status.message().to_string(),
+    })?;
+    let registration = Registration {
+        provider_id: id.clone(),
+        session: response.session,
+        protocol_version: version,
+        endpoint,
+    };
+    info!(
+        provider.id = %id,
+        provider.session = %registration.session,
+        protocol.version = version,
+        endpoint = %registration.endpoint,
+        "registered"
+    );
+    provider.registered(&registration).await;
+    Ok(Started {
+        channel,
+        server,
+        registration,
+    })
+}
+
+/// Opens a channel to `address` (`unix:///abs/path.sock` or `http://host:port`),
+/// failing after `deadline`.
+pub async fn connect(address: &str, deadline: Duration) -> Result<Channel, SdkError> {
+    let failed = |reason: String| SdkError::Connect {
+        address: address.to_string(),
+        reason,
+    };
+    let endpoint = Endpoint::from_shared(address.to_string())
+        .map_err(|e| failed(e.to_string()))?
+        .connect_timeout(deadline)
+        // Notices a server that stopped answering without closing the socket.
+        .http2_keep_alive_interval(Duration::from_secs(20))
+        .keep_alive_timeout(Duration::from_secs(20));
+    match tokio::time::timeout(deadline, endpoint.connect()).await {
+        Ok(Ok(channel)) => Ok(channel),
+        Ok(Err(error)) => Err(failed(error_chain(&error))),
+        Err(_) => Err(failed(format!("no connection within {deadline:?}"))),
+    }
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// A request carrying `deadline` as its gRPC timeout.
+pub(crate) fn request<T>(message: T, deadline: Duration) -> Request<T> {
+    let mut request = Request::new(message);
+    request.set_timeout(deadline);
+    request
+}
+
+/// Awaits a call, giving up after `deadline` even if the server never answers.
+pub(crate) async fn call<T>(
+    deadline: Duration,
+    call: impl Future<Output = Result<Response<T>, Status>>,
+) -> Result<T, Status> {
+    match tokio::time::timeout(deadline, call).await {
+        Ok(result) => result.map(Response::into_inner),
+        Err(_) => Err(Status::deadline_exceeded(format!(
+            "no answer within {deadline:?}"
+        ))),
+    }
+}
+
+/// Resolves, with the reason, once the registry is not SERVING any more.
+async fn registry_gone(channel: Channel, deadline: Duration) -> String {
+    let mut health = HealthClient::new(channel);
+    let watch = health.watch(HealthCheckRequest {
+        service: REGISTRY_HEALTH_SERVICE.to_string(),
+    });
+    // Only the opening has a deadline; the stream itself lasts as long as the server.
+    let mut stream = match tokio::time::timeout(deadline, watch).await {
+        Ok(Ok(response)) => response.into_inner(),
+        Ok(Err(status)) => {
+            return format!(
+                "cannot watch the registry's health ({REGISTRY_HEALTH_SERVICE}): {:?}: {}",
+                status.code(),
+                status.message()
+            );
+        }
+        Err(_) => return format!("the registry's health watch did not open within {deadline:?}"),
+    };
+    loop {
+        match stream.message().await {
+            Ok(Some(update)) if update.status == WireStatus::Serving as i32 => continue,
+            Ok(Some(update)) => {
+                let status = WireStatus::try_from(update.status)
+                    .map(|s| s.as_str_name().to_string())
+                    .unwrap_or_else(|_| update.status.to_string());
+                return format!("the registry reports {status}");
+            }
+            Ok(None) => return "the registry's health stream ended".to_string(),
+            Err(status) => {
+                return format!(
+                    "the registry connection failed: {:?}: {}",
+                    status.code(),
+                    status.message()
+                );
+            }
+        }
+    }
+}
+
+/// Says goodbye; a registry that does not answer in time is not waited for.
+async fn unregister(channel: Channel, registration: &Registration, deadline: Duration) {
+    let mut registry = RegistryClient::new(channel);
+    let result = call(
+        deadline,
+        registry.unregister(request(
+            proto::UnregisterRequest {
+                id: registration.provider_id.clone(),
+                session: registration.session.clone(),
+            },
+            deadline,
+        )),
+    )
+    .await;
+    if let Err(status) = result {
+        warn!(
+            provider.id = %registration.provider_id,
+            error = %status.message(),
+            "unregister failed; stopping anyway"
+        );
+    }
+}
+
+/// The provider's own gRPC server on its unix socket.
+struct RunningServer {
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), tonic::transport::Error>>,
+    health: HealthReporter,
+    /// Absolute; removed when the server stops.
+    socket: PathBuf,
+}
+
+impl RunningServer {
+    async fn start<P: Provider>(settings: &Settings, provider: Arc<P>) -> Result<Self, SdkError> {
+        let (listener, socket) = bind(settings)?;
+        let (health, health_service) = tonic_health::server::health_reporter();
+        health
+            .set_service_status(proto::provider_server::SERVICE_NAME, ServingStatus::Serving)
+            .await;
+        health.set_service_status("", ServingStatus::Serving).await;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let router = Server::builder().add_service(health_service).add_service(
+            proto::provider_server::ProviderServer::new(ProviderService::new(provider)),
+        );
+        let task = tokio::spawn(router.serve_with_incoming_shutdown(
+            UnixListenerStream::new(listener),
+            async move {
+                // A dropped sender stops the server too.
+                let _ = stopped.await;
+            },
+        ));
+        Ok(RunningServer {
+            stop: Some(stop),
+            task,
+            health,
+            socket,
+        })
+    }
+
+    /// Stops accepting, lets in-flight calls finish within `grace`, then drops them.
+    async fn stop(mut self, grace: Duration) {
+        for service in [proto::provider_server::SERVICE_NAME, ""] {
+            self.health
+                .set_service_status(service, ServingStatus::NotServing)
+                .await;
+        }
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if tokio::time::timeout(grace, &mut self.task).await.is_err() {
+            warn!("calls still running after {grace:?}; dropping them");
+            self.task.abort();
+        }
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+/// Creates the socket directory and binds `<dir>/<id>.sock`, replacing a stale
+/// socket left by a killed predecessor (but never a file that is not a socket).
+fn bind(settings: &Settings) -> Result<(UnixListener, PathBuf), SdkError> {
+    let dir = &settings.socket_dir;
+    let failed = |path: &PathBuf, error: io::Error| SdkError::Bind {
+        path: path.clone(),
+        reason: error.to_string(),
+    };
+    std::fs::create_dir_all(dir).map_err(|e| failed(dir, e))?;
+    let dir = std::fs::canonicalize(dir).map_err(|e| failed(dir, e))?;
+    let path = dir.join(format!("{}.sock", settings.provider_id));
+    match std::fs::symlink_metadata(&path) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            std::fs::remove_file(&path).map_err(|e| failed(&path, e))?;
+        }
+        Ok(_) => {
+            return Err(SdkError::Bind {
+                path,
+                reason: "a file that is not a socket is in the way".to_string(),
+            });
+        }
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+        Err(error) => return Err(failed(&path, error)),
+    }
+    let listener = UnixListener::bind(&path).map_err(|e| failed(&path, e))?;
+    Ok((listener, path))
+}

@@ -1,0 +1,232 @@
+//! The gRPC face of an author's [`Provider`]: turns the generated tonic trait's
+//! requests into trait calls, and step results into event streams that end
+//! with exactly one `done` or `error`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status};
+
+use crate::proto;
+use crate::proto::resource_event::Event;
+use crate::provider::{Events, Failure, InventorySink, Provider, Sink, StepError, StepResult};
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+/// Room for events the caller has not read yet; a slow caller slows the step.
+const STREAM_BUFFER: usize = 64;
+
+pub(crate) struct ProviderService<P> {
+    provider: Arc<P>,
+}
+
+impl<P> ProviderService<P> {
+    pub(crate) fn new(provider: Arc<P>) -> Self {
+        ProviderService { provider }
+    }
+}
+
+#[tonic::async_trait]
+impl<P: Provider> proto::provider_server::Provider for ProviderService<P> {
+    async fn configure(
+        &self,
+        request: Request<proto::ConfigureRequest>,
+    ) -> Result<Response<proto::ConfigureResponse>, Status> {
+        let text = request.into_inner().config_json;
+        let config = if text.trim().is_empty() {
+            Value::Object(Default::default())
+        } else {
+            // The config may hold secrets: the error names the position, never the text.
+            serde_json::from_str(&text).map_err(|e| {
+                Status::invalid_argument(format!("config_json is not valid JSON: {e}"))
+            })?
+        };
+        self.provider.configure(config).await?;
+        Ok(Response::new(proto::ConfigureResponse {}))
+    }
+
+    async fn describe_resources(
+        &self,
+        request: Request<proto::DescribeResourcesRequest>,
+    ) -> Result<Response<proto::DescribeResourcesResponse>, Status> {
+        let response = self
+            .provider
+            .describe_resources(request.into_inner())
+            .await?;
+        Ok(Response::new(response))
+    }
+
+    type DeployResourceStream = BoxStream<proto::ResourceEvent>;
+
+    async fn deploy_resource(
+        &self,
+        request: Request<proto::DeployResourceRequest>,
+    ) -> Result<Response<Self::DeployResourceStream>, Status> {
+        let request = request.into_inner();
+        let provider = self.provider.clone();
+        step("DeployResource", move |events| async move {
+            provider.deploy_resource(request, events).await
+        })
+        .await
+    }
+
+    type DestroyResourceStream = BoxStream<proto::ResourceEvent>;
+
+    async fn destroy_resource(
+        &self,
+        request: Request<proto::DestroyResourceRequest>,
+    ) -> Result<Response<Self::DestroyResourceStream>, Status> {
+        let request = request.into_inner();
+        let provider = self.provider.clone();
+        step("DestroyResource", move |events| async move {
+            provider.destroy_resource(request, events).await
+        })
+        .await
+    }
+
+    async fn inspect(
+        &self,
+        request: Request<proto::InspectRequest>,
+    ) -> Result<Response<proto::InspectResponse>, Status> {
+        Ok(Response::new(
+            self.provider.inspect(request.into_inner()).await?,
+        ))
+    }
+
+    async fn list_nodes(
+        &self,
+        _request: Request<proto::ListNodesRequest>,
+    ) -> Result<Response<proto::ListNodesResponse>, Status> {
+        let nodes = self.provider.list_nodes().await?;
+        Ok(Response::new(proto::ListNodesResponse { nodes }))
+    }
+
+    async fn retrieve_data(
+        &self,
+        request: Request<proto::RetrieveDataRequest>,
+    ) -> Result<Response<proto::RetrieveDataResponse>, Status> {
+        Ok(Response::new(
+            self.provider.retrieve_data(request.into_inner()).await?,
+        ))
+    }
+
+    async fn power(
+        &self,
+        request: Request<proto::PowerRequest>,
+    ) -> Result<Response<proto::PowerResponse>, Status> {
+        Ok(Response::new(
+            self.provider.power(request.into_inner()).await?,
+        ))
+    }
+
+    type GetInventoryStream = BoxStream<proto::InventoryEntry>;
+
+    async fn get_inventory(
+        &self,
+        _request: Request<proto::GetInventoryRequest>,
+    ) -> Result<Response<Self::GetInventoryStream>, Status> {
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let sink = Sink::new(tx);
+        let provider = self.provider.clone();
+        let author_sink = InventorySink { sink: sink.clone() };
+        let work = tokio::spawn(async move { provider.get_inventory(author_sink).await });
+        tokio::spawn(async move {
+            let result = work
+                .await
+                .unwrap_or_else(|_| Err(Status::internal("the provider panicked in GetInventory")));
+            let (tx, _) = sink.close().await;
+            if let (Some(tx), Err(status)) = (tx, result) {
+                let _ = tx.send(Err(status)).await;
+            }
+        });
+        open(rx).await.map(Response::new)
+    }
+
+    async fn get_element(
+        &self,
+        request: Request<proto::GetElementRequest>,
+    ) -> Result<Response<proto::GetElementResponse>, Status> {
+        Ok(Response::new(
+            self.provider.get_element(request.into_inner()).await?,
+        ))
+    }
+}
+
+/// Runs a deploy or destroy in its own task (so a caller hanging up does not
+/// cancel it half-way) and streams its events, then its one terminal event.
+async fn step<F, Fut>(
+    method: &'static str,
+    body: F,
+) -> Result<Response<BoxStream<proto::ResourceEvent>>, Status>
+where
+    F: FnOnce(Events) -> Fut,
+    Fut: Future<Output = StepResult> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+    let sink = Sink::new(tx);
+    let work = tokio::spawn(body(Events { sink: sink.clone() }));
+    tokio::spawn(async move {
+        let result = work.await.unwrap_or_else(|_| {
+            Err(Failure::new(format!("the provider panicked in {method}")).into())
+        });
+        let (tx, sent_any) = sink.close().await;
+        let Some(tx) = tx else { return };
+        let last = match result {
+            Ok(outputs) => Ok(done(outputs, method)),
+            Err(StepError::Failed(failure)) => Ok(error_event(failure)),
+            Err(StepError::Rpc(status)) if sent_any => Ok(error_event(Failure::new(format!(
+                "{:?}: {}",
+                status.code(),
+                status.message()
+            )))),
+            Err(StepError::Rpc(status)) => Err(status),
+        };
+        let _ = tx.send(last).await;
+    });
+    open(rx).await.map(Response::new)
+}
+
+fn done(outputs: Value, method: &str) -> proto::ResourceEvent {
+    let outputs = match outputs {
+        Value::Null => Value::Object(Default::default()),
+        Value::Object(map) => Value::Object(map),
+        other => {
+            return error_event(Failure::new(format!(
+                "{method} returned outputs that are not a JSON object: {other}"
+            )));
+        }
+    };
+    proto::ResourceEvent {
+        event: Some(Event::Done(proto::Done {
+            outputs_json: outputs.to_string(),
+        })),
+    }
+}
+
+fn error_event(failure: Failure) -> proto::ResourceEvent {
+    proto::ResourceEvent {
+        event: Some(Event::Error(proto::Failure {
+            message: failure.message,
+            retryable: failure.retryable,
+        })),
+    }
+}
+
+/// Waits for the first item or the end, so that a refusal before any item is
+/// the call's own status (UNIMPLEMENTED, INVALID_ARGUMENT) and not a stream error.
+async fn open<T: Send + 'static>(
+    mut rx: mpsc::Receiver<Result<T, Status>>,
+) -> Result<BoxStream<T>, Status> {
+    match rx.recv().await {
+        None => Ok(Box::pin(tokio_stream::empty())),
+        Some(Err(status)) => Err(status),
+        Some(Ok(first)) => Ok(Box::pin(
+            tokio_stream::once(Ok(first)).chain(ReceiverStream::new(rx)),
+        )),
+    }
+}

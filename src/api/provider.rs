@@ -1,0 +1,457 @@
+//! Providers in the API: create, load, unload, configure, and watch them.
+//! The registration token is shown once (on create and on rotation); secret
+//! configuration values are never shown, only their names.
+
+use async_graphql::{
+    ComplexObject, Context, Enum, ID, InputObject, Json, Object, SimpleObject, Subscription,
+};
+use chrono::{DateTime, Utc};
+use futures_util::{Stream, StreamExt};
+
+use super::pagination::{Page, page_of, window};
+use super::{ApiError, parse_id, principal, state};
+use crate::events::{Delivery, Event, EventBus};
+use crate::provider::{self as domain, Providers};
+
+#[derive(Enum, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderStatus {
+    Unloaded,
+    Fetching,
+    Building,
+    Starting,
+    Registering,
+    Connected,
+    Disconnected,
+    Failed,
+    Unloading,
+}
+
+impl From<domain::ProviderStatus> for ProviderStatus {
+    fn from(s: domain::ProviderStatus) -> Self {
+        match s {
+            domain::ProviderStatus::Unloaded => ProviderStatus::Unloaded,
+            domain::ProviderStatus::Fetching => ProviderStatus::Fetching,
+            domain::ProviderStatus::Building => ProviderStatus::Building,
+            domain::ProviderStatus::Starting => ProviderStatus::Starting,
+            domain::ProviderStatus::Registering => ProviderStatus::Registering,
+            domain::ProviderStatus::Connected => ProviderStatus::Connected,
+            domain::ProviderStatus::Disconnected => ProviderStatus::Disconnected,
+            domain::ProviderStatus::Failed => ProviderStatus::Failed,
+            domain::ProviderStatus::Unloading => ProviderStatus::Unloading,
+        }
+    }
+}
+
+/// What the provider's `corbel-provider.yaml` says.
+#[derive(SimpleObject)]
+pub struct ProviderMetadata {
+    name: String,
+    description: String,
+    version: String,
+    author: Option<String>,
+    /// `shell` or `docker`.
+    runtime: String,
+    features: Vec<String>,
+    resource_types: Vec<String>,
+}
+
+#[derive(SimpleObject)]
+pub struct ProviderLogLine {
+    at: DateTime<Utc>,
+    /// `build`, `stdout`, `stderr`, or `corbel` for Corbel's own notes.
+    stream: String,
+    line: String,
+}
+
+impl From<domain::LogLine> for ProviderLogLine {
+    fn from(l: domain::LogLine) -> Self {
+        ProviderLogLine {
+            at: l.at,
+            stream: l.stream.as_str().to_owned(),
+            line: l.line,
+        }
+    }
+}
+
+#[derive(SimpleObject)]
+pub struct ProviderNode {
+    name: String,
+    /// How many resources of each type (or `*`) the node holds.
+    capacity: Json<serde_json::Map<String, serde_json::Value>>,
+    labels: Json<serde_json::Map<String, serde_json::Value>>,
+}
+
+pub struct Provider(domain::Provider);
+
+#[Object]
+impl Provider {
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+    async fn name(&self) -> &str {
+        &self.0.name
+    }
+    /// Without any credentials the URL may carry.
+    async fn git_url(&self) -> &str {
+        &self.0.git_url
+    }
+    /// The tag, branch or commit asked for; empty means the default branch.
+    #[graphql(name = "ref")]
+    async fn git_ref(&self) -> &str {
+        &self.0.git_ref
+    }
+    /// The plain configuration values.
+    async fn config(&self) -> Json<serde_json::Value> {
+        Json(self.0.config.clone())
+    }
+    /// Names of the secret configuration values (never the values).
+    async fn secret_config_keys(&self) -> &[String] {
+        &self.0.secret_keys
+    }
+    async fn auto_load(&self) -> bool {
+        self.0.auto_load
+    }
+    async fn status(&self) -> ProviderStatus {
+        self.0.status.into()
+    }
+    async fn status_message(&self) -> Option<&str> {
+        self.0.status_message.as_deref()
+    }
+    /// The commit checked out by the last fetch.
+    async fn resolved_commit(&self) -> Option<&str> {
+        self.0.resolved_commit.as_deref()
+    }
+    async fn metadata(&self) -> Option<ProviderMetadata> {
+        self.0.metadata.clone().map(|m| ProviderMetadata {
+            name: m.name,
+            description: m.description,
+            version: m.version,
+            author: m.author,
+            runtime: m.runtime,
+            features: m.features,
+            resource_types: m.resource_types,
+        })
+    }
+    /// Features announced at registration (unknown ones are dropped).
+    async fn features(&self) -> &[String] {
+        &self.0.features
+    }
+    async fn resource_types(&self) -> &[String] {
+        &self.0.resource_types
+    }
+    /// Restarts after the provider exited or stopped answering.
+    async fn restarts(&self) -> i32 {
+        self.0.restarts
+    }
+    /// The last successful registration or health check.
+    async fn last_seen_at(&self) -> Option<DateTime<Utc>> {
+        self.0.last_seen_at
+    }
+    /// The last lines of build and run output, oldest first.
+    async fn logs(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(default = 100, validator(minimum = 0, maximum = 10000))] last: i32,
+    ) -> Result<Vec<ProviderLogLine>, ApiError> {
+        let lines = state::<Providers>(ctx)?
+            .logs(self.0.id, last as usize)
+            .await?;
+        Ok(lines.into_iter().map(Into::into).collect())
+    }
+    /// The nodes the provider places resources on, asked of it now
+    /// (`PROVIDER_UNAVAILABLE` when it is not connected or does not answer).
+    async fn nodes(&self, ctx: &Context<'_>) -> Result<Vec<ProviderNode>, ApiError> {
+        let nodes = state::<Providers>(ctx)?.nodes(self.0.id).await?;
+        Ok(nodes
+            .into_iter()
+            .map(|n| ProviderNode {
+                name: n.name,
+                capacity: Json(
+                    n.capacity
+                        .into_iter()
+                        .map(|(k, v)| (k, serde_json::Value::from(v)))
+                        .collect(),
+                ),
+                labels: Json(
+                    n.labels
+                        .into_iter()
+                        .map(|(k, v)| (k, serde_json::Value::from(v)))
+                        .collect(),
+                ),
+            })
+            .collect())
+    }
+    async fn created_at(&self) -> DateTime<Utc> {
+        self.0.created_at
+    }
+    async fn updated_at(&self) -> DateTime<Utc> {
+        self.0.updated_at
+    }
+}
+
+/// A provider with its registration token, shown this once.
+#[derive(SimpleObject)]
+#[graphql(complex)]
+pub struct ProviderWithToken {
+    #[graphql(skip)]
+    provider: domain::Provider,
+    /// Give it to a provider run outside Corbel as `CORBEL_PROVIDER_TOKEN`.
+    /// Corbel stores only its hash.
+    token: String,
+}
+
+#[ComplexObject]
+impl ProviderWithToken {
+    async fn provider(&self) -> Provider {
+        Provider(self.provider.clone())
+    }
+}
+
+#[derive(InputObject)]
+pub struct CreateProviderInput {
+    name: String,
+    /// `https://`, `http://`, `git://`, `ssh://`, `file://` or a local path (as
+    /// the server's allowed list says).
+    git_url: String,
+    /// A tag, branch or commit; empty means the default branch.
+    #[graphql(name = "ref", default)]
+    git_ref: String,
+    /// Plain configuration values (a JSON object), shown by the API.
+    #[graphql(default_with = "Json(serde_json::json!({}))")]
+    config: Json<serde_json::Value>,
+    /// Secret configuration values (a JSON object): sent to the provider,
+    /// never shown.
+    #[graphql(default_with = "Json(serde_json::json!({}))")]
+    secret_config: Json<serde_json::Value>,
+    /// Load it now and at every server start.
+    #[graphql(default = true)]
+    auto_load: bool,
+}
+
+#[derive(InputObject)]
+pub struct UpdateProviderInput {
+    name: Option<String>,
+    git_url: Option<String>,
+    #[graphql(name = "ref")]
+    git_ref: Option<String>,
+    auto_load: Option<bool>,
+}
+
+#[derive(Default)]
+pub struct ProviderQuery;
+
+#[Object]
+impl ProviderQuery {
+    async fn providers(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> Result<Page<Provider>, ApiError> {
+        principal(ctx)?;
+        let (offset, limit) = window(first, after)?;
+        let all = state::<Providers>(ctx)?.list().await?;
+        let total = all.len() as u64;
+        let items = all
+            .into_iter()
+            .skip(offset as usize)
+            .take(limit as usize)
+            .map(Provider)
+            .collect();
+        Ok(page_of(items, offset, total))
+    }
+
+    async fn provider(&self, ctx: &Context<'_>, id: ID) -> Result<Provider, ApiError> {
+        principal(ctx)?;
+        let provider = state::<Providers>(ctx)?.get(parse_id(&id, "id")?).await?;
+        Ok(Provider(provider))
+    }
+}
+
+#[derive(Default)]
+pub struct ProviderMutation;
+
+#[Object]
+impl ProviderMutation {
+    /// Creates a provider; with `autoLoad` (the default) it starts loading at
+    /// once. The registration token is in the answer, this once.
+    async fn create_provider(
+        &self,
+        ctx: &Context<'_>,
+        input: CreateProviderInput,
+    ) -> Result<ProviderWithToken, ApiError> {
+        principal(ctx)?;
+        let (provider, token) = state::<Providers>(ctx)?
+            .create(domain::NewProvider {
+                name: input.name,
+                git_url: input.git_url,
+                git_ref: input.git_ref,
+                config: input.config.0,
+                secret_config: input.secret_config.0,
+                auto_load: input.auto_load,
+            })
+            .await?;
+        Ok(ProviderWithToken { provider, token })
+    }
+
+    /// Changes where the provider comes from; it takes effect at the next load.
+    async fn update_provider(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        input: UpdateProviderInput,
+    ) -> Result<Provider, ApiError> {
+        principal(ctx)?;
+        let provider = state::<Providers>(ctx)?
+            .update(
+                parse_id(&id, "id")?,
+                domain::ProviderPatch {
+                    name: input.name,
+                    git_url: input.git_url,
+                    git_ref: input.git_ref,
+                    auto_load: input.auto_load,
+                },
+            )
+            .await?;
+        Ok(Provider(provider))
+    }
+
+    /// Deletes a provider; refused (`CONFLICT`) while it is loaded.
+    async fn delete_provider(&self, ctx: &Context<'_>, id: ID) -> Result<bool, ApiError> {
+        principal(ctx)?;
+        state::<Providers>(ctx)?
+            .delete(parse_id(&id, "id")?)
+            .await?;
+        Ok(true)
+    }
+
+    /// Fetches, builds and starts the provider in the background; follow it
+    /// with `providerEvents` or its `status`.
+    async fn load_provider(&self, ctx: &Context<'_>, id: ID) -> Result<Provider, ApiError> {
+        principal(ctx)?;
+        let provider = state::<Providers>(ctx)?.load(parse_id(&id, "id")?).await?;
+        Ok(Provider(provider))
+    }
+
+    /// Stops the provider (SIGTERM, then SIGKILL after the grace period) and
+    /// answers once it has stopped.
+    async fn unload_provider(&self, ctx: &Context<'_>, id: ID) -> Result<Provider, ApiError> {
+        principal(ctx)?;
+        let provider = state::<Providers>(ctx)?
+            .unload(parse_id(&id, "id")?)
+            .await?;
+        Ok(Provider(provider))
+    }
+
+    /// Replaces the configuration. A connected provider gets it at once and it
+    /// is stored only if the provider takes it; `secretConfig` left out keeps
+    /// the secret values.
+    async fn configure_provider(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        config: Json<serde_json::Value>,
+        secret_config: Option<Json<serde_json::Value>>,
+    ) -> Result<Provider, ApiError> {
+        principal(ctx)?;
+        let provider = state::<Providers>(ctx)?
+            .configure(parse_id(&id, "id")?, config.0, secret_config.map(|j| j.0))
+            .await?;
+        Ok(Provider(provider))
+    }
+
+    /// A new registration token; the old one stops working at once.
+    async fn rotate_provider_token(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+    ) -> Result<ProviderWithToken, ApiError> {
+        principal(ctx)?;
+        let (provider, token) = state::<Providers>(ctx)?
+            .rotate_token(parse_id(&id, "id")?)
+            .await?;
+        Ok(ProviderWithToken { provider, token })
+    }
+}
+
+/// A provider's status change or output line.
+#[derive(SimpleObject)]
+pub struct ProviderEvent {
+    provider_id: ID,
+    /// Set on status changes (and status message updates, such as fetch
+    /// progress).
+    status: Option<ProviderStatus>,
+    message: Option<String>,
+    /// Set on output lines.
+    log: Option<ProviderLogLine>,
+    /// This many events were dropped because the subscriber fell behind.
+    missed: Option<u64>,
+}
+
+#[derive(Default)]
+pub struct ProviderSubscription;
+
+#[Subscription]
+impl ProviderSubscription {
+    /// One provider's status changes and output lines: first its status now,
+    /// then every change and line as it happens.
+    async fn provider_events(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+    ) -> Result<impl Stream<Item = ProviderEvent> + use<>, ApiError> {
+        principal(ctx)?;
+        let wanted = parse_id(&id, "id")?;
+        // Subscribe before reading the status, so nothing falls in between.
+        let live = state::<EventBus>(ctx)?.subscribe();
+        let now = state::<Providers>(ctx)?.get(wanted).await?;
+        let first = ProviderEvent {
+            provider_id: ID(wanted.to_string()),
+            status: Some(now.status.into()),
+            message: now.status_message,
+            log: None,
+            missed: None,
+        };
+        let live = live.filter_map(move |delivery| {
+            let event = match delivery {
+                Delivery::Lagged(missed) => Some(ProviderEvent {
+                    provider_id: ID(wanted.to_string()),
+                    status: None,
+                    message: None,
+                    log: None,
+                    missed: Some(missed),
+                }),
+                Delivery::Event(event) => match &*event {
+                    Event::ProviderStatus {
+                        provider_id,
+                        status,
+                        message,
+                    } if *provider_id == wanted => Some(ProviderEvent {
+                        provider_id: ID(provider_id.to_string()),
+                        status: Some((*status).into()),
+                        message: message.clone(),
+                        log: None,
+                        missed: None,
+                    }),
+                    Event::ProviderLog { provider_id, line } if *provider_id == wanted => {
+                        Some(ProviderEvent {
+                            provider_id: ID(provider_id.to_string()),
+                            status: None,
+                            message: None,
+                            log: Some(line.clone().into()),
+                            missed: None,
+                        })
+                    }
+                    Event::ProviderStatus { .. }
+                    | Event::ProviderLog { .. }
+                    | Event::UserLoggedIn { .. }
+                    | Event::ApiTokenCreated { .. }
+                    | Event::ApiTokenRevoked { .. }
+                    | Event::RepositorySync { .. } => None,
+                },
+            };
+            std::future::ready(event)
+        });
+        Ok(futures_util::stream::once(std::future::ready(first)).chain(live))
+    }
+}

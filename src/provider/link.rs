@@ -1,0 +1,226 @@
+//! The link: Corbel's client to one registered provider. Every call carries a
+//! deadline, both as the gRPC timeout the provider sees and as a local timer, so
+//! a provider that hangs costs its caller the deadline and a clear error, never
+//! a stuck request.
+
+use std::future::Future;
+use std::time::Duration;
+
+use corbel_proto::v1::provider_client::ProviderClient;
+use corbel_proto::v1::{self as proto};
+use tonic::transport::{Channel, Endpoint};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+/// Why a call through the link failed, in words for the user.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("provider did not answer {call} within {}ms", after.as_millis())]
+    Deadline { call: &'static str, after: Duration },
+    #[error("provider refused {call}: {message}")]
+    Refused {
+        call: &'static str,
+        code: tonic::Code,
+        message: String,
+    },
+    #[error("cannot reach the provider at {endpoint}: {message}")]
+    Unreachable { endpoint: String, message: String },
+}
+
+/// A connected provider.
+#[derive(Clone)]
+pub struct Link {
+    client: ProviderClient<Channel>,
+    health: HealthClient<Channel>,
+    deadline: Duration,
+}
+
+impl Link {
+    /// Dials `endpoint` (`unix:///…` or `http://127.0.0.1:…`).
+    pub async fn dial(endpoint: &str, deadline: Duration) -> Result<Link, LinkError> {
+        let unreachable = |message: String| LinkError::Unreachable {
+            endpoint: endpoint.to_owned(),
+            message,
+        };
+        let channel = Endpoint::from_shared(endpoint.to_owned())
+            .map_err(|e| unreachable(e.to_string()))?
+            .connect_timeout(deadline)
+            .connect()
+            .await
+            .map_err(|e| unreachable(error_chain(&e)))?;
+        Ok(Link {
+            client: ProviderClient::new(channel.clone())
+                .max_decoding_message_size(64 * 1024 * 1024),
+            health: HealthClient::new(channel),
+            deadline,
+        })
+    }
+
+    /// The provider's overall health (`grpc.health.v1`, service "").
+    pub async fn check_health(&self) -> Result<(), LinkError> {
+        let mut health = self.health.clone();
+        let answer = self
+            .call(
+                "Health.Check",
+                |request| async move { health.check(request).await },
+                HealthCheckRequest {
+                    service: String::new(),
+                },
+            )
+            .await?;
+        match answer.status() {
+            ServingStatus::Serving => Ok(()),
+            other => Err(LinkError::Refused {
+                call: "Health.Check",
+                code: tonic::Code::Unavailable,
+                message: format!("health is {}", other.as_str_name()),
+            }),
+        }
+    }
+
+    pub async fn configure(&self, config_json: String) -> Result<(), LinkError> {
+        let mut client = self.client.clone();
+        self.call(
+            "Configure",
+            |request| async move { client.configure(request).await },
+            proto::ConfigureRequest { config_json },
+        )
+        .await
+        .map(drop)
+    }
+
+    pub async fn list_nodes(&self) -> Result<Vec<proto::Node>, LinkError> {
+        let mut client = self.client.clone();
+        self.call(
+            "ListNodes",
+            |request| async move { client.list_nodes(request).await },
+            proto::ListNodesRequest {},
+        )
+        .await
+        .map(|r| r.nodes)
+    }
+
+    pub async fn get_element(
+        &self,
+        name: &str,
+        version: &str,
+    ) -> Result<proto::GetElementResponse, LinkError> {
+        let mut client = self.client.clone();
+        self.call(
+            "GetElement",
+            |request| async move { client.get_element(request).await },
+            proto::GetElementRequest {
+                name: name.to_owned(),
+                version: version.to_owned(),
+            },
+        )
+        .await
+    }
+
+    /// Opens the inventory stream. The deadline covers opening it; each entry
+    /// then has `deadline` to arrive (see [`Link::next`]).
+    pub async fn get_inventory(
+        &self,
+    ) -> Result<tonic::Streaming<proto::InventoryEntry>, LinkError> {
+        let mut client = self.client.clone();
+        self.call(
+            "GetInventory",
+            |request| async move { client.get_inventory(request).await },
+            proto::GetInventoryRequest {},
+        )
+        .await
+    }
+
+    /// Starts deploying one resource; its events follow on the stream.
+    pub async fn deploy_resource(
+        &self,
+        request: proto::DeployResourceRequest,
+    ) -> Result<tonic::Streaming<proto::ResourceEvent>, LinkError> {
+        let mut client = self.client.clone();
+        // No grpc-timeout header here: it would bound the whole step on the
+        // provider's side. The first event and each next one have the deadline.
+        let request = tonic::Request::new(request);
+        match tokio::time::timeout(self.deadline, client.deploy_resource(request)).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(refused("DeployResource", &status)),
+            Err(_) => Err(LinkError::Deadline {
+                call: "DeployResource",
+                after: self.deadline,
+            }),
+        }
+    }
+
+    /// The next message of a stream, bounded by the deadline.
+    pub async fn next<T>(
+        &self,
+        call: &'static str,
+        stream: &mut tonic::Streaming<T>,
+    ) -> Result<Option<T>, LinkError> {
+        match tokio::time::timeout(self.deadline, stream.message()).await {
+            Ok(Ok(item)) => Ok(item),
+            Ok(Err(status)) => Err(refused(call, &status)),
+            Err(_) => Err(LinkError::Deadline {
+                call,
+                after: self.deadline,
+            }),
+        }
+    }
+
+    /// One unary call with the deadline set on the request and enforced here.
+    async fn call<Req, Resp, F, Fut>(
+        &self,
+        call: &'static str,
+        send: F,
+        message: Req,
+    ) -> Result<Resp, LinkError>
+    where
+        F: FnOnce(tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        let mut request = tonic::Request::new(message);
+        request.set_timeout(self.deadline);
+        match tokio::time::timeout(self.deadline, send(request)).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) if is_deadline(&status) => Err(LinkError::Deadline {
+                call,
+                after: self.deadline,
+            }),
+            Ok(Err(status)) => Err(refused(call, &status)),
+            Err(_) => Err(LinkError::Deadline {
+                call,
+                after: self.deadline,
+            }),
+        }
+    }
+}
+
+/// The provider's side gave up at the deadline we sent: tonic answers
+/// `CANCELLED "Timeout expired"`, other servers `DEADLINE_EXCEEDED`.
+fn is_deadline(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::DeadlineExceeded
+        || (status.code() == tonic::Code::Cancelled && status.message() == "Timeout expired")
+}
+
+fn refused(call: &'static str, status: &tonic::Status) -> LinkError {
+    LinkError::Refused {
+        call,
+        code: status.code(),
+        message: if status.message().is_empty() {
+            format!("{:?}", status.code())
+        } else {
+            status.message().to_owned()
+        },
+    }
+}
+
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

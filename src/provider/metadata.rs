@@ -1,0 +1,525 @@
+//! `corbel-provider.yaml`, the file at the root of a provider's repository: its name,
+//! version, how to build and run it, and what it offers.
+//!
+//! Parsing is strict about shape (unknown keys are errors, since they are usually
+//! typos) and lenient about meaning where providers may be newer than this server:
+//! unknown features are kept, not refused. Every error names the file and the field.
+
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
+
+use serde::Deserialize;
+
+pub const FILE_NAME: &str = "corbel-provider.yaml";
+/// Larger files are refused unread: the file is a few lines, and it comes from
+/// someone else's repository.
+pub const MAX_SIZE: u64 = 64 * 1024;
+/// Features this server knows; others are kept so a newer provider still loads.
+pub const KNOWN_FEATURES: [&str; 7] = [
+    "deploy",
+    "destroy",
+    "inspect",
+    "nodes",
+    "data",
+    "power",
+    "repository",
+];
+const RUNTIMES: &str = "shell, docker";
+const MAX_NAME_LEN: usize = 64;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Metadata {
+    /// `[A-Za-z0-9._-]{1,64}`.
+    pub name: String,
+    /// May be empty.
+    pub description: String,
+    pub version: String,
+    pub author: Option<String>,
+    pub runtime: Runtime,
+    /// As written, unknown ones included; see [`KNOWN_FEATURES`].
+    pub features: Vec<String>,
+    pub resource_types: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Runtime {
+    /// `build` and `run` are shell command lines, run in the checkout.
+    Shell { build: Option<String>, run: String },
+    /// Paths relative to the checkout, never leaving it.
+    Docker { dockerfile: String, context: String },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetadataError {
+    #[error("{FILE_NAME} not found in {}", .dir.display())]
+    Missing { dir: PathBuf },
+    #[error("{} is not a regular file", .path.display())]
+    NotAFile { path: PathBuf },
+    #[error("{} is too large ({size} bytes; at most {MAX_SIZE} are allowed)", .path.display())]
+    TooLarge { path: PathBuf, size: u64 },
+    #[error("could not read {}: {source}", .path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The YAML does not have the expected shape; `message` names the field path.
+    #[error("{FILE_NAME}: {message}")]
+    Parse { message: String },
+    #[error("{FILE_NAME}: {field}: {message}")]
+    Invalid { field: String, message: String },
+}
+
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with name, version and runtime"
+)]
+struct RawMetadata {
+    name: String,
+    #[serde(default)]
+    description: String,
+    version: String,
+    #[serde(default)]
+    author: Option<String>,
+    runtime: String,
+    #[serde(default)]
+    shell: Option<RawShell>,
+    #[serde(default)]
+    docker: Option<RawDocker>,
+    #[serde(default)]
+    features: Vec<String>,
+    #[serde(default)]
+    resource_types: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with run and optionally build"
+)]
+struct RawShell {
+    #[serde(default)]
+    build: Option<String>,
+    run: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with dockerfile and context"
+)]
+struct RawDocker {
+    #[serde(default = "default_dockerfile")]
+    dockerfile: String,
+    #[serde(default = "default_context")]
+    context: String,
+}
+
+impl Default for RawDocker {
+    fn default() -> Self {
+        Self {
+            dockerfile: default_dockerfile(),
+            context: default_context(),
+        }
+    }
+}
+
+fn default_dockerfile() -> String {
+    "Dockerfile".to_owned()
+}
+
+fn default_context() -> String {
+    ".".to_owned()
+}
+
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> MetadataError {
+    MetadataError::Invalid {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// Parses and checks the text of a `corbel-provider.yaml`.
+pub fn parse(text: &str) -> Result<Metadata, MetadataError> {
+    let deserializer = serde_yaml_ng::Deserializer::from_str(text);
+    let raw: RawMetadata = serde_path_to_error::deserialize(deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        let inner = strip_yaml_path(&inner, &path);
+        let message = if path == "." {
+            inner.to_owned()
+        } else {
+            format!("{path}: {inner}")
+        };
+        MetadataError::Parse { message }
+    })?;
+    check(raw)
+}
+
+/// serde_yaml_ng prefixes some messages with its own idea of the path: `path`, or the
+/// map holding it (for an unknown key). `path` from serde_path_to_error is the precise
+/// one, so the other is removed.
+fn strip_yaml_path<'m>(message: &'m str, path: &str) -> &'m str {
+    let mut candidate = path;
+    loop {
+        if let Some(rest) = message
+            .strip_prefix(candidate)
+            .and_then(|rest| rest.strip_prefix(": "))
+        {
+            return rest;
+        }
+        match candidate.rfind(['.', '[']) {
+            Some(end) if end > 0 => candidate = &candidate[..end],
+            _ => return message,
+        }
+    }
+}
+
+fn check(raw: RawMetadata) -> Result<Metadata, MetadataError> {
+    if raw.name.is_empty() {
+        return Err(invalid("name", "must not be empty"));
+    }
+    if raw.name.len() > MAX_NAME_LEN {
+        return Err(invalid(
+            "name",
+            format!("must be at most {MAX_NAME_LEN} characters"),
+        ));
+    }
+    let name_ok = |c: char| c.is_ascii_alphanumeric() || "._-".contains(c);
+    if !raw.name.chars().all(name_ok) || raw.name == "." || raw.name == ".." {
+        return Err(invalid(
+            "name",
+            format!(
+                "`{}` may only contain letters, digits, `.`, `_` and `-`",
+                raw.name.escape_default()
+            ),
+        ));
+    }
+    if raw.version.trim().is_empty() {
+        return Err(invalid("version", "must not be empty"));
+    }
+    let runtime = match raw.runtime.as_str() {
+        "shell" => {
+            let shell = raw
+                .shell
+                .ok_or_else(|| invalid("shell", "is required when runtime is `shell`"))?;
+            let run = shell.run.filter(|r| !r.trim().is_empty());
+            let run = run.ok_or_else(|| invalid("shell.run", "must not be empty"))?;
+            let build = shell.build.filter(|b| !b.trim().is_empty());
+            Runtime::Shell { build, run }
+        }
+        "docker" => {
+            let docker = raw.docker.unwrap_or_default();
+            check_relative("docker.dockerfile", &docker.dockerfile)?;
+            check_relative("docker.context", &docker.context)?;
+            Runtime::Docker {
+                dockerfile: docker.dockerfile,
+                context: docker.context,
+            }
+        }
+        other => {
+            return Err(invalid(
+                "runtime",
+                format!(
+                    "unknown runtime `{}` (expected one of: {RUNTIMES})",
+                    other.escape_default()
+                ),
+            ));
+        }
+    };
+    for (i, feature) in raw.features.iter().enumerate() {
+        if feature.trim().is_empty() {
+            return Err(invalid(format!("features[{i}]"), "must not be empty"));
+        }
+    }
+    for (i, kind) in raw.resource_types.iter().enumerate() {
+        if kind.is_empty() || kind.chars().any(char::is_whitespace) {
+            return Err(invalid(
+                format!("resource_types[{i}]"),
+                format!(
+                    "`{}` must be non-empty and without whitespace",
+                    kind.escape_default()
+                ),
+            ));
+        }
+    }
+    Ok(Metadata {
+        name: raw.name,
+        description: raw.description,
+        version: raw.version,
+        author: raw.author,
+        runtime,
+        features: raw.features,
+        resource_types: raw.resource_types,
+    })
+}
+
+/// A path inside the checkout: relative, without `..`.
+fn check_relative(field: &str, path: &str) -> Result<(), MetadataError> {
+    let escapes = Path::new(path)
+        .components()
+        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir));
+    if path.trim().is_empty() || escapes {
+        return Err(invalid(
+            field,
+            format!(
+                "`{}` must be a relative path inside the repository",
+                path.escape_default()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Reads and parses `dir/corbel-provider.yaml`. Symlinks are refused: the file is
+/// someone else's, and parse errors quote what they read.
+pub fn load(dir: &Path) -> Result<Metadata, MetadataError> {
+    let path = dir.join(FILE_NAME);
+    let read_error = |source| MetadataError::Read {
+        path: path.clone(),
+        source,
+    };
+    let meta = match std::fs::symlink_metadata(&path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(MetadataError::Missing {
+                dir: dir.to_owned(),
+            });
+        }
+        Err(e) => return Err(read_error(e)),
+    };
+    if !meta.is_file() {
+        return Err(MetadataError::NotAFile { path });
+    }
+    let too_large = |size| MetadataError::TooLarge {
+        path: path.clone(),
+        size,
+    };
+    if meta.len() > MAX_SIZE {
+        return Err(too_large(meta.len()));
+    }
+    // The file may grow between the stat and the read: read one byte past the limit.
+    let mut bytes = Vec::new();
+    std::fs::File::open(&path)
+        .and_then(|file| file.take(MAX_SIZE + 1).read_to_end(&mut bytes))
+        .map_err(read_error)?;
+    if bytes.len() as u64 > MAX_SIZE {
+        return Err(too_large(bytes.len() as u64));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| MetadataError::Parse {
+        message: "the file is not valid UTF-8".to_owned(),
+    })?;
+    parse(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHELL: &str = "\
+name: process
+description: Runs resources as local processes
+version: 0.1.0
+author: someone
+runtime: shell
+shell:
+  build: cargo build --release
+  run: target/release/corbel-provider-process
+features: [deploy, destroy, inspect, nodes]
+resource_types: [process.v1.service]
+";
+
+    fn error(text: &str) -> String {
+        match parse(text) {
+            Ok(metadata) => panic!("expected an error, parsed {metadata:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn parses_a_shell_provider() {
+        let metadata = parse(SHELL).expect("valid");
+        assert_eq!(
+            metadata,
+            Metadata {
+                name: "process".into(),
+                description: "Runs resources as local processes".into(),
+                version: "0.1.0".into(),
+                author: Some("someone".into()),
+                runtime: Runtime::Shell {
+                    build: Some("cargo build --release".into()),
+                    run: "target/release/corbel-provider-process".into(),
+                },
+                features: ["deploy", "destroy", "inspect", "nodes"]
+                    .map(String::from)
+                    .to_vec(),
+                resource_types: vec!["process.v1.service".into()],
+            }
+        );
+    }
+
+    #[test]
+    fn parses_a_docker_provider_with_defaults() {
+        let text = "name: docker\nversion: 1.2.0\nruntime: docker\n\
+                    shell:\n  run: ignored\nfeatures: [deploy, teleport]\n";
+        let metadata = parse(text).expect("valid");
+        assert_eq!(
+            metadata.runtime,
+            Runtime::Docker {
+                dockerfile: "Dockerfile".into(),
+                context: ".".into()
+            }
+        );
+        assert_eq!(metadata.author, None);
+        assert_eq!(metadata.description, "");
+        // An unknown feature is kept for a newer provider, not refused.
+        assert_eq!(metadata.features, ["deploy", "teleport"]);
+        assert!(metadata.resource_types.is_empty());
+
+        let text = "name: d\nversion: '1'\nruntime: docker\n\
+                    docker: {dockerfile: build/Containerfile, context: build}\n";
+        assert_eq!(
+            parse(text).expect("valid").runtime,
+            Runtime::Docker {
+                dockerfile: "build/Containerfile".into(),
+                context: "build".into()
+            }
+        );
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            (
+                "- a\n".to_owned(),
+                "corbel-provider.yaml: invalid type: sequence, expected a mapping with name",
+            ),
+            (
+                SHELL.replace("author:", "autor:"),
+                "corbel-provider.yaml: autor: unknown field `autor`, expected one of `name`",
+            ),
+            (
+                SHELL.replace(
+                    "  run: target/release/corbel-provider-process",
+                    "  run: [a, b]",
+                ),
+                "corbel-provider.yaml: shell.run: invalid type: sequence, expected a string",
+            ),
+            (
+                SHELL.replace("  build:", "  biuld:"),
+                "corbel-provider.yaml: shell.biuld: unknown field `biuld`",
+            ),
+            (
+                SHELL.replace("version: 0.1.0\n", ""),
+                "corbel-provider.yaml: missing field `version`",
+            ),
+            (
+                SHELL.replace("name: process", "name: my provider"),
+                "corbel-provider.yaml: name: `my provider` may only contain",
+            ),
+            (
+                SHELL.replace("name: process", "name: ''"),
+                "corbel-provider.yaml: name: must not be empty",
+            ),
+            (
+                SHELL.replace("name: process", &format!("name: {}", "x".repeat(65))),
+                "corbel-provider.yaml: name: must be at most 64 characters",
+            ),
+            (
+                SHELL.replace("version: 0.1.0", "version: ''"),
+                "corbel-provider.yaml: version: must not be empty",
+            ),
+            (
+                SHELL.replace("  run: target/release/corbel-provider-process\n", ""),
+                "corbel-provider.yaml: shell.run: must not be empty",
+            ),
+            (
+                "name: a\nversion: '1'\nruntime: shell\n".to_owned(),
+                "corbel-provider.yaml: shell: is required when runtime is `shell`",
+            ),
+            (
+                SHELL.replace("runtime: shell", "runtime: podman"),
+                "corbel-provider.yaml: runtime: unknown runtime `podman` (expected one of: shell, docker)",
+            ),
+            (
+                SHELL.replace("[deploy, destroy", "[deploy, ''"),
+                "corbel-provider.yaml: features[1]: must not be empty",
+            ),
+            (
+                SHELL.replace("[process.v1.service]", "[ok, 'a b']"),
+                "corbel-provider.yaml: resource_types[1]: `a b` must be non-empty and without whitespace",
+            ),
+            (
+                "name: d\nversion: '1'\nruntime: docker\ndocker: {context: ../..}\n".to_owned(),
+                "corbel-provider.yaml: docker.context: `../..` must be a relative path",
+            ),
+        ];
+        for (text, expected) in cases {
+            let message = error(&text);
+            assert!(
+                message.starts_with(expected),
+                "got: {message}\nwanted: {expected}"
+            );
+        }
+        // Wrong types carry the YAML position.
+        let message = error(&SHELL.replace(
+            "  run: target/release/corbel-provider-process",
+            "  run: [a, b]",
+        ));
+        assert!(message.contains("line 8"), "{message}");
+    }
+
+    #[test]
+    fn alias_bomb_is_refused_quickly() {
+        let mut text = String::from(
+            "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
+        );
+        for level in b'b'..=b'i' {
+            let previous = (level - 1) as char;
+            let level = level as char;
+            let refs = vec![format!("*{previous}"); 9].join(",");
+            text.push_str(&format!("{level}: &{level} [{refs}]\n"));
+        }
+        text.push_str("features: *i\n");
+        let started = std::time::Instant::now();
+        let message = error(&text);
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        assert!(message.starts_with("corbel-provider.yaml: "), "{message}");
+        // It is a real bomb: expanded in full, serde_yaml_ng stops it.
+        let expanded = serde_yaml_ng::from_str::<serde_yaml_ng::Value>(&text);
+        let expanded = expanded.expect_err("repetition limit").to_string();
+        assert!(expanded.contains("repetition limit exceeded"), "{expanded}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    }
+
+    #[test]
+    fn load_reads_the_file_from_a_directory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let error = load(dir.path()).expect_err("missing");
+        assert!(matches!(error, MetadataError::Missing { .. }));
+        assert_eq!(
+            error.to_string(),
+            format!("corbel-provider.yaml not found in {}", dir.path().display())
+        );
+
+        std::fs::write(dir.path().join(FILE_NAME), SHELL).expect("write");
+        assert_eq!(load(dir.path()).expect("valid").name, "process");
+
+        let big = format!("{SHELL}#{}\n", "x".repeat(MAX_SIZE as usize));
+        std::fs::write(dir.path().join(FILE_NAME), big).expect("write");
+        assert!(matches!(
+            load(dir.path()),
+            Err(MetadataError::TooLarge { .. })
+        ));
+
+        let other = tempfile::tempdir().expect("tempdir");
+        std::fs::remove_file(dir.path().join(FILE_NAME)).expect("rm");
+        std::fs::write(other.path().join("secret"), SHELL).expect("write");
+        std::os::unix::fs::symlink(other.path().join("secret"), dir.path().join(FILE_NAME))
+            .expect("symlink");
+        assert!(matches!(
+            load(dir.path()),
+            Err(MetadataError::NotAFile { .. })
+        ));
+    }
+}

@@ -1,0 +1,345 @@
+//! The registry: the gRPC service providers register with, on a unix socket in
+//! the data directory (`CORBEL_REGISTRY`).
+//!
+//! Registration is where a provider becomes usable: the token is checked, the
+//! provider's endpoint dialled, its health checked and its configuration sent,
+//! all before `Register` answers. The registry also serves `grpc.health.v1` with
+//! the service `corbel.provider.v1.Registry`: providers watch it, and exit when
+//! their server goes away.
+
+use std::future::Future;
+use std::path::Path;
+use std::time::Duration;
+
+use chrono::Utc;
+use corbel_proto::v1::registry_server::{Registry, RegistryServer};
+use corbel_proto::v1::{
+    HandshakeRequest, HandshakeResponse, RegisterRequest, RegisterResponse, UnregisterRequest,
+    UnregisterResponse,
+};
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+use tonic_health::ServingStatus;
+use uuid::Uuid;
+
+use super::link::Link;
+use super::state::{Connection, Slot};
+use super::{ProviderStatus, Providers, rows, same_secret, token_hash};
+
+/// The name providers watch in `grpc.health.v1`.
+pub const REGISTRY_SERVICE: &str = "corbel.provider.v1.Registry";
+
+/// Longest path a unix socket address holds on Linux.
+const MAX_SOCKET_PATH: usize = 107;
+
+/// Binds the registry socket (replacing a stale one) and returns the future
+/// that serves it until `stop` is cancelled.
+pub async fn serve_registry(
+    providers: Providers,
+    stop: CancellationToken,
+) -> anyhow::Result<impl Future<Output = ()> + Send + 'static> {
+    use anyhow::Context as _;
+    let settings = providers.settings();
+    let path = settings.registry_socket();
+    check_socket_path(&path)?;
+    tokio::fs::create_dir_all(settings.socket_dir())
+        .await
+        .with_context(|| format!("creating {}", settings.socket_dir().display()))?;
+    match tokio::fs::remove_file(&path).await {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
+    }
+    let listener =
+        UnixListener::bind(&path).with_context(|| format!("binding {}", path.display()))?;
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter
+        .set_service_status(REGISTRY_SERVICE, ServingStatus::Serving)
+        .await;
+    tracing::info!(socket = %path.display(), "provider registry listening");
+    Ok(async move {
+        let shutdown = {
+            let stop = stop.clone();
+            async move {
+                stop.cancelled().await;
+                // Watchers see NOT_SERVING, then the stream ends.
+                reporter
+                    .set_service_status(REGISTRY_SERVICE, ServingStatus::NotServing)
+                    .await;
+            }
+        };
+        let server = tonic::transport::Server::builder()
+            .add_service(health)
+            .add_service(RegistryServer::new(RegistryService { providers }))
+            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown);
+        // Providers' health watches are endless streams: once stopping, give them
+        // a moment to notice and then end the server regardless.
+        tokio::select! {
+            result = server => {
+                if let Err(e) = result {
+                    tracing::error!(error = %e, "provider registry failed");
+                }
+            }
+            _ = async {
+                stop.cancelled().await;
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            } => {}
+        }
+        let _ = std::fs::remove_file(&path);
+    })
+}
+
+pub fn check_socket_path(path: &Path) -> anyhow::Result<()> {
+    let len = path.as_os_str().len();
+    if len > MAX_SOCKET_PATH {
+        anyhow::bail!(
+            "the socket path {} is {len} bytes long; unix sockets allow {MAX_SOCKET_PATH}: choose a shorter data directory",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+struct RegistryService {
+    providers: Providers,
+}
+
+#[tonic::async_trait]
+impl Registry for RegistryService {
+    async fn handshake(
+        &self,
+        request: Request<HandshakeRequest>,
+    ) -> Result<Response<HandshakeResponse>, Status> {
+        let theirs = request.into_inner().supported_versions;
+        match corbel_proto::negotiate(corbel_proto::SUPPORTED_VERSIONS, &theirs) {
+            Ok(chosen) => Ok(Response::new(HandshakeResponse {
+                chosen_version: chosen,
+                server_versions: corbel_proto::SUPPORTED_VERSIONS.to_vec(),
+            })),
+            Err(message) => {
+                tracing::warn!(provider.versions = ?theirs, "handshake refused: {message}");
+                Err(Status::failed_precondition(format!(
+                    "handshake refused: {message}"
+                )))
+            }
+        }
+    }
+
+    async fn register(
+        &self,
+        request: Request<RegisterRequest>,
+    ) -> Result<Response<RegisterResponse>, Status> {
+        let session = self.providers.register(request.into_inner()).await?;
+        Ok(Response::new(RegisterResponse { session }))
+    }
+
+    async fn unregister(
+        &self,
+        request: Request<UnregisterRequest>,
+    ) -> Result<Response<UnregisterResponse>, Status> {
+        let request = request.into_inner();
+        let id = parse_id(&request.id)?;
+        self.providers.unregister(id, &request.session).await;
+        Ok(Response::new(UnregisterResponse {}))
+    }
+}
+
+fn parse_id(raw: &str) -> Result<Uuid, Status> {
+    Uuid::parse_str(raw)
+        .map_err(|_| Status::invalid_argument(format!("id: `{raw}` is not a provider id")))
+}
+
+impl Providers {
+    async fn register(&self, request: RegisterRequest) -> Result<String, Status> {
+        let id = parse_id(&request.id)?;
+        let row = rows::find(&self.inner.db, id)
+            .await
+            .map_err(|e| {
+                tracing::error!(provider.id = %id, error = %e, "cannot read the provider");
+                Status::internal("cannot read the provider")
+            })?
+            .ok_or_else(|| Status::not_found(format!("no provider with id {id}")))?;
+        let slot = self.slot(id);
+
+        let launched = slot
+            .launch_token()
+            .is_some_and(|t| same_secret(&t, &request.token));
+        let stored = same_secret(&token_hash(&request.token), &row.token_hash);
+        if !(launched || stored) {
+            let message = "registration refused: the token does not match".to_owned();
+            tracing::warn!(provider.id = %id, provider.name = %row.name, "{message}");
+            self.note(&slot, &message);
+            self.set_message(&slot, message.clone());
+            return Err(Status::permission_denied(format!(
+                "{message} provider `{}`",
+                row.name
+            )));
+        }
+        if !corbel_proto::SUPPORTED_VERSIONS.contains(&request.protocol_version) {
+            return Err(Status::failed_precondition(format!(
+                "protocol version {} was not agreed: this server speaks {:?}; call Handshake first",
+                request.protocol_version,
+                corbel_proto::SUPPORTED_VERSIONS
+            )));
+        }
+        if slot.status() == ProviderStatus::Unloading {
+            return Err(Status::unavailable("the provider is being unloaded"));
+        }
+        let endpoint = self.check_endpoint(&request.endpoint)?;
+
+        let refuse = |slot: &Slot, message: String| {
+            tracing::warn!(provider.id = %id, "registration failed: {message}");
+            self.note(slot, &format!("registration failed: {message}"));
+            Status::failed_precondition(message)
+        };
+        let link = Link::dial(&endpoint, self.inner.settings.call_timeout)
+            .await
+            .map_err(|e| refuse(&slot, e.to_string()))?;
+        link.check_health()
+            .await
+            .map_err(|e| refuse(&slot, e.to_string()))?;
+        let config = super::merge(
+            &super::parse_object(&row.config).map_err(|e| refuse(&slot, e.to_string()))?,
+            &super::parse_object(&row.secret_config).map_err(|e| refuse(&slot, e.to_string()))?,
+        );
+        link.configure(config.to_string())
+            .await
+            .map_err(|e| refuse(&slot, e.to_string()))?;
+
+        let (features, ignored): (Vec<String>, Vec<String>) = request
+            .features
+            .into_iter()
+            .partition(|f| corbel_proto::KNOWN_FEATURES.contains(&f.as_str()));
+        if !ignored.is_empty() {
+            tracing::debug!(provider.id = %id, features = ?ignored, "unknown features ignored");
+        }
+        let session = Uuid::new_v4().to_string();
+        let monitor = self.inner.stopping.child_token();
+        let replaced = slot.connect(Connection {
+            link: link.clone(),
+            session: session.clone(),
+            features: features.clone(),
+            resource_types: request.resource_types.clone(),
+            monitor: monitor.clone(),
+        });
+        if let Some(old) = replaced {
+            old.monitor.cancel();
+            self.note(&slot, "registered again: the previous link is replaced");
+        }
+        let now = Utc::now();
+        if let Err(e) = rows::set_registered(
+            &self.inner.db,
+            id,
+            serde_json::to_string(&features).unwrap_or_else(|_| "[]".into()),
+            serde_json::to_string(&request.resource_types).unwrap_or_else(|_| "[]".into()),
+            now,
+        )
+        .await
+        {
+            tracing::error!(provider.id = %id, error = %e, "cannot store the registration");
+        }
+        self.note(
+            &slot,
+            &format!(
+                "registered: {} {} (protocol {}) at {endpoint}",
+                request.name, request.version, request.protocol_version
+            ),
+        );
+        self.set_status(&slot, ProviderStatus::Connected, None)
+            .await;
+        self.inner.tasks.spawn(
+            self.clone()
+                .monitor(slot.clone(), link, session.clone(), monitor),
+        );
+        Ok(session)
+    }
+
+    async fn unregister(&self, id: Uuid, session: &str) {
+        let slot = self.slot(id);
+        if slot.disconnect(Some(session)).is_none() {
+            return; // a stale session: nothing to do
+        }
+        self.note(&slot, "unregistered");
+        if slot.status() != ProviderStatus::Unloading {
+            self.set_status(
+                &slot,
+                ProviderStatus::Disconnected,
+                Some("the provider unregistered".into()),
+            )
+            .await;
+        }
+    }
+
+    /// Only endpoints Corbel can trust to be the provider's own: a socket in
+    /// the socket directory, or a loopback TCP port.
+    fn check_endpoint(&self, endpoint: &str) -> Result<String, Status> {
+        if let Some(path) = endpoint.strip_prefix("unix://") {
+            let path = Path::new(path);
+            let dir = self.inner.settings.socket_dir();
+            if path.is_absolute()
+                && path.starts_with(&dir)
+                && !path
+                    .components()
+                    .any(|c| c == std::path::Component::ParentDir)
+            {
+                return Ok(endpoint.to_owned());
+            }
+            return Err(Status::invalid_argument(format!(
+                "endpoint: `{endpoint}` is not a socket in {}",
+                dir.display()
+            )));
+        }
+        if let Ok(url) = url::Url::parse(endpoint)
+            && url.scheme() == "http"
+            && matches!(url.host_str(), Some("127.0.0.1" | "[::1]" | "localhost"))
+            && url.port().is_some()
+        {
+            return Ok(endpoint.to_owned());
+        }
+        Err(Status::invalid_argument(format!(
+            "endpoint: `{endpoint}` must be unix://<socket in CORBEL_SOCKET_DIR> or http://127.0.0.1:<port>"
+        )))
+    }
+
+    /// Health-checks one link until it is replaced, dropped or fails twice in a
+    /// row; a failed link is dropped and the provider marked `DISCONNECTED`.
+    async fn monitor(
+        self,
+        slot: std::sync::Arc<Slot>,
+        link: Link,
+        session: String,
+        stop: CancellationToken,
+    ) {
+        let interval = self.inner.settings.health_interval;
+        let mut failures = 0;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(interval) => {}
+            }
+            match link.check_health().await {
+                Ok(()) => {
+                    failures = 0;
+                    slot.saw(Utc::now());
+                }
+                Err(e) => {
+                    failures += 1;
+                    if failures < 2 {
+                        continue;
+                    }
+                    if slot.disconnect(Some(&session)).is_some() {
+                        let message = format!("health check failed: {e}");
+                        self.note(&slot, &message);
+                        if slot.status() != ProviderStatus::Unloading {
+                            self.set_status(&slot, ProviderStatus::Disconnected, Some(message))
+                                .await;
+                        }
+                    }
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! Runtimes: how a fetched provider is built and started. One trait; the shell
+//! runtime lives here, the Docker runtime comes later behind the same trait.
+//!
+//! A started provider runs in its own process group so that stopping it reaches
+//! everything it spawned: SIGTERM to the group, SIGKILL after a grace period.
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, Command};
+use tokio::task::JoinHandle;
+
+use super::logs::{LogSink, LogStream};
+
+/// Lines of output quoted in a failure message.
+const TAIL_LINES: usize = 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("build command `{command}` failed ({status}); last output:\n{tail}")]
+    BuildFailed {
+        command: String,
+        status: String,
+        tail: String,
+    },
+    #[error("build command `{command}` did not finish within {}s; last output:\n{tail}", after.as_secs())]
+    BuildTimedOut {
+        command: String,
+        after: Duration,
+        tail: String,
+    },
+    #[error("cannot start `{command}`: {source}")]
+    Spawn {
+        command: String,
+        source: std::io::Error,
+    },
+    #[error("the {0} runtime is not available in this build")]
+    Unsupported(&'static str),
+}
+
+/// What a runtime needs to build or start one provider.
+pub struct Job {
+    pub source_dir: PathBuf,
+    pub logs: LogSink,
+    pub build_timeout: Duration,
+}
+
+/// How a provider is built and run, from its `corbel-provider.yaml`.
+#[async_trait::async_trait]
+pub trait Runtime: Send + Sync {
+    async fn build(&self, job: &Job) -> Result<(), RuntimeError>;
+    /// Starts the provider with `env` added to its environment.
+    async fn start(
+        &self,
+        job: &Job,
+        env: &[(String, String)],
+    ) -> Result<Box<dyn Running>, RuntimeError>;
+}
+
+/// A started provider.
+#[async_trait::async_trait]
+pub trait Running: Send {
+    /// Resolves when it exits, saying how. Cancel-safe.
+    async fn wait(&mut self) -> String;
+    /// Stops it: a polite signal, then a forced one after `grace`.
+    async fn stop(&mut self, grace: Duration);
+}
+
+/// `shell.build` and `shell.run`, through `sh -c` in the source directory.
+pub struct ShellRuntime {
+    pub build: Option<String>,
+    pub run: String,
+}
+
+#[async_trait::async_trait]
+impl Runtime for ShellRuntime {
+    async fn build(&self, job: &Job) -> Result<(), RuntimeError> {
+        let Some(command) = self.build.as_deref().filter(|c| !c.trim().is_empty()) else {
+            return Ok(());
+        };
+        job.logs
+            .line(LogStream::Corbel, &format!("building: {command}"));
+        let mut child = shell(command, &job.source_dir, &[])
+            .spawn()
+            .map_err(|source| RuntimeError::Spawn {
+                command: command.to_owned(),
+                source,
+            })?;
+        let readers = capture(&mut child, &job.logs, LogStream::Build, LogStream::Build);
+        let mut process = Process { child, readers };
+        match tokio::time::timeout(job.build_timeout, process.child.wait()).await {
+            Ok(Ok(status)) => {
+                process.drain().await;
+                if status.success() {
+                    Ok(())
+                } else {
+                    Err(RuntimeError::BuildFailed {
+                        command: command.to_owned(),
+                        status: describe(status),
+                        tail: job.logs.tail(TAIL_LINES),
+                    })
+                }
+            }
+            Ok(Err(e)) => Err(RuntimeError::BuildFailed {
+                command: command.to_owned(),
+                status: format!("cannot wait for it: {e}"),
+                tail: job.logs.tail(TAIL_LINES),
+            }),
+            Err(_) => {
+                process.stop(Duration::from_secs(2)).await;
+                Err(RuntimeError::BuildTimedOut {
+                    command: command.to_owned(),
+                    after: job.build_timeout,
+                    tail: job.logs.tail(TAIL_LINES),
+                })
+            }
+        }
+    }
+
+    async fn start(
+        &self,
+        job: &Job,
+        env: &[(String, String)],
+    ) -> Result<Box<dyn Running>, RuntimeError> {
+        job.logs
+            .line(LogStream::Corbel, &format!("starting: {}", self.run));
+        let mut child = shell(&self.run, &job.source_dir, env)
+            .spawn()
+            .map_err(|source| RuntimeError::Spawn {
+                command: self.run.clone(),
+                source,
+            })?;
+        let readers = capture(&mut child, &job.logs, LogStream::Stdout, LogStream::Stderr);
+        Ok(Box::new(Process { child, readers }))
+    }
+}
+
+/// A child in its own process group, with its output being read.
+struct Process {
+    child: Child,
+    readers: Vec<JoinHandle<()>>,
+}
+
+impl Process {
+    fn signal_group(&self, signal: Signal) {
+        if let Some(pid) = self.child.id() {
+            // The group id is the child's pid (process_group(0)). A group that is
+            // already gone is fine.
+            let _ = killpg(Pid::from_raw(pid as i32), signal);
+        }
+    }
+
+    /// Waits until both output readers reach end of file, so the last lines are
+    /// in the log before anyone quotes it.
+    async fn drain(&mut self) {
+        for reader in self.readers.drain(..) {
+            let _ = tokio::time::timeout(Duration::from_secs(2), reader).await;
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Running for Process {
+    async fn wait(&mut self) -> String {
+        let status = self.child.wait().await;
+        self.drain().await;
+        match status {
+            Ok(status) => describe(status),
+            Err(e) => format!("lost track of it: {e}"),
+        }
+    }
+
+    async fn stop(&mut self, grace: Duration) {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            // The leader is gone, but what it spawned may linger in the group.
+            self.signal_group(Signal::SIGKILL);
+            return;
+        }
+        self.signal_group(Signal::SIGTERM);
+        if tokio::time::timeout(grace, self.child.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                grace_ms = grace.as_millis() as u64,
+                "provider ignored SIGTERM; killing its process group"
+            );
+        }
+        self.signal_group(Signal::SIGKILL);
+        let _ = self.child.wait().await;
+        self.drain().await;
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        // Never leave a provider behind when its handle goes (a panic, an
+        // aborted task): it would hold its socket and keep running unseen.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.signal_group(Signal::SIGKILL);
+        }
+    }
+}
+
+/// `sh -c command` in `dir`, in a new process group, with Corbel's own settings
+/// (`CORBEL_*`, which may hold secrets) removed from the inherited environment.
+fn shell(command: &str, dir: &Path, env: &[(String, String)]) -> Command {
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(command)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("CORBEL_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
+    cmd
+}
+
+fn capture(
+    child: &mut Child,
+    logs: &LogSink,
+    out: LogStream,
+    err: LogStream,
+) -> Vec<JoinHandle<()>> {
+    let mut readers = Vec::new();
+    if let Some(stdout) = child.stdout.take() {
+        readers.push(tokio::spawn(pump(stdout, logs.clone(), out)));
+    }
+    if let Some(stderr) = child.stderr.take() {
+        readers.push(tokio::spawn(pump(stderr, logs.clone(), err)));
+    }
+    readers
+}
+
+async fn pump(from: impl AsyncRead + Unpin, logs: LogSink, stream: LogStream) {
+    let mut lines = BufReader::new(from).lines();
+    loop {
+        match lines.next_line().await {
+            Ok(Some(line)) => logs.line(stream, &line),
+            Ok(None) => break,
+            // Not UTF-8, or the pipe broke: note it and stop reading.
+            Err(e) => {
+                logs.line(LogStream::Corbel, &format!("output unreadable: {e}"));
+                break;
+            }
+        }
+    }
+}
+
+fn describe(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(signal)) => match Signal::try_from(signal) {
+            Ok(s) => format!("killed by {s}"),
+            Err(_) => format!("killed by signal {signal}"),
+        },
+        (None, None) => status.to_string(),
+    }
+}

@@ -1,0 +1,251 @@
+//! What Corbel knows about one provider while it runs: its live status, its
+//! link, its supervisor's mailbox and its log ring. The row in the database
+//! trails this; the API overlays it on the row.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use chrono::{DateTime, Utc};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::link::Link;
+use super::logs::{LogLine, LogRing, LogSink, LogStream};
+use super::{Provider, ProviderStatus, Providers, rows};
+use crate::events::Event;
+
+/// What a supervisor can be told.
+pub(super) enum Command {
+    /// Stop the provider and end; the sender hears when it is done.
+    Unload(oneshot::Sender<()>),
+}
+
+/// A registered provider's link.
+pub(super) struct Connection {
+    pub link: Link,
+    pub session: String,
+    pub features: Vec<String>,
+    pub resource_types: Vec<String>,
+    /// Stops this link's health monitor.
+    pub monitor: CancellationToken,
+}
+
+#[derive(Default)]
+struct SlotState {
+    /// `None` until something happens to it in this process: the row knows.
+    status: Option<(ProviderStatus, Option<String>)>,
+    connection: Option<Connection>,
+    /// The token given to the process Corbel started last; accepted along with
+    /// the stored one, and forgotten when that process stops.
+    launch_token: Option<String>,
+    supervisor: Option<mpsc::Sender<Command>>,
+    last_seen: Option<DateTime<Utc>>,
+    restarts: Option<i32>,
+}
+
+pub(super) struct Slot {
+    pub id: Uuid,
+    state: Mutex<SlotState>,
+    ring: Arc<Mutex<LogRing>>,
+    /// Bumped whenever the link is set or lost; supervisors wait on it.
+    changed: watch::Sender<u64>,
+}
+
+impl Slot {
+    fn new(id: Uuid, log_lines: usize) -> Self {
+        Self {
+            id,
+            state: Mutex::default(),
+            ring: Arc::new(Mutex::new(LogRing::new(log_lines))),
+            changed: watch::channel(0).0,
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, SlotState> {
+        self.state.lock().expect("a slot's state is never poisoned")
+    }
+
+    pub fn status(&self) -> ProviderStatus {
+        self.state()
+            .status
+            .as_ref()
+            .map_or(ProviderStatus::Unloaded, |(s, _)| *s)
+    }
+
+    /// A supervisor runs it, or it is registered (perhaps from outside).
+    pub fn is_loaded(&self) -> bool {
+        let state = self.state();
+        state.supervisor.is_some() || state.connection.is_some()
+    }
+
+    pub fn link(&self) -> Option<Link> {
+        self.state().connection.as_ref().map(|c| c.link.clone())
+    }
+
+    pub fn session(&self) -> Option<String> {
+        self.state().connection.as_ref().map(|c| c.session.clone())
+    }
+
+    pub fn logs(&self, n: usize) -> Vec<LogLine> {
+        self.ring
+            .lock()
+            .expect("the log ring is never poisoned")
+            .last(n)
+    }
+
+    pub fn watch(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    pub fn launch_token(&self) -> Option<String> {
+        self.state().launch_token.clone()
+    }
+
+    pub fn set_launch_token(&self, token: Option<String>) {
+        self.state().launch_token = token;
+    }
+
+    pub fn supervisor(&self) -> Option<mpsc::Sender<Command>> {
+        self.state().supervisor.clone()
+    }
+
+    /// Claims the slot for a new supervisor; `false` if one runs already.
+    pub fn claim(&self, mailbox: mpsc::Sender<Command>) -> bool {
+        let mut state = self.state();
+        if state.supervisor.is_some() {
+            return false;
+        }
+        state.supervisor = Some(mailbox);
+        true
+    }
+
+    pub fn release(&self) {
+        self.state().supervisor = None;
+    }
+
+    /// Installs a new link, handing back the one it replaces.
+    pub fn connect(&self, connection: Connection) -> Option<Connection> {
+        let old = {
+            let mut state = self.state();
+            state.last_seen = Some(Utc::now());
+            state.connection.replace(connection)
+        };
+        self.changed.send_modify(|n| *n += 1);
+        old
+    }
+
+    /// Drops the link if it is still `session`'s (any link when `None`).
+    pub fn disconnect(&self, session: Option<&str>) -> Option<Connection> {
+        let old = {
+            let mut state = self.state();
+            match (&state.connection, session) {
+                (Some(c), Some(s)) if c.session != s => None,
+                (None, _) => None,
+                _ => state.connection.take(),
+            }
+        };
+        if let Some(old) = &old {
+            old.monitor.cancel();
+            self.changed.send_modify(|n| *n += 1);
+        }
+        old
+    }
+
+    pub fn saw(&self, at: DateTime<Utc>) {
+        self.state().last_seen = Some(at);
+    }
+
+    pub fn set_restarts(&self, restarts: i32) {
+        self.state().restarts = Some(restarts);
+    }
+
+    fn set_status(&self, status: ProviderStatus, message: Option<String>) {
+        self.state().status = Some((status, message));
+    }
+
+    /// Puts what is known in memory over what the row says.
+    pub fn overlay(&self, provider: &mut Provider) {
+        let state = self.state();
+        if let Some((status, message)) = &state.status {
+            provider.status = *status;
+            provider.status_message = message.clone();
+        }
+        if let Some(at) = state.last_seen {
+            provider.last_seen_at = Some(at);
+        }
+        if let Some(restarts) = state.restarts {
+            provider.restarts = restarts;
+        }
+        if let Some(c) = &state.connection {
+            provider.features = c.features.clone();
+            provider.resource_types = c.resource_types.clone();
+        }
+    }
+}
+
+impl Providers {
+    pub(super) fn slot(&self, id: Uuid) -> Arc<Slot> {
+        self.inner
+            .slots
+            .lock()
+            .expect("the slot map is never poisoned")
+            .entry(id)
+            .or_insert_with(|| Arc::new(Slot::new(id, self.inner.settings.log_lines)))
+            .clone()
+    }
+
+    pub(super) fn existing_slot(&self, id: Uuid) -> Option<Arc<Slot>> {
+        self.inner
+            .slots
+            .lock()
+            .expect("the slot map is never poisoned")
+            .get(&id)
+            .cloned()
+    }
+
+    pub(super) fn sink(&self, slot: &Slot) -> LogSink {
+        LogSink::new(slot.id, slot.ring.clone(), self.inner.bus.clone())
+    }
+
+    /// Records a status: in memory, on the bus and in the row.
+    pub(super) async fn set_status(
+        &self,
+        slot: &Slot,
+        status: ProviderStatus,
+        message: Option<String>,
+    ) {
+        tracing::info!(
+            provider.id = %slot.id,
+            status = status.as_str(),
+            message = message.as_deref().unwrap_or(""),
+            "provider status"
+        );
+        slot.set_status(status, message.clone());
+        self.inner.bus.publish(Event::ProviderStatus {
+            provider_id: slot.id,
+            status,
+            message: message.clone(),
+        });
+        if let Err(e) =
+            rows::set_status(&self.inner.db, slot.id, status.as_str(), message.as_deref()).await
+        {
+            tracing::error!(provider.id = %slot.id, error = %e, "cannot store the provider's status");
+        }
+    }
+
+    /// Updates the message alone (progress), in memory and on the bus.
+    pub(super) fn set_message(&self, slot: &Slot, message: String) {
+        let status = slot.status();
+        slot.set_status(status, Some(message.clone()));
+        self.inner.bus.publish(Event::ProviderStatus {
+            provider_id: slot.id,
+            status,
+            message: Some(message),
+        });
+    }
+
+    /// A note from Corbel in the provider's log.
+    pub(super) fn note(&self, slot: &Slot, text: &str) {
+        self.sink(slot).line(LogStream::Corbel, text);
+    }
+}

@@ -1,0 +1,422 @@
+//! One task per loaded provider runs its lifecycle:
+//! `FETCHING → BUILDING → STARTING → REGISTERING → CONNECTED`, and when a
+//! connected provider exits or fails its health checks, `DISCONNECTED` and a
+//! restart after an exponential backoff (capped), counted in `restarts`.
+//!
+//! A provider that exits or stays silent before it registers is `FAILED` with
+//! its log tail: that is a broken provider, not a crash worth retrying.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use super::runtime::{Job, Running, Runtime, RuntimeError, ShellRuntime};
+use super::state::{Command, Slot};
+use super::{ProviderError, ProviderMetadata, ProviderStatus, Providers, metadata, rows, source};
+
+/// Lines of output quoted when a provider fails.
+const TAIL_LINES: usize = 20;
+
+/// How a phase ended when it did not simply succeed.
+enum Stop {
+    /// Told to unload; reply when done.
+    Unload(oneshot::Sender<()>),
+    Failed(String),
+}
+
+impl Providers {
+    /// Starts loading a provider in the background.
+    pub async fn load(&self, id: Uuid) -> Result<super::Provider, ProviderError> {
+        let row = self.row(id).await?;
+        let slot = self.slot(id);
+        let (mailbox, commands) = mpsc::channel(4);
+        if slot.session().is_some() || !slot.claim(mailbox) {
+            return Err(ProviderError::Conflict(format!(
+                "provider `{}` is already loaded ({}); unload it first",
+                row.name,
+                slot.status().as_str()
+            )));
+        }
+        self.set_status(&slot, ProviderStatus::Fetching, None).await;
+        let this = self.clone();
+        let span = tracing::info_span!("provider", provider.id = %id, provider.name = %row.name);
+        self.inner.tasks.spawn(tracing::Instrument::instrument(
+            async move {
+                this.supervise(slot.clone(), row, commands).await;
+                slot.release();
+            },
+            span,
+        ));
+        self.get(id).await
+    }
+
+    /// Stops a loaded provider and waits until it has stopped.
+    pub async fn unload(&self, id: Uuid) -> Result<super::Provider, ProviderError> {
+        self.row(id).await?;
+        let slot = self.slot(id);
+        self.unload_slot(slot).await;
+        self.get(id).await
+    }
+
+    pub(super) async fn unload_slot(&self, slot: Arc<Slot>) {
+        if let Some(mailbox) = slot.supervisor() {
+            let (done, stopped) = oneshot::channel();
+            if mailbox.send(Command::Unload(done)).await.is_ok() {
+                let bound = self.inner.settings.stop_grace + Duration::from_secs(10);
+                let _ = tokio::time::timeout(bound, stopped).await;
+            }
+        } else if slot.session().is_some() {
+            // Registered from outside: forget the link; the process is not ours.
+            slot.disconnect(None);
+            self.note(&slot, "unloaded: the link is dropped");
+            self.set_status(&slot, ProviderStatus::Unloaded, None).await;
+        }
+    }
+
+    async fn supervise(
+        &self,
+        slot: Arc<Slot>,
+        row: rows::ProviderRow,
+        mut commands: mpsc::Receiver<Command>,
+    ) {
+        let prepared = {
+            let prepare = self.prepare(&slot, &row);
+            tokio::pin!(prepare);
+            tokio::select! {
+                result = &mut prepare => result,
+                Some(Command::Unload(done)) = commands.recv() => Err(Stop::Unload(done)),
+            }
+        };
+        let (runtime, job) = match prepared {
+            Ok(ready) => ready,
+            Err(Stop::Failed(message)) => {
+                self.set_status(&slot, ProviderStatus::Failed, Some(message))
+                    .await;
+                return;
+            }
+            Err(Stop::Unload(done)) => {
+                self.set_status(&slot, ProviderStatus::Unloaded, None).await;
+                let _ = done.send(());
+                return;
+            }
+        };
+        let mut restarts = row.restarts;
+        let mut crashes: u32 = 0;
+        loop {
+            match self
+                .run_once(&slot, runtime.as_ref(), &job, &mut commands)
+                .await
+            {
+                Ended::Unloaded(done) => {
+                    self.set_status(&slot, ProviderStatus::Unloaded, None).await;
+                    let _ = done.send(());
+                    return;
+                }
+                Ended::Failed(message) => {
+                    self.set_status(&slot, ProviderStatus::Failed, Some(message))
+                        .await;
+                    return;
+                }
+                Ended::Lost {
+                    reason,
+                    connected_for,
+                } => {
+                    if connected_for > self.inner.settings.backoff_max {
+                        crashes = 0;
+                    }
+                    let delay = backoff(
+                        self.inner.settings.backoff_initial,
+                        self.inner.settings.backoff_max,
+                        crashes,
+                    );
+                    crashes = crashes.saturating_add(1);
+                    restarts += 1;
+                    slot.set_restarts(restarts);
+                    if let Err(e) = rows::set_restarts(&self.inner.db, slot.id, restarts).await {
+                        tracing::error!(error = %e, "cannot store the restart count");
+                    }
+                    let message = format!(
+                        "{reason}; restarting in {} ms (restart {restarts})",
+                        delay.as_millis()
+                    );
+                    self.note(&slot, &message);
+                    self.set_status(&slot, ProviderStatus::Disconnected, Some(message))
+                        .await;
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        Some(Command::Unload(done)) = commands.recv() => {
+                            self.set_status(&slot, ProviderStatus::Unloaded, None).await;
+                            let _ = done.send(());
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Fetch, read the metadata, build: under the loading bound.
+    async fn prepare(
+        &self,
+        slot: &Arc<Slot>,
+        row: &rows::ProviderRow,
+    ) -> Result<(Box<dyn Runtime>, Job), Stop> {
+        let _permit = self.inner.loading.acquire().await;
+        let settings = &self.inner.settings;
+        let dir = settings.provider_dir(slot.id);
+        let src = dir.join("src");
+        let progress = {
+            let this = self.clone();
+            let slot = slot.clone();
+            move |p: source::Progress| this.set_message(&slot, describe_progress(&p))
+        };
+        self.note(
+            slot,
+            &format!(
+                "fetching {} {}",
+                source::display_url(&row.git_url),
+                shown_ref(&row.git_ref)
+            ),
+        );
+        let fetched = source::fetch(
+            &row.git_url,
+            &row.git_ref,
+            &src,
+            &settings.source(),
+            progress,
+        )
+        .await
+        .map_err(|e| Stop::Failed(format!("fetch failed: {e}")))?;
+        self.note(slot, &format!("checked out {}", fetched.commit));
+        let meta = metadata::load(&src).map_err(|e| Stop::Failed(e.to_string()))?;
+        let shown = ProviderMetadata::from(&meta);
+        let stored = serde_json::to_string(&shown).ok();
+        if let Err(e) = rows::set_source(&self.inner.db, slot.id, &fetched.commit, stored).await {
+            tracing::error!(error = %e, "cannot store the fetched commit");
+        }
+        let runtime: Box<dyn Runtime> = match meta.runtime {
+            metadata::Runtime::Shell { build, run } => Box::new(ShellRuntime { build, run }),
+            metadata::Runtime::Docker { .. } => {
+                return Err(Stop::Failed(
+                    RuntimeError::Unsupported("docker").to_string(),
+                ));
+            }
+        };
+        let state_dir = dir.join("state");
+        tokio::fs::create_dir_all(&state_dir)
+            .await
+            .map_err(|e| Stop::Failed(format!("cannot create {}: {e}", state_dir.display())))?;
+        let job = Job {
+            source_dir: src,
+            logs: self.sink(slot),
+            build_timeout: settings.build_timeout,
+        };
+        self.set_status(slot, ProviderStatus::Building, None).await;
+        runtime
+            .build(&job)
+            .await
+            .map_err(|e| Stop::Failed(e.to_string()))?;
+        Ok((runtime, job))
+    }
+
+    /// Starts the provider once and follows it until it stops for any reason.
+    async fn run_once(
+        &self,
+        slot: &Arc<Slot>,
+        runtime: &dyn Runtime,
+        job: &Job,
+        commands: &mut mpsc::Receiver<Command>,
+    ) -> Ended {
+        let settings = &self.inner.settings;
+        self.set_status(slot, ProviderStatus::Starting, None).await;
+        let token = super::new_token();
+        slot.set_launch_token(Some(token.clone()));
+        let env = self.environment(slot.id, token);
+        let mut watch = slot.watch();
+        watch.borrow_and_update();
+        let mut running = match runtime.start(job, &env).await {
+            Ok(running) => running,
+            Err(e) => {
+                slot.set_launch_token(None);
+                return Ended::Failed(e.to_string());
+            }
+        };
+        self.set_status(slot, ProviderStatus::Registering, None)
+            .await;
+
+        // Until it registers.
+        let deadline = tokio::time::sleep(settings.start_timeout);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                changed = watch.changed() => {
+                    if changed.is_ok() && slot.session().is_some() {
+                        break;
+                    }
+                }
+                status = running.wait() => {
+                    slot.set_launch_token(None);
+                    return Ended::Failed(format!(
+                        "the provider exited before registering ({status}); last output:\n{}",
+                        job.logs.tail(TAIL_LINES)
+                    ));
+                }
+                _ = &mut deadline => {
+                    self.stop(slot, running.as_mut(), false).await;
+                    return Ended::Failed(format!(
+                        "the provider did not register within {}s; last output:\n{}",
+                        settings.start_timeout.as_secs(),
+                        job.logs.tail(TAIL_LINES)
+                    ));
+                }
+                Some(Command::Unload(done)) = commands.recv() => {
+                    self.stop(slot, running.as_mut(), true).await;
+                    return Ended::Unloaded(done);
+                }
+            }
+        }
+
+        // Connected (the registry set the status).
+        let since = Instant::now();
+        loop {
+            tokio::select! {
+                changed = watch.changed() => {
+                    if changed.is_ok() && slot.session().is_none() {
+                        // Health checks failed or it unregistered on its own.
+                        let reason = match slot.status() {
+                            ProviderStatus::Disconnected => "the provider stopped answering".to_owned(),
+                            other => format!("the link was lost ({})", other.as_str()),
+                        };
+                        self.stop(slot, running.as_mut(), false).await;
+                        return Ended::Lost { reason, connected_for: since.elapsed() };
+                    }
+                }
+                status = running.wait() => {
+                    slot.disconnect(None);
+                    slot.set_launch_token(None);
+                    return Ended::Lost {
+                        reason: format!("the provider exited ({status})"),
+                        connected_for: since.elapsed(),
+                    };
+                }
+                Some(Command::Unload(done)) = commands.recv() => {
+                    self.stop(slot, running.as_mut(), true).await;
+                    return Ended::Unloaded(done);
+                }
+            }
+        }
+    }
+
+    /// SIGTERM (the SDK unregisters), then SIGKILL after the grace period.
+    async fn stop(&self, slot: &Arc<Slot>, running: &mut dyn Running, unloading: bool) {
+        if unloading {
+            self.set_status(slot, ProviderStatus::Unloading, None).await;
+        }
+        running.stop(self.inner.settings.stop_grace).await;
+        slot.disconnect(None);
+        slot.set_launch_token(None);
+    }
+
+    fn environment(&self, id: Uuid, token: String) -> Vec<(String, String)> {
+        let settings = &self.inner.settings;
+        vec![
+            (
+                "CORBEL_REGISTRY".into(),
+                format!("unix://{}", settings.registry_socket().display()),
+            ),
+            ("CORBEL_PROVIDER_ID".into(), id.to_string()),
+            ("CORBEL_PROVIDER_TOKEN".into(), token),
+            (
+                "CORBEL_SOCKET_DIR".into(),
+                settings.socket_dir().display().to_string(),
+            ),
+            (
+                "CORBEL_STATE_DIR".into(),
+                settings
+                    .provider_dir(id)
+                    .join("state")
+                    .display()
+                    .to_string(),
+            ),
+        ]
+    }
+}
+
+enum Ended {
+    Unloaded(oneshot::Sender<()>),
+    Failed(String),
+    Lost {
+        reason: String,
+        connected_for: Duration,
+    },
+}
+
+fn describe_progress(progress: &source::Progress) -> String {
+    match progress {
+        source::Progress::Connecting => "connecting".to_owned(),
+        source::Progress::Receiving {
+            received_objects,
+            total_objects,
+            received_bytes,
+        } => format!(
+            "receiving objects {received_objects}/{total_objects} ({} KiB)",
+            received_bytes / 1024
+        ),
+        source::Progress::Resolving {
+            indexed_deltas,
+            total_deltas,
+        } => format!("resolving deltas {indexed_deltas}/{total_deltas}"),
+        source::Progress::CheckingOut => "checking out".to_owned(),
+    }
+}
+
+fn shown_ref(reference: &str) -> String {
+    if reference.is_empty() {
+        "(default branch)".to_owned()
+    } else {
+        format!("at `{reference}`")
+    }
+}
+
+/// `initial × 2^n`, capped at `max`.
+fn backoff(initial: Duration, max: Duration, n: u32) -> Duration {
+    initial
+        .checked_mul(1u32.checked_shl(n.min(20)).unwrap_or(u32::MAX))
+        .unwrap_or(max)
+        .min(max)
+}
+
+impl From<&metadata::Metadata> for ProviderMetadata {
+    fn from(m: &metadata::Metadata) -> Self {
+        ProviderMetadata {
+            name: m.name.clone(),
+            description: m.description.clone(),
+            version: m.version.clone(),
+            author: m.author.clone(),
+            runtime: match m.runtime {
+                metadata::Runtime::Shell { .. } => "shell".into(),
+                metadata::Runtime::Docker { .. } => "docker".into(),
+            },
+            features: m.features.clone(),
+            resource_types: m.resource_types.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        let initial = Duration::from_millis(500);
+        let max = Duration::from_secs(30);
+        assert_eq!(backoff(initial, max, 0), Duration::from_millis(500));
+        assert_eq!(backoff(initial, max, 1), Duration::from_millis(1000));
+        assert_eq!(backoff(initial, max, 3), Duration::from_millis(4000));
+        assert_eq!(backoff(initial, max, 10), max);
+        assert_eq!(backoff(initial, max, u32::MAX), max);
+    }
+}

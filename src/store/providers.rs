@@ -1,0 +1,171 @@
+//! Queries on providers, for the `provider` area.
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::Expr;
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder,
+    Set,
+};
+use uuid::Uuid;
+
+use super::entities::provider;
+
+pub use provider::Model as ProviderRow;
+
+/// A new provider row.
+pub struct NewProvider {
+    pub name: String,
+    pub git_url: String,
+    pub git_ref: String,
+    pub config: String,
+    pub secret_config: String,
+    pub auto_load: bool,
+    pub token_hash: String,
+}
+
+pub async fn insert(
+    db: &DatabaseConnection,
+    new: NewProvider,
+    status: &str,
+) -> Result<ProviderRow, DbErr> {
+    let now = Utc::now();
+    provider::ActiveModel {
+        id: Set(Uuid::new_v4()),
+        name: Set(new.name),
+        git_url: Set(new.git_url),
+        git_ref: Set(new.git_ref),
+        config: Set(new.config),
+        secret_config: Set(new.secret_config),
+        auto_load: Set(new.auto_load),
+        token_hash: Set(new.token_hash),
+        status: Set(status.to_owned()),
+        status_message: Set(None),
+        resolved_commit: Set(None),
+        metadata: Set(None),
+        features: Set("[]".to_owned()),
+        resource_types: Set("[]".to_owned()),
+        restarts: Set(0),
+        last_seen_at: Set(None),
+        created_at: Set(now),
+        updated_at: Set(now),
+    }
+    .insert(db)
+    .await
+}
+
+pub async fn find(db: &DatabaseConnection, id: Uuid) -> Result<Option<ProviderRow>, DbErr> {
+    provider::Entity::find_by_id(id).one(db).await
+}
+
+pub async fn list(db: &DatabaseConnection) -> Result<Vec<ProviderRow>, DbErr> {
+    provider::Entity::find()
+        .order_by_asc(provider::Column::Name)
+        .all(db)
+        .await
+}
+
+pub async fn update(
+    db: &DatabaseConnection,
+    mut row: provider::ActiveModel,
+) -> Result<ProviderRow, DbErr> {
+    row.updated_at = Set(Utc::now());
+    row.update(db).await
+}
+
+pub async fn set_status(
+    db: &DatabaseConnection,
+    id: Uuid,
+    status: &str,
+    message: Option<&str>,
+) -> Result<(), DbErr> {
+    provider::Entity::update_many()
+        .col_expr(provider::Column::Status, Expr::value(status))
+        .col_expr(
+            provider::Column::StatusMessage,
+            Expr::value(message.map(str::to_owned)),
+        )
+        .col_expr(provider::Column::UpdatedAt, Expr::value(Utc::now()))
+        .filter(provider::Column::Id.eq(id))
+        .exec(db)
+        .await
+        .map(drop)
+}
+
+/// Records what a fetch found: the commit and the parsed metadata.
+pub async fn set_source(
+    db: &DatabaseConnection,
+    id: Uuid,
+    commit: &str,
+    metadata: Option<String>,
+) -> Result<(), DbErr> {
+    provider::Entity::update_many()
+        .col_expr(provider::Column::ResolvedCommit, Expr::value(commit))
+        .col_expr(provider::Column::Metadata, Expr::value(metadata))
+        .col_expr(provider::Column::UpdatedAt, Expr::value(Utc::now()))
+        .filter(provider::Column::Id.eq(id))
+        .exec(db)
+        .await
+        .map(drop)
+}
+
+/// Records a registration: what the provider announced, and when.
+pub async fn set_registered(
+    db: &DatabaseConnection,
+    id: Uuid,
+    features: String,
+    resource_types: String,
+    at: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    provider::Entity::update_many()
+        .col_expr(provider::Column::Features, Expr::value(features))
+        .col_expr(provider::Column::ResourceTypes, Expr::value(resource_types))
+        .col_expr(provider::Column::LastSeenAt, Expr::value(at))
+        .filter(provider::Column::Id.eq(id))
+        .exec(db)
+        .await
+        .map(drop)
+}
+
+pub async fn set_restarts(db: &DatabaseConnection, id: Uuid, restarts: i32) -> Result<(), DbErr> {
+    provider::Entity::update_many()
+        .col_expr(provider::Column::Restarts, Expr::value(restarts))
+        .filter(provider::Column::Id.eq(id))
+        .exec(db)
+        .await
+        .map(drop)
+}
+
+pub async fn set_last_seen(
+    db: &DatabaseConnection,
+    id: Uuid,
+    at: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    provider::Entity::update_many()
+        .col_expr(provider::Column::LastSeenAt, Expr::value(at))
+        .filter(provider::Column::Id.eq(id))
+        .exec(db)
+        .await
+        .map(drop)
+}
+
+pub async fn delete(db: &DatabaseConnection, id: Uuid) -> Result<bool, DbErr> {
+    let result = provider::Entity::delete_by_id(id).exec(db).await?;
+    Ok(result.rows_affected > 0)
+}
+
+/// At boot no provider runs yet (a provider exits when its server goes away):
+/// every status but `FAILED` becomes `UNLOADED`.
+pub async fn reset_statuses(
+    db: &DatabaseConnection,
+    unloaded: &str,
+    failed: &str,
+) -> Result<(), DbErr> {
+    provider::Entity::update_many()
+        .col_expr(provider::Column::Status, Expr::value(unloaded))
+        .col_expr(provider::Column::StatusMessage, Expr::value(None::<String>))
+        .filter(provider::Column::Status.ne(unloaded))
+        .filter(provider::Column::Status.ne(failed))
+        .exec(db)
+        .await
+        .map(drop)
+}

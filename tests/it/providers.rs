@@ -1,0 +1,859 @@
+//! Providers loaded from real git repositories (local bare repos and `git
+//! daemon` on loopback), built and run by the shell runtime as real processes:
+//! the reference `corbel-provider-process`, and `corbel-provider-fixture`, a
+//! provider that misbehaves on purpose.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+use crate::nginx::free_port;
+use crate::support::{TestApp, TestStore, corbel_bin, data, error_code, eventually};
+
+/// A built binary of this workspace (`scripts/test.sh` builds them all first;
+/// a test run without it builds the one asked for here).
+pub fn workspace_bin(name: &str) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    let path = corbel_bin().with_file_name(name);
+    if !path.exists() {
+        BUILT.get_or_init(|| {
+            let status = Command::new(env!("CARGO"))
+                .args(["build", "--bins", "--workspace"])
+                .status()
+                .expect("cargo runs");
+            assert!(status.success(), "building the workspace binaries failed");
+        });
+    }
+    assert!(path.exists(), "{} is not built", path.display());
+    path
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(["-c", "init.defaultBranch=main"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A bare repository holding a provider, with a work tree to commit from.
+pub struct ProviderRepo {
+    dir: TempDir,
+}
+
+impl ProviderRepo {
+    /// One commit with `corbel-provider.yaml` (and `files`), tagged `v1`.
+    pub fn new(metadata: &str, files: &[(&str, &str)]) -> ProviderRepo {
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        git(dir.path(), &["init", "--bare", "-q", "provider.git"]);
+        git(&work, &["init", "-q"]);
+        let repo = ProviderRepo { dir };
+        repo.commit(metadata, files);
+        git(&work, &["tag", "v1"]);
+        git(
+            &work,
+            &["remote", "add", "origin", repo.bare().to_str().unwrap()],
+        );
+        git(&work, &["push", "-q", "origin", "main", "--tags"]);
+        repo
+    }
+
+    fn work(&self) -> PathBuf {
+        self.dir.path().join("work")
+    }
+
+    pub fn bare(&self) -> PathBuf {
+        self.dir.path().join("provider.git")
+    }
+
+    pub fn url(&self) -> String {
+        format!("file://{}", self.bare().display())
+    }
+
+    /// Commits new contents (pushed when the remote exists) and returns the commit.
+    pub fn commit(&self, metadata: &str, files: &[(&str, &str)]) -> String {
+        let work = self.work();
+        std::fs::write(work.join("corbel-provider.yaml"), metadata).unwrap();
+        for (name, text) in files {
+            std::fs::write(work.join(name), text).unwrap();
+        }
+        git(&work, &["add", "-A"]);
+        git(&work, &["commit", "-q", "-m", "provider"]);
+        if !git(&work, &["remote"]).is_empty() {
+            git(&work, &["push", "-q", "origin", "main"]);
+        }
+        git(&work, &["rev-parse", "HEAD"])
+    }
+
+    pub fn head(&self) -> String {
+        git(&self.work(), &["rev-parse", "HEAD"])
+    }
+}
+
+/// `corbel-provider.yaml` for a prebuilt binary. The run command records the
+/// process id in `provider.pid` (exec keeps it) so a test can kill it.
+pub fn shell_metadata(name: &str, build: &str, run: &str) -> String {
+    format!(
+        "name: {name}\nversion: 0.1.0\ndescription: test provider\nruntime: shell\nshell:\n  build: {build}\n  run: {run}\nfeatures: [deploy, destroy, inspect, nodes]\nresource_types: [process.v1.service]\n"
+    )
+}
+
+pub fn process_metadata() -> String {
+    shell_metadata(
+        "process",
+        "echo building the process provider",
+        &format!(
+            "echo $$ > provider.pid; exec {}",
+            workspace_bin("corbel-provider-process").display()
+        ),
+    )
+}
+
+pub fn fixture_metadata(mode: &str) -> String {
+    shell_metadata(
+        "fixture",
+        "true",
+        &format!(
+            "echo $$ > provider.pid; FIXTURE_MODE={mode} exec {}",
+            workspace_bin("corbel-provider-fixture").display()
+        ),
+    )
+}
+
+/// Fast timings for tests; the defaults suit production.
+pub fn quick(config: &mut corbel::config::Config) {
+    config.provider_start_timeout_seconds = 20;
+    config.provider_call_timeout_ms = 10_000;
+    config.provider_health_interval_ms = 200;
+    config.provider_backoff_initial_ms = 50;
+    config.provider_backoff_max_ms = 1_000;
+    config.provider_stop_grace_ms = 3_000;
+}
+
+pub async fn spawn_quick() -> TestApp {
+    TestApp::spawn_with(Arc::new(TestStore::fresh().await), quick).await
+}
+
+const PROVIDER_FIELDS: &str = "id name gitUrl ref status statusMessage resolvedCommit restarts lastSeenAt features resourceTypes config secretConfigKeys metadata { name version runtime features resourceTypes }";
+
+pub async fn create_provider(app: &TestApp, input: Value) -> (String, String) {
+    let body = app
+        .gql(
+            &format!(
+                "mutation($input: CreateProviderInput!) {{ createProvider(input: $input) {{ token provider {{ {PROVIDER_FIELDS} }} }} }}"
+            ),
+            json!({ "input": input }),
+        )
+        .await;
+    let created = &data(&body)["createProvider"];
+    (
+        created["provider"]["id"].as_str().unwrap().to_owned(),
+        created["token"].as_str().unwrap().to_owned(),
+    )
+}
+
+pub async fn provider(app: &TestApp, id: &str) -> Value {
+    let body = app
+        .gql(
+            &format!("query($id: ID!) {{ provider(id: $id) {{ {PROVIDER_FIELDS} }} }}"),
+            json!({ "id": id }),
+        )
+        .await;
+    data(&body)["provider"].clone()
+}
+
+/// Waits for `status`; a provider that fails on the way fails the test with
+/// its message.
+pub async fn wait_status(app: &TestApp, id: &str, status: &str) -> Value {
+    eventually(Duration::from_secs(60), status, || async {
+        let p = provider(app, id).await;
+        if p["status"] == "FAILED" && status != "FAILED" {
+            panic!("provider failed: {}", p["statusMessage"]);
+        }
+        (p["status"] == status).then_some(p)
+    })
+    .await
+}
+
+async fn logs(app: &TestApp, id: &str) -> String {
+    let body = app
+        .gql(
+            "query($id: ID!) { provider(id: $id) { logs(last: 500) { stream line } } }",
+            json!({ "id": id }),
+        )
+        .await;
+    data(&body)["provider"]["logs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            format!(
+                "[{}] {}",
+                l["stream"].as_str().unwrap(),
+                l["line"].as_str().unwrap()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn pid_of(app: &TestApp, id: &str) -> i32 {
+    let file = app
+        .store
+        .data_dir()
+        .join("providers")
+        .join(id)
+        .join("src")
+        .join("provider.pid");
+    std::fs::read_to_string(&file)
+        .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    let exists = unsafe { libc::kill(pid, 0) } == 0;
+    // A zombie (exited, not yet reaped) counts as gone.
+    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.rsplit(") ").next().is_some_and(|r| r.starts_with('Z')))
+        .unwrap_or(true);
+    exists && !zombie
+}
+
+async fn gone(pid: i32) {
+    eventually(Duration::from_secs(20), "the process to exit", || async {
+        (!alive(pid)).then_some(())
+    })
+    .await;
+}
+
+async fn nodes(app: &TestApp, id: &str) -> Value {
+    app.gql(
+        "query($id: ID!) { provider(id: $id) { nodes { name capacity labels } } }",
+        json!({ "id": id }),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_provider_loads_from_git_registers_and_unloads() {
+    let app = spawn_quick().await;
+    let repo = ProviderRepo::new(&process_metadata(), &[]);
+    let (id, token) = create_provider(
+        &app,
+        json!({
+            "name": "process",
+            "gitUrl": repo.url(),
+            "ref": "v1",
+            "config": {"capacity": 7},
+            "secretConfig": {"password": "hunter2-secret"},
+        }),
+    )
+    .await;
+    assert!(token.starts_with("cbp_"), "{token}");
+
+    let connected = wait_status(&app, &id, "CONNECTED").await;
+    assert_eq!(connected["resolvedCommit"], repo.head());
+    assert_eq!(connected["metadata"]["name"], "process");
+    assert_eq!(connected["metadata"]["runtime"], "shell");
+    assert_eq!(connected["resourceTypes"], json!(["process.v1.service"]));
+    assert_eq!(connected["secretConfigKeys"], json!(["password"]));
+    assert_eq!(connected["config"], json!({"capacity": 7}));
+    assert!(connected["lastSeenAt"].is_string());
+    let features = connected["features"].as_array().unwrap();
+    assert!(features.contains(&json!("deploy")), "{features:?}");
+
+    // The stored configuration reached the provider: its node has capacity 7.
+    let answer = nodes(&app, &id).await;
+    let node = &data(&answer)["provider"]["nodes"][0];
+    assert_eq!(node["capacity"]["process.v1.service"], 7, "{answer}");
+
+    // Build and run output and Corbel's notes are in the log; secrets are not.
+    let log = logs(&app, &id).await;
+    assert!(
+        log.contains("[build] building the process provider"),
+        "{log}"
+    );
+    assert!(log.contains("registered:"), "{log}");
+    assert!(
+        !log.contains("hunter2-secret") && !log.contains(&token),
+        "{log}"
+    );
+    let everything = provider(&app, &id).await.to_string();
+    assert!(!everything.contains("hunter2-secret"), "{everything}");
+
+    // Deleting is refused while loaded.
+    let refused = app
+        .gql(
+            "mutation($id: ID!) { deleteProvider(id: $id) }",
+            json!({ "id": id }),
+        )
+        .await;
+    assert_eq!(error_code(&refused), Some("CONFLICT"), "{refused}");
+
+    let pid = pid_of(&app, &id);
+    assert!(alive(pid));
+    let unloaded = app
+        .gql(
+            "mutation($id: ID!) { unloadProvider(id: $id) { status } }",
+            json!({ "id": id }),
+        )
+        .await;
+    assert_eq!(data(&unloaded)["unloadProvider"]["status"], "UNLOADED");
+    gone(pid).await;
+    let answer = nodes(&app, &id).await;
+    assert_eq!(
+        error_code(&answer),
+        Some("PROVIDER_UNAVAILABLE"),
+        "{answer}"
+    );
+
+    let deleted = app
+        .gql(
+            "mutation($id: ID!) { deleteProvider(id: $id) }",
+            json!({ "id": id }),
+        )
+        .await;
+    assert_eq!(data(&deleted)["deleteProvider"], true);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn provider_events_follow_the_lifecycle_live() {
+    let app = spawn_quick().await;
+    let repo = ProviderRepo::new(&process_metadata(), &[]);
+    let (id, _) = create_provider(
+        &app,
+        json!({ "name": "watched", "gitUrl": repo.url(), "autoLoad": false }),
+    )
+    .await;
+    let mut ws = crate::subscriptions::connect(app.addr, "graphql-transport-ws").await;
+    crate::subscriptions::init(
+        &mut ws,
+        json!({ "Authorization": format!("Bearer {}", crate::support::ADMIN_TOKEN) }),
+    )
+    .await;
+    crate::subscriptions::send(
+        &mut ws,
+        json!({
+            "id": "1",
+            "type": "subscribe",
+            "payload": {
+                "query": "subscription($id: ID!) { providerEvents(id: $id) { status message log { stream line } } }",
+                "variables": { "id": id },
+            },
+        }),
+    )
+    .await;
+    // The first event is the status now: from then on the stream is live.
+    let first = tokio::time::timeout(
+        Duration::from_secs(10),
+        crate::subscriptions::next_json(&mut ws),
+    )
+    .await
+    .expect("the current status in time")
+    .expect("the stream is open");
+    assert_eq!(
+        first["payload"]["data"]["providerEvents"]["status"],
+        "UNLOADED"
+    );
+    let load = app
+        .gql(
+            "mutation($id: ID!) { loadProvider(id: $id) { status } }",
+            json!({ "id": id }),
+        )
+        .await;
+    assert_eq!(data(&load)["loadProvider"]["status"], "FETCHING");
+
+    let mut statuses = Vec::new();
+    let mut lines = Vec::new();
+    while statuses.last().map(String::as_str) != Some("CONNECTED") {
+        let message = tokio::time::timeout(
+            Duration::from_secs(60),
+            crate::subscriptions::next_json(&mut ws),
+        )
+        .await
+        .expect("an event in time")
+        .expect("the stream stays open");
+        let event = &message["payload"]["data"]["providerEvents"];
+        if let Some(status) = event["status"].as_str()
+            && statuses.last().map(String::as_str) != Some(status)
+        {
+            statuses.push(status.to_owned());
+        }
+        if let Some(line) = event["log"]["line"].as_str() {
+            lines.push(line.to_owned());
+        }
+    }
+    assert_eq!(
+        statuses,
+        [
+            "FETCHING",
+            "BUILDING",
+            "STARTING",
+            "REGISTERING",
+            "CONNECTED"
+        ]
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("building the process provider")),
+        "{lines:?}"
+    );
+    app.stop().await;
+}
+
+/// A provider that dies after registering is restarted, and its new
+/// registration replaces the stale link.
+#[tokio::test]
+async fn a_crashed_provider_is_restarted_and_its_link_replaced() {
+    let app = spawn_quick().await;
+    let repo = ProviderRepo::new(&process_metadata(), &[]);
+    let (id, _) = create_provider(&app, json!({ "name": "crashy", "gitUrl": repo.url() })).await;
+    wait_status(&app, &id, "CONNECTED").await;
+    let first = pid_of(&app, &id);
+    // SAFETY: killing the provider process this test started through Corbel.
+    assert_eq!(unsafe { libc::kill(first, libc::SIGKILL) }, 0);
+
+    let back = eventually(Duration::from_secs(60), "a restart", || async {
+        let p = provider(&app, &id).await;
+        (p["restarts"] == 1 && p["status"] == "CONNECTED").then_some(p)
+    })
+    .await;
+    assert_eq!(back["restarts"], 1);
+    let second = pid_of(&app, &id);
+    assert_ne!(first, second);
+    let answer = nodes(&app, &id).await;
+    assert!(data(&answer)["provider"]["nodes"][0]["name"].is_string());
+    let log = logs(&app, &id).await;
+    assert!(log.contains("killed by SIGKILL"), "{log}");
+    app.stop().await;
+    gone(second).await;
+}
+
+/// A provider that stops answering (frozen with SIGSTOP) fails its health
+/// checks, goes `DISCONNECTED`, and is replaced by a new process.
+#[tokio::test]
+async fn a_frozen_provider_fails_health_checks_and_is_restarted() {
+    let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), |config| {
+        quick(config);
+        config.provider_call_timeout_ms = 1_000;
+        config.provider_stop_grace_ms = 300;
+    })
+    .await;
+    let repo = ProviderRepo::new(&process_metadata(), &[]);
+    let (id, _) = create_provider(&app, json!({ "name": "frozen", "gitUrl": repo.url() })).await;
+    wait_status(&app, &id, "CONNECTED").await;
+    let first = pid_of(&app, &id);
+    // SAFETY: freezing the provider process this test started through Corbel.
+    assert_eq!(unsafe { libc::kill(first, libc::SIGSTOP) }, 0);
+    let back = eventually(Duration::from_secs(60), "a restart", || async {
+        let p = provider(&app, &id).await;
+        (p["restarts"] == 1 && p["status"] == "CONNECTED").then_some(p)
+    })
+    .await;
+    assert_eq!(back["restarts"], 1);
+    gone(first).await;
+    let log = logs(&app, &id).await;
+    assert!(log.contains("health check failed"), "{log}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_provider_loads_over_git_daemon() {
+    let app = spawn_quick().await;
+    let repo = ProviderRepo::new(&process_metadata(), &[]);
+    let port = free_port();
+    let base = repo.bare().parent().unwrap().to_owned();
+    let mut daemon = Command::new("git")
+        .args([
+            "daemon",
+            "--reuseaddr",
+            "--export-all",
+            &format!("--base-path={}", base.display()),
+            &format!("--port={port}"),
+            "--listen=127.0.0.1",
+        ])
+        .arg(&base)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("git daemon starts");
+    eventually(Duration::from_secs(10), "git daemon", || async {
+        std::net::TcpStream::connect(("127.0.0.1", port))
+            .ok()
+            .map(drop)
+    })
+    .await;
+    let (id, _) = create_provider(
+        &app,
+        json!({ "name": "daemon", "gitUrl": format!("git://127.0.0.1:{port}/provider.git"), "ref": "main" }),
+    )
+    .await;
+    let connected = wait_status(&app, &id, "CONNECTED").await;
+    assert_eq!(connected["resolvedCommit"], repo.head());
+    daemon.kill().ok();
+    daemon.wait().ok();
+    app.stop().await;
+}
+
+/// Loads `metadata` from a fresh repository and returns the provider once it
+/// has `FAILED`, with its log.
+async fn fails(app: &TestApp, name: &str, url: &str, reference: &str) -> (Value, String) {
+    let (id, _) = create_provider(
+        app,
+        json!({ "name": name, "gitUrl": url, "ref": reference }),
+    )
+    .await;
+    let failed = wait_status(app, &id, "FAILED").await;
+    let log = logs(app, &id).await;
+    (failed, log)
+}
+
+#[tokio::test]
+async fn broken_providers_fail_with_the_reason() {
+    let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), |config| {
+        quick(config);
+        config.provider_start_timeout_seconds = 2;
+    })
+    .await;
+
+    let silent = ProviderRepo::new(
+        &shell_metadata("silent", "true", "echo waiting forever; exec sleep 600"),
+        &[],
+    );
+    let (failed, _) = fails(&app, "silent", &silent.url(), "").await;
+    let message = failed["statusMessage"].as_str().unwrap();
+    assert!(message.contains("did not register within 2s"), "{message}");
+    assert!(
+        message.contains("waiting forever"),
+        "the log tail: {message}"
+    );
+
+    let wrong_token = ProviderRepo::new(
+        &shell_metadata(
+            "wrong-token",
+            "true",
+            &format!(
+                "CORBEL_PROVIDER_TOKEN=cbp_wrong exec {}",
+                workspace_bin("corbel-provider-process").display()
+            ),
+        ),
+        &[],
+    );
+    let (failed, log) = fails(&app, "wrong-token", &wrong_token.url(), "").await;
+    let message = failed["statusMessage"].as_str().unwrap();
+    assert!(message.contains("exited before registering"), "{message}");
+    assert!(log.contains("the token does not match"), "{log}");
+
+    let old = ProviderRepo::new(&fixture_metadata("old-protocol"), &[]);
+    let (failed, _) = fails(&app, "old-protocol", &old.url(), "").await;
+    let message = failed["statusMessage"].as_str().unwrap();
+    assert!(
+        message.contains("[1]") && message.contains("[99]"),
+        "both version lists are named: {message}"
+    );
+
+    let broken_build = ProviderRepo::new(
+        &shell_metadata("broken-build", "echo compiling widgets; exit 3", "true"),
+        &[],
+    );
+    let (failed, _) = fails(&app, "broken-build", &broken_build.url(), "").await;
+    let message = failed["statusMessage"].as_str().unwrap();
+    assert!(message.contains("exit status 3"), "{message}");
+    assert!(message.contains("compiling widgets"), "{message}");
+
+    let bad_field = ProviderRepo::new(
+        "name: bad\nversion: 0.1.0\nruntime: shell\nshell:\n  run: [not, a, string]\n",
+        &[],
+    );
+    let (failed, _) = fails(&app, "bad-field", &bad_field.url(), "").await;
+    let message = failed["statusMessage"].as_str().unwrap();
+    assert!(
+        message.contains("corbel-provider.yaml") && message.contains("shell.run"),
+        "{message}"
+    );
+
+    let (failed, _) = fails(&app, "missing-ref", &silent.url(), "no-such-tag").await;
+    let message = failed["statusMessage"].as_str().unwrap();
+    assert!(message.contains("no-such-tag"), "{message}");
+
+    let closed = format!("git://127.0.0.1:{}/nothing.git", free_port());
+    let (failed, _) = fails(&app, "unreachable", &closed, "").await;
+    let message = failed["statusMessage"].as_str().unwrap();
+    assert!(message.contains("fetch failed"), "{message}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn refused_git_urls_and_bad_input_are_validation_errors() {
+    let app = spawn_quick().await;
+    for (url, wants) in [
+        ("ext::sh -c touch% /tmp/pwned", "not allowed"),
+        ("ftp://example.com/p.git", "not allowed"),
+        ("", "URL"),
+    ] {
+        let body = app
+            .gql(
+                "mutation($input: CreateProviderInput!) { createProvider(input: $input) { token } }",
+                json!({ "input": { "name": "x", "gitUrl": url, "autoLoad": false } }),
+            )
+            .await;
+        assert_eq!(error_code(&body), Some("VALIDATION"), "{url}: {body}");
+        let message = body["errors"][0]["message"].as_str().unwrap();
+        assert!(message.contains(wants), "{url}: {message}");
+    }
+    let body = app
+        .gql(
+            "mutation($input: CreateProviderInput!) { createProvider(input: $input) { token } }",
+            json!({ "input": { "name": "x", "gitUrl": "/srv/p.git", "config": [1, 2], "autoLoad": false } }),
+        )
+        .await;
+    assert_eq!(error_code(&body), Some("VALIDATION"), "{body}");
+    let listed = app.gql("{ providers { totalCount } }", json!({})).await;
+    assert_eq!(
+        data(&listed)["providers"]["totalCount"],
+        0,
+        "nothing was stored"
+    );
+    app.stop().await;
+}
+
+/// A provider that never answers costs its caller the deadline and a clear
+/// error; a configuration it does not take is not stored.
+#[tokio::test]
+async fn a_hanging_provider_gets_a_deadline() {
+    let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), |config| {
+        quick(config);
+        config.provider_call_timeout_ms = 1_500;
+        // Health checks answer (the fixture hangs only on resource calls).
+    })
+    .await;
+    let repo = ProviderRepo::new(&fixture_metadata("hang"), &[]);
+    let (id, _) = create_provider(&app, json!({ "name": "hang", "gitUrl": repo.url() })).await;
+    wait_status(&app, &id, "CONNECTED").await;
+
+    let answer = nodes(&app, &id).await;
+    assert_eq!(
+        error_code(&answer),
+        Some("PROVIDER_UNAVAILABLE"),
+        "{answer}"
+    );
+    let message = answer["errors"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("did not answer ListNodes within 1500ms"),
+        "{message}"
+    );
+
+    let answer = app
+        .gql(
+            "mutation($id: ID!) { configureProvider(id: $id, config: {hang_configure: true}) { config } }",
+            json!({ "id": id }),
+        )
+        .await;
+    assert_eq!(
+        error_code(&answer),
+        Some("PROVIDER_UNAVAILABLE"),
+        "{answer}"
+    );
+    assert_eq!(provider(&app, &id).await["config"], json!({}));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn configuration_is_sent_live_and_secrets_stay_hidden() {
+    let app = spawn_quick().await;
+    let repo = ProviderRepo::new(&process_metadata(), &[]);
+    let (id, _) = create_provider(&app, json!({ "name": "conf", "gitUrl": repo.url() })).await;
+    wait_status(&app, &id, "CONNECTED").await;
+    let answer = app
+        .gql(
+            "mutation($id: ID!) { configureProvider(id: $id, config: {capacity: 3}, secretConfig: {apiKey: \"s3cr3t-value\"}) { config secretConfigKeys } }",
+            json!({ "id": id }),
+        )
+        .await;
+    let configured = &data(&answer)["configureProvider"];
+    assert_eq!(configured["config"], json!({"capacity": 3}));
+    assert_eq!(configured["secretConfigKeys"], json!(["apiKey"]));
+    assert!(!answer.to_string().contains("s3cr3t-value"));
+    let answer = nodes(&app, &id).await;
+    assert_eq!(
+        data(&answer)["provider"]["nodes"][0]["capacity"]["process.v1.service"],
+        3
+    );
+
+    // A type the provider refuses is not stored.
+    let answer = app
+        .gql(
+            "mutation($id: ID!) { configureProvider(id: $id, config: {capacity: \"many\"}) { config } }",
+            json!({ "id": id }),
+        )
+        .await;
+    assert_eq!(
+        error_code(&answer),
+        Some("PROVIDER_UNAVAILABLE"),
+        "{answer}"
+    );
+    assert_eq!(provider(&app, &id).await["config"], json!({"capacity": 3}));
+
+    // A rotated token is shown once and differs.
+    let rotated = app
+        .gql(
+            "mutation($id: ID!) { rotateProviderToken(id: $id) { token provider { id } } }",
+            json!({ "id": id }),
+        )
+        .await;
+    let token = data(&rotated)["rotateProviderToken"]["token"]
+        .as_str()
+        .unwrap();
+    assert!(token.starts_with("cbp_"));
+    app.stop().await;
+}
+
+/// A repository read through a provider with the `repository` feature.
+#[tokio::test]
+async fn a_repository_reads_through_a_provider() {
+    let app = spawn_quick().await;
+    let repo = ProviderRepo::new(&fixture_metadata("normal"), &[]);
+    let manifest = "name: hello\nversion: 1.0.0\nresources:\n  app:\n    type: fixture.v1.noop\n";
+    let (id, _) = create_provider(
+        &app,
+        json!({
+            "name": "repo-provider",
+            "gitUrl": repo.url(),
+            "config": { "elements": [
+                { "name": "hello", "version": "1.0.0", "manifest_yaml": manifest },
+                { "name": "hello", "version": "1.1.0", "manifest_yaml": manifest.replace("1.0.0", "1.1.0") },
+            ] },
+        }),
+    )
+    .await;
+    let connected = wait_status(&app, &id, "CONNECTED").await;
+    assert!(
+        connected["features"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("repository")),
+        "{connected}"
+    );
+    let created = app
+        .gql(
+            "mutation($input: CreateRepositoryInput!) { createRepository(input: $input) { id } }",
+            json!({ "input": { "name": "via-provider", "driver": { "provider": { "providerId": id } } } }),
+        )
+        .await;
+    let repository = data(&created)["createRepository"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let synced = eventually(Duration::from_secs(30), "the sync", || async {
+        let body = app
+            .gql(
+                "query($id: ID!) { repository(id: $id) { status statusMessage driver { ... on ProviderDriver { kind providerId } } } }",
+                json!({ "id": repository }),
+            )
+            .await;
+        let r = data(&body)["repository"].clone();
+        (r["status"] == "ACTIVE" || r["status"] == "ERROR").then_some(r)
+    })
+    .await;
+    assert_eq!(synced["status"], "ACTIVE", "{synced}");
+    assert_eq!(synced["driver"]["providerId"], id.as_str());
+    let body = app
+        .gql(
+            "{ elements(filter: {name: \"hello\"}) { totalCount edges { node { version manifest } } } }",
+            json!({}),
+        )
+        .await;
+    let elements = &data(&body)["elements"];
+    assert_eq!(elements["totalCount"], 2, "{body}");
+    let manifest = elements["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|e| e["node"]["manifest"].as_object().cloned())
+        .expect("a manifest read through GetElement");
+    assert_eq!(manifest["resources"]["app"]["type"], "fixture.v1.noop");
+    app.stop().await;
+}
+
+/// Server restarts load `autoLoad` providers again; a provider never outlives
+/// its server, even one killed with SIGKILL.
+#[tokio::test]
+async fn providers_follow_their_server() {
+    let store = Arc::new(TestStore::fresh().await);
+    let app = TestApp::spawn_with(store.clone(), quick).await;
+    let repo = ProviderRepo::new(&process_metadata(), &[]);
+    let (id, _) = create_provider(&app, json!({ "name": "follower", "gitUrl": repo.url() })).await;
+    wait_status(&app, &id, "CONNECTED").await;
+    let pid = pid_of(&app, &id);
+    let store = app.stop().await;
+    gone(pid).await;
+
+    // The real binary, killed outright: the provider notices and exits.
+    let mut served = crate::binary::serve(
+        &store,
+        &[
+            ("CORBEL_ADMIN_TOKEN", crate::support::ADMIN_TOKEN),
+            ("CORBEL_PROVIDER_HEALTH_INTERVAL_MS", "200"),
+        ],
+    );
+    let client = reqwest::Client::new();
+    let url = format!("http://{}/graphql", served.addr);
+    eventually(Duration::from_secs(60), "the provider to load again", || async {
+        let body: Value = client
+            .post(&url)
+            .bearer_auth(crate::support::ADMIN_TOKEN)
+            .json(&json!({"query": "query($id: ID!) { provider(id: $id) { status } }", "variables": {"id": id}}))
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        (body["data"]["provider"]["status"] == "CONNECTED").then_some(())
+    })
+    .await;
+    let pid = pid_of_store(&store, &id);
+    assert!(alive(pid));
+    served.child.kill().unwrap();
+    served.child.wait().unwrap();
+    gone(pid).await;
+}
+
+fn pid_of_store(store: &TestStore, id: &str) -> i32 {
+    let file = store
+        .data_dir()
+        .join("providers")
+        .join(id)
+        .join("src")
+        .join("provider.pid");
+    std::fs::read_to_string(file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn corbel_bin_and_provider_bins_sit_together() {
+    let process = workspace_bin("corbel-provider-process");
+    assert_eq!(process.parent(), corbel_bin().parent());
+}
