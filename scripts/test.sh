@@ -12,6 +12,9 @@ need_apt=()
 command -v pg_ctlcluster >/dev/null 2>&1 || need_apt+=(postgresql)
 [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
+command -v git >/dev/null 2>&1 || need_apt+=(git)
+# git2's https and ssh transports build against OpenSSL.
+dpkg -s libssl-dev >/dev/null 2>&1 || need_apt+=(libssl-dev pkg-config)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing ${need_apt[*]} from Debian's packages"
   export DEBIAN_FRONTEND=noninteractive
@@ -45,6 +48,10 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   run_tests() { cargo test --workspace --no-fail-fast "$@"; }
 fi
+
+# The provider tests run the workspace's provider binaries as real processes.
+log "building the workspace binaries"
+cargo build --workspace --bins
 
 log "tests on SQLite"
 env -u CORBEL_TEST_POSTGRES_URL bash -c "$(declare -f run_tests); run_tests $*"
