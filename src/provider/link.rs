@@ -151,6 +151,52 @@ impl Link {
         }
     }
 
+    /// Starts destroying one resource; its events follow on the stream.
+    pub async fn destroy_resource(
+        &self,
+        request: proto::DestroyResourceRequest,
+    ) -> Result<tonic::Streaming<proto::ResourceEvent>, LinkError> {
+        let mut client = self.client.clone();
+        let request = tonic::Request::new(request);
+        match tokio::time::timeout(self.deadline, client.destroy_resource(request)).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(refused("DestroyResource", &status)),
+            Err(_) => Err(LinkError::Deadline {
+                call: "DestroyResource",
+                after: self.deadline,
+            }),
+        }
+    }
+
+    pub async fn inspect(
+        &self,
+        resource: proto::Resource,
+    ) -> Result<proto::InspectResponse, LinkError> {
+        let mut client = self.client.clone();
+        self.call(
+            "Inspect",
+            |request| async move { client.inspect(request).await },
+            proto::InspectRequest {
+                resource: Some(resource),
+            },
+        )
+        .await
+    }
+
+    pub async fn describe_resources(
+        &self,
+        resources: Vec<proto::Resource>,
+    ) -> Result<Vec<proto::ResourceDescription>, LinkError> {
+        let mut client = self.client.clone();
+        self.call(
+            "DescribeResources",
+            |request| async move { client.describe_resources(request).await },
+            proto::DescribeResourcesRequest { resources },
+        )
+        .await
+        .map(|r| r.descriptions)
+    }
+
     /// The next message of a stream, bounded by the deadline.
     pub async fn next<T>(
         &self,

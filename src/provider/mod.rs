@@ -11,6 +11,7 @@
 //! `store::providers`) and the in-memory state of each loaded provider: its
 //! live status, link and log ring. Proto types stay inside this module.
 
+mod calls;
 mod link;
 mod logs;
 pub mod metadata;
@@ -34,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
+pub use calls::{ResourceCall, ResourceDescription, ResourceProgress};
 pub use link::LinkError;
 pub use logs::{LogLine, LogStream};
 pub use registry::serve_registry;
@@ -174,46 +176,6 @@ pub struct ProviderNode {
     pub name: String,
     pub capacity: Vec<(String, i64)>,
     pub labels: Vec<(String, String)>,
-}
-
-/// One resource, as a provider is asked to handle it.
-#[derive(Clone, Debug)]
-pub struct ResourceCall {
-    pub key: String,
-    pub resource_type: String,
-    /// Templates already rendered.
-    pub config: serde_json::Value,
-    /// Stable across calls: the same resource has the same id.
-    pub resource_id: String,
-    pub node: Option<String>,
-    /// Outputs of the resources it depends on, by key.
-    pub dependency_outputs: Vec<(String, serde_json::Value)>,
-}
-
-impl ResourceCall {
-    fn into_deploy(self) -> corbel_proto::v1::DeployResourceRequest {
-        corbel_proto::v1::DeployResourceRequest {
-            resource: Some(corbel_proto::v1::Resource {
-                key: self.key,
-                r#type: self.resource_type,
-                config_json: self.config.to_string(),
-                resource_id: self.resource_id,
-                node: self.node.unwrap_or_default(),
-            }),
-            dependency_outputs_json: self
-                .dependency_outputs
-                .into_iter()
-                .map(|(k, v)| (k, v.to_string()))
-                .collect(),
-        }
-    }
-}
-
-/// A step a provider reports while it works on a resource.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ResourceProgress {
-    Progress { percent: u32, message: String },
-    Log(String),
 }
 
 #[derive(Clone, Debug)]
@@ -481,56 +443,8 @@ impl Providers {
             .collect())
     }
 
-    /// Deploys one resource through the provider, reporting its progress to
-    /// `progress`, and returns the resource's outputs.
-    pub async fn deploy(
-        &self,
-        id: Uuid,
-        resource: ResourceCall,
-        mut progress: impl FnMut(ResourceProgress) + Send,
-    ) -> Result<serde_json::Value, ProviderError> {
-        let link = self.connected(id).await?;
-        let unavailable = |e: LinkError| ProviderError::Unavailable(e.to_string());
-        let mut stream = link
-            .deploy_resource(resource.into_deploy())
-            .await
-            .map_err(unavailable)?;
-        use corbel_proto::v1::resource_event::Event as E;
-        while let Some(event) = link
-            .next("DeployResource", &mut stream)
-            .await
-            .map_err(unavailable)?
-        {
-            match event.event {
-                Some(E::Progress(p)) => progress(ResourceProgress::Progress {
-                    percent: p.percent.min(100),
-                    message: p.message,
-                }),
-                Some(E::Log(l)) => progress(ResourceProgress::Log(l.line)),
-                Some(E::Done(done)) => {
-                    return serde_json::from_str(&done.outputs_json).map_err(|e| {
-                        ProviderError::Unavailable(format!(
-                            "the provider sent outputs that are not JSON: {e}"
-                        ))
-                    });
-                }
-                Some(E::Error(failure)) => {
-                    return Err(ProviderError::Failed {
-                        message: failure.message,
-                        retryable: failure.retryable,
-                    });
-                }
-                // A newer provider's event kind: ignored.
-                None => {}
-            }
-        }
-        Err(ProviderError::Unavailable(
-            "the provider ended DeployResource without `done` or `error`".into(),
-        ))
-    }
-
     /// The link of a connected provider, or why there is none.
-    async fn connected(&self, id: Uuid) -> Result<link::Link, ProviderError> {
+    pub(super) async fn connected(&self, id: Uuid) -> Result<link::Link, ProviderError> {
         if let Some(link) = self.existing_slot(id).and_then(|slot| slot.link()) {
             return Ok(link);
         }

@@ -1,0 +1,276 @@
+//! Calls about resources, for the deployment engine: deploy, destroy, inspect,
+//! describe, and finding the provider that serves a resource type. Protocol
+//! types are converted here; the engine sees only these domain types.
+
+use std::time::Duration;
+
+use corbel_proto::v1 as proto;
+use corbel_proto::v1::resource_event::Event as E;
+use uuid::Uuid;
+
+use super::link::{Link, LinkError};
+use super::{ProviderError, ProviderStatus, Providers};
+
+/// One resource, as a provider is asked to handle it.
+#[derive(Clone, Debug)]
+pub struct ResourceCall {
+    pub key: String,
+    pub resource_type: String,
+    /// Templates already rendered.
+    pub config: serde_json::Value,
+    /// Stable across calls: the same resource has the same id.
+    pub resource_id: String,
+    pub node: Option<String>,
+    /// Outputs of the resources it depends on, by key.
+    pub dependency_outputs: Vec<(String, serde_json::Value)>,
+}
+
+impl ResourceCall {
+    fn resource(&self) -> proto::Resource {
+        proto::Resource {
+            key: self.key.clone(),
+            r#type: self.resource_type.clone(),
+            config_json: self.config.to_string(),
+            resource_id: self.resource_id.clone(),
+            node: self.node.clone().unwrap_or_default(),
+        }
+    }
+
+    fn into_deploy(self) -> proto::DeployResourceRequest {
+        proto::DeployResourceRequest {
+            resource: Some(self.resource()),
+            dependency_outputs_json: self
+                .dependency_outputs
+                .into_iter()
+                .map(|(k, v)| (k, v.to_string()))
+                .collect(),
+        }
+    }
+}
+
+/// What a provider adds to a resource of a blueprint (`DescribeResources`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResourceDescription {
+    pub key: String,
+    pub depends_on: Vec<String>,
+    pub features: Vec<String>,
+    pub quota: Vec<(String, i64)>,
+}
+
+/// A step a provider reports while it works on a resource.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ResourceProgress {
+    Progress { percent: u32, message: String },
+    Log(String),
+}
+
+impl Providers {
+    /// Deploys one resource through the provider, reporting its progress to
+    /// `progress`, and returns the resource's outputs.
+    pub async fn deploy(
+        &self,
+        id: Uuid,
+        resource: ResourceCall,
+        mut progress: impl FnMut(ResourceProgress) + Send,
+    ) -> Result<serde_json::Value, ProviderError> {
+        let link = self.connected(id).await?;
+        let stream = link
+            .deploy_resource(resource.into_deploy())
+            .await
+            .map_err(unavailable)?;
+        follow(&link, "DeployResource", stream, &mut progress).await
+    }
+
+    /// Destroys one resource through the provider.
+    pub async fn destroy(
+        &self,
+        id: Uuid,
+        resource: ResourceCall,
+        outputs: &serde_json::Value,
+        mut progress: impl FnMut(ResourceProgress) + Send,
+    ) -> Result<(), ProviderError> {
+        let link = self.connected(id).await?;
+        let stream = link
+            .destroy_resource(proto::DestroyResourceRequest {
+                resource: Some(resource.resource()),
+                outputs_json: outputs.to_string(),
+            })
+            .await
+            .map_err(unavailable)?;
+        follow(&link, "DestroyResource", stream, &mut progress)
+            .await
+            .map(drop)
+    }
+
+    /// Whether the resource exists at the provider, and its outputs if so.
+    pub async fn inspect(
+        &self,
+        id: Uuid,
+        resource: &ResourceCall,
+    ) -> Result<Option<serde_json::Value>, ProviderError> {
+        let link = self.connected(id).await?;
+        let answer = link
+            .inspect(resource.resource())
+            .await
+            .map_err(unavailable)?;
+        if !answer.present {
+            return Ok(None);
+        }
+        let outputs = if answer.outputs_json.trim().is_empty() {
+            serde_json::json!({})
+        } else {
+            serde_json::from_str(&answer.outputs_json).map_err(|e| {
+                ProviderError::Unavailable(format!(
+                    "the provider sent outputs that are not JSON: {e}"
+                ))
+            })?
+        };
+        Ok(Some(outputs))
+    }
+
+    /// What the provider adds to these resources; a provider that does not
+    /// implement `DescribeResources` adds nothing.
+    pub async fn describe(
+        &self,
+        id: Uuid,
+        resources: &[ResourceCall],
+    ) -> Result<Vec<ResourceDescription>, ProviderError> {
+        let link = self.connected(id).await?;
+        let answer = link
+            .describe_resources(resources.iter().map(ResourceCall::resource).collect())
+            .await;
+        match answer {
+            Ok(descriptions) => Ok(descriptions
+                .into_iter()
+                .map(|d| {
+                    let mut quota: Vec<_> = d.quota.into_iter().collect();
+                    quota.sort();
+                    ResourceDescription {
+                        key: d.key,
+                        depends_on: d.depends_on,
+                        features: d.features,
+                        quota,
+                    }
+                })
+                .collect()),
+            Err(LinkError::Refused {
+                code: tonic::Code::Unimplemented,
+                ..
+            }) => Ok(Vec::new()),
+            Err(e) => Err(unavailable(e)),
+        }
+    }
+
+    /// The provider for a resource type: the one named, or the only provider
+    /// that announced the type. Not connected is not an error here; the call
+    /// that needs the link says so.
+    pub async fn for_resource_type(
+        &self,
+        resource_type: &str,
+        named: Option<&str>,
+    ) -> Result<Uuid, ProviderError> {
+        let all = self.list().await?;
+        let serves = |p: &super::Provider| {
+            p.resource_types.iter().any(|t| t == resource_type)
+                || p.metadata
+                    .as_ref()
+                    .is_some_and(|m| m.resource_types.iter().any(|t| t == resource_type))
+        };
+        if let Some(name) = named {
+            let provider = all
+                .iter()
+                .find(|p| p.name == name)
+                .ok_or_else(|| ProviderError::NotFound(format!("no provider named `{name}`")))?;
+            if !serves(provider) {
+                return Err(ProviderError::Invalid(format!(
+                    "provider `{name}` does not serve resource type `{resource_type}`"
+                )));
+            }
+            return Ok(provider.id);
+        }
+        let mut serving: Vec<&super::Provider> = all.iter().filter(|p| serves(p)).collect();
+        // Prefer connected providers when several serve the type.
+        serving.sort_by_key(|p| (p.status != ProviderStatus::Connected, p.name.clone()));
+        match serving.as_slice() {
+            [] => Err(ProviderError::NotFound(format!(
+                "no provider serves resource type `{resource_type}`"
+            ))),
+            [one] => Ok(one.id),
+            [first, second, ..]
+                if first.status == ProviderStatus::Connected
+                    && second.status != ProviderStatus::Connected =>
+            {
+                Ok(first.id)
+            }
+            several => Err(ProviderError::Invalid(format!(
+                "several providers serve resource type `{resource_type}` ({}); name one with `provider:`",
+                several
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
+    }
+
+    /// Waits until the provider is connected (or `limit` passes).
+    pub async fn wait_connected(&self, id: Uuid, limit: Duration) -> bool {
+        let slot = self.slot(id);
+        let mut watch = slot.watch();
+        let wait = async {
+            loop {
+                if slot.link().is_some() {
+                    return;
+                }
+                if watch.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        tokio::time::timeout(limit, wait).await.is_ok() && slot.link().is_some()
+    }
+}
+
+fn unavailable(e: LinkError) -> ProviderError {
+    ProviderError::Unavailable(e.to_string())
+}
+
+/// Reads a deploy or destroy stream to its end: progress to `progress`, then
+/// the outputs or the failure.
+async fn follow(
+    link: &Link,
+    call: &'static str,
+    mut stream: tonic::Streaming<proto::ResourceEvent>,
+    progress: &mut (impl FnMut(ResourceProgress) + Send),
+) -> Result<serde_json::Value, ProviderError> {
+    while let Some(event) = link.next(call, &mut stream).await.map_err(unavailable)? {
+        match event.event {
+            Some(E::Progress(p)) => progress(ResourceProgress::Progress {
+                percent: p.percent.min(100),
+                message: p.message,
+            }),
+            Some(E::Log(l)) => progress(ResourceProgress::Log(l.line)),
+            Some(E::Done(done)) if done.outputs_json.trim().is_empty() => {
+                return Ok(serde_json::json!({}));
+            }
+            Some(E::Done(done)) => {
+                return serde_json::from_str(&done.outputs_json).map_err(|e| {
+                    ProviderError::Unavailable(format!(
+                        "the provider sent outputs that are not JSON: {e}"
+                    ))
+                });
+            }
+            Some(E::Error(failure)) => {
+                return Err(ProviderError::Failed {
+                    message: failure.message,
+                    retryable: failure.retryable,
+                });
+            }
+            // A newer provider's event kind: ignored.
+            None => {}
+        }
+    }
+    Err(ProviderError::Unavailable(format!(
+        "the provider ended {call} without `done` or `error`"
+    )))
+}
