@@ -26,6 +26,7 @@ use crate::api::http::{self as api_http, HttpState};
 use crate::api::{self, ServerFacts};
 use crate::auth::Auth;
 use crate::config::Config;
+use crate::deploy::Deployments;
 use crate::events::EventBus;
 use crate::provider::{self, Providers};
 use crate::repository::Repositories;
@@ -42,6 +43,7 @@ pub struct App {
     auth: Auth,
     repositories: Repositories,
     providers: Providers,
+    deployments: Deployments,
     /// Serves the provider registry once spawned.
     registry: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
     /// Stops the registry, after the providers have been stopped.
@@ -87,6 +89,14 @@ impl App {
             .await
             .context("starting the provider registry")?;
 
+        let deployments = Deployments::new(
+            db.clone(),
+            providers.clone(),
+            bus.clone(),
+            config.deploy_settings(),
+            stopping.clone(),
+        );
+
         let mut repository_settings = config.repository_settings();
         repository_settings.providers = ProviderSources(Some(Arc::new(providers.clone())));
         let repositories = Repositories::new(
@@ -110,6 +120,7 @@ impl App {
             .data(auth.clone())
             .data(repositories.clone())
             .data(providers.clone())
+            .data(deployments.clone())
             .data(bus)
             .finish();
 
@@ -157,6 +168,7 @@ impl App {
             auth,
             repositories,
             providers,
+            deployments,
             registry: Box::pin(registry),
             registry_stop,
             stopping,
@@ -193,6 +205,10 @@ impl App {
         let background = tokio::spawn(purge_sessions(self.auth.clone(), stopping.clone()));
         let refreshing = tokio::spawn(self.repositories.clone().run_refresh_loop());
         let registry = tokio::spawn(self.registry);
+        let reaping = tokio::spawn(self.deployments.clone().run_reaper());
+        if let Err(e) = self.deployments.recover().await {
+            tracing::error!(error = %e, "cannot recover deployments");
+        }
         let loading = {
             let providers = self.providers.clone();
             tokio::spawn(async move {
@@ -230,6 +246,10 @@ impl App {
         }
         stopping.cancel();
         let _ = loading.await;
+        let _ = reaping.await;
+        // Running deploy steps finish their provider call (a journal
+        // boundary) before providers stop.
+        self.deployments.shutdown(self.shutdown_grace).await;
         // Providers unregister as they stop, so the registry outlives them.
         self.providers.shutdown().await;
         self.registry_stop.cancel();

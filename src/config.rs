@@ -117,6 +117,10 @@ pub struct Config {
     pub provider_backoff_max_ms: u64,
     /// Providers fetched and built at once.
     pub provider_load_concurrency: usize,
+    /// Provider calls in flight at once per deployment.
+    pub deploy_concurrency: usize,
+    /// How often expired deployment leases are looked for, in milliseconds.
+    pub deploy_reaper_interval_ms: u64,
 }
 
 /// Optional settings as a TOML file or the command line gives them; `None` means
@@ -217,6 +221,12 @@ pub struct Overrides {
     /// Providers fetched and built at once.
     #[arg(long, env = "CORBEL_PROVIDER_LOAD_CONCURRENCY", global = true)]
     pub provider_load_concurrency: Option<usize>,
+    /// Provider calls in flight at once per deployment.
+    #[arg(long, env = "CORBEL_DEPLOY_CONCURRENCY", global = true)]
+    pub deploy_concurrency: Option<usize>,
+    /// How often expired deployment leases are looked for, in milliseconds.
+    #[arg(long, env = "CORBEL_DEPLOY_REAPER_INTERVAL_MS", global = true)]
+    pub deploy_reaper_interval_ms: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -292,6 +302,8 @@ impl Config {
             provider_backoff_initial_ms: pick.provider_backoff_initial_ms.unwrap_or(500).max(1),
             provider_backoff_max_ms: pick.provider_backoff_max_ms.unwrap_or(60_000).max(1),
             provider_load_concurrency: pick.provider_load_concurrency.unwrap_or(8).max(1),
+            deploy_concurrency: pick.deploy_concurrency.unwrap_or(16).max(1),
+            deploy_reaper_interval_ms: pick.deploy_reaper_interval_ms.unwrap_or(10_000).max(10),
         };
         config.database()?;
         Ok(config)
@@ -336,6 +348,14 @@ impl Config {
             load_concurrency: self.provider_load_concurrency,
             log_lines: 2_000,
         })
+    }
+
+    /// Settings of the deployment engine.
+    pub fn deploy_settings(&self) -> crate::deploy::DeploySettings {
+        crate::deploy::DeploySettings {
+            concurrency: self.deploy_concurrency,
+            reaper_interval: Duration::from_millis(self.deploy_reaper_interval_ms),
+        }
     }
 
     /// The database this configuration points at.
@@ -417,6 +437,10 @@ impl Overrides {
             provider_load_concurrency: self
                 .provider_load_concurrency
                 .or(other.provider_load_concurrency),
+            deploy_concurrency: self.deploy_concurrency.or(other.deploy_concurrency),
+            deploy_reaper_interval_ms: self
+                .deploy_reaper_interval_ms
+                .or(other.deploy_reaper_interval_ms),
         }
     }
 }

@@ -47,6 +47,8 @@ pub enum Event {
         provider_id: Uuid,
         line: crate::provider::LogLine,
     },
+    /// A deployment's history grew by one entry (already stored).
+    Deployment(Arc<crate::deploy::DeploymentEvent>),
 }
 
 /// What a subscriber receives.

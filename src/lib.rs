@@ -6,6 +6,7 @@ pub mod app;
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod deploy;
 pub mod events;
 pub mod provider;
 pub mod repository;

@@ -7,6 +7,7 @@ pub use sea_orm_migration::prelude::*;
 mod m20261130_000001_users_and_tokens;
 mod m20261130_000002_repositories;
 mod m20261130_000003_providers;
+mod m20261130_000004_deployments;
 
 pub struct Migrator;
 
@@ -17,6 +18,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000001_users_and_tokens::Migration),
             Box::new(m20261130_000002_repositories::Migration),
             Box::new(m20261130_000003_providers::Migration),
+            Box::new(m20261130_000004_deployments::Migration),
         ]
     }
 }

@@ -114,7 +114,7 @@ impl ServerEvent {
                 status: status.as_str().to_owned(),
                 message: message.clone(),
             }),
-            Event::ProviderLog { .. } => return None,
+            Event::ProviderLog { .. } | Event::Deployment(_) => return None,
         })
     }
 }

@@ -2,6 +2,7 @@
 //! the authentication guard, and the HTTP/websocket handlers that serve it.
 
 mod auth;
+mod deploy;
 pub mod documents;
 pub mod error;
 mod events;
@@ -26,6 +27,7 @@ pub struct Query(
     auth::AuthQuery,
     repository::RepositoryQuery,
     provider::ProviderQuery,
+    deploy::DeployQuery,
 );
 
 #[derive(MergedObject, Default)]
@@ -33,10 +35,15 @@ pub struct Mutation(
     auth::AuthMutation,
     repository::RepositoryMutation,
     provider::ProviderMutation,
+    deploy::DeployMutation,
 );
 
 #[derive(MergedSubscription, Default)]
-pub struct Subscription(events::EventSubscription, provider::ProviderSubscription);
+pub struct Subscription(
+    events::EventSubscription,
+    provider::ProviderSubscription,
+    deploy::DeploySubscription,
+);
 
 pub type CorbelSchema = Schema<Query, Mutation, Subscription>;
 

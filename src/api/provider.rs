@@ -447,7 +447,8 @@ impl ProviderSubscription {
                     | Event::UserLoggedIn { .. }
                     | Event::ApiTokenCreated { .. }
                     | Event::ApiTokenRevoked { .. }
-                    | Event::RepositorySync { .. } => None,
+                    | Event::RepositorySync { .. }
+                    | Event::Deployment(_) => None,
                 },
             };
             std::future::ready(event)

@@ -252,3 +252,155 @@ pub mod provider {
 
     impl ActiveModelBehavior for ActiveModel {}
 }
+
+pub mod blueprint {
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "blueprints")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub id: Uuid,
+        #[sea_orm(unique)]
+        pub name: String,
+        pub description: Option<String>,
+        /// The blueprint's YAML, as authored.
+        pub source: String,
+        pub created_at: DateTimeUtc,
+        pub updated_at: DateTimeUtc,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod deployment {
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "deployments")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub id: Uuid,
+        pub name: String,
+        pub blueprint_id: Option<Uuid>,
+        /// Set for an element's installation.
+        pub element_id: Option<Uuid>,
+        /// The blueprint as it was when deployed (YAML).
+        pub source: String,
+        /// The bound variables, a JSON object as text.
+        pub variables: String,
+        pub state: String,
+        pub on_failure: String,
+        pub error: Option<String>,
+        pub expires_at: Option<DateTimeUtc>,
+        pub created_at: DateTimeUtc,
+        pub updated_at: DateTimeUtc,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {
+        #[sea_orm(has_many = "super::deployment_node::Entity")]
+        Nodes,
+    }
+
+    impl Related<super::deployment_node::Entity> for Entity {
+        fn to() -> RelationDef {
+            Relation::Nodes.def()
+        }
+    }
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod deployment_node {
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "deployment_nodes")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub id: Uuid,
+        pub deployment_id: Uuid,
+        /// The blueprint's resource key.
+        pub key: String,
+        pub replica: i32,
+        pub resource_type: String,
+        pub provider_id: Option<Uuid>,
+        /// The provider node it is placed on.
+        pub node: Option<String>,
+        pub state: String,
+        /// The rendered configuration, JSON text.
+        pub config: Option<String>,
+        /// The outputs, JSON text.
+        pub outputs: Option<String>,
+        pub error: Option<String>,
+        pub run_id: Option<Uuid>,
+        pub updated_at: DateTimeUtc,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {
+        #[sea_orm(
+            belongs_to = "super::deployment::Entity",
+            from = "Column::DeploymentId",
+            to = "super::deployment::Column::Id",
+            on_delete = "Cascade"
+        )]
+        Deployment,
+    }
+
+    impl Related<super::deployment::Entity> for Entity {
+        fn to() -> RelationDef {
+            Relation::Deployment.def()
+        }
+    }
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod journal {
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "journal")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub id: Uuid,
+        pub deployment_id: Uuid,
+        pub node_id: Uuid,
+        pub provider_id: Uuid,
+        /// `DEPLOY` or `DESTROY`.
+        pub intent: String,
+        pub created_at: DateTimeUtc,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod deployment_event {
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "deployment_events")]
+    pub struct Model {
+        #[sea_orm(primary_key)]
+        pub id: i64,
+        pub deployment_id: Uuid,
+        pub at: DateTimeUtc,
+        pub kind: String,
+        pub node_key: Option<String>,
+        pub state: Option<String>,
+        pub message: String,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}

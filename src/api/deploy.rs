@@ -1,0 +1,617 @@
+//! Blueprints and deployments in the API. Deploys, destroys and redeploys
+//! answer at once and run in the background; `deploymentEvents` replays a
+//! deployment's history and then follows it live.
+
+use async_graphql::{Context, Enum, ID, InputObject, Json, Object, SimpleObject, Subscription};
+use chrono::{DateTime, Utc};
+use futures_util::{Stream, StreamExt};
+
+use super::pagination::{Page, page_of, window};
+use super::{ApiError, ErrorCode, parse_id, principal, state};
+use crate::deploy::blueprint::{self, Replicas};
+use crate::deploy::strategy::Strategy;
+use crate::deploy::{self as domain, DeployError, Deployments};
+use crate::events::{Delivery, Event, EventBus};
+
+/// How much history `deploymentEvents` replays before following live.
+const REPLAY_LIMIT: u64 = 10_000;
+
+impl From<DeployError> for ApiError {
+    fn from(e: DeployError) -> Self {
+        match e {
+            DeployError::Invalid(m) => ApiError::validation(m),
+            DeployError::NotFound(m) => ApiError::new(ErrorCode::NotFound, m),
+            DeployError::Conflict(m) => ApiError::new(ErrorCode::Conflict, m),
+            DeployError::Provider(p) => p.into(),
+            DeployError::Db(ref db) if crate::store::is_conflict(db) => {
+                ApiError::new(ErrorCode::Conflict, "the change conflicts with stored data")
+            }
+            DeployError::Db(_) | DeployError::Corrupt(_) => ApiError::internal(&e),
+        }
+    }
+}
+
+macro_rules! mirror_enum {
+    ($name:ident, $domain:path { $($variant:ident),+ $(,)? }) => {
+        #[derive(Enum, Clone, Copy, PartialEq, Eq)]
+        pub enum $name { $($variant),+ }
+
+        impl From<$domain> for $name {
+            fn from(s: $domain) -> Self {
+                use $domain as D;
+                match s { $(D::$variant => $name::$variant),+ }
+            }
+        }
+
+        impl From<$name> for $domain {
+            fn from(s: $name) -> Self {
+                use $domain as D;
+                match s { $($name::$variant => D::$variant),+ }
+            }
+        }
+    };
+}
+
+mirror_enum!(
+    DeploymentState,
+    domain::DeploymentState {
+        Pending,
+        InProgress,
+        Complete,
+        Failed,
+        Destroying,
+        Destroyed,
+        Suspended
+    }
+);
+mirror_enum!(
+    NodeState,
+    domain::NodeState {
+        ToDeploy,
+        Waiting,
+        InProgress,
+        Complete,
+        Failed,
+        Tainted,
+        ToDestroy,
+        Destroying,
+        Destroyed
+    }
+);
+mirror_enum!(OnFailure, domain::OnFailure { Rollback, Keep });
+mirror_enum!(
+    PlacementStrategy,
+    Strategy {
+        Auto,
+        Fill,
+        Each,
+        Global,
+        Drained
+    }
+);
+mirror_enum!(
+    DeploymentEventKind,
+    domain::EventKind {
+        State,
+        Node,
+        Progress,
+        Log
+    }
+);
+
+#[derive(SimpleObject)]
+pub struct BlueprintResource {
+    key: String,
+    #[graphql(name = "type")]
+    resource_type: String,
+    /// The provider named in the blueprint, if any (else found by type).
+    provider: Option<String>,
+    depends_on: Vec<String>,
+    /// A number, or the template that gives it at deploy time.
+    replicas: String,
+    strategy: PlacementStrategy,
+    config: Json<serde_json::Value>,
+}
+
+#[derive(SimpleObject)]
+pub struct BlueprintVariable {
+    name: String,
+    #[graphql(name = "type")]
+    var_type: String,
+    default: Option<Json<serde_json::Value>>,
+    description: Option<String>,
+}
+
+pub struct Blueprint(domain::StoredBlueprint);
+
+#[Object]
+impl Blueprint {
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+    async fn name(&self) -> &str {
+        &self.0.name
+    }
+    async fn description(&self) -> Option<&str> {
+        self.0.description.as_deref()
+    }
+    /// The YAML as authored.
+    async fn source(&self) -> &str {
+        &self.0.source
+    }
+    async fn resources(&self) -> Vec<BlueprintResource> {
+        self.0
+            .parsed
+            .resources
+            .iter()
+            .map(|r| BlueprintResource {
+                key: r.key.clone(),
+                resource_type: r.resource_type.clone(),
+                provider: r.provider.clone(),
+                depends_on: r.depends_on.clone(),
+                replicas: match &r.replicas {
+                    Replicas::Fixed(n) => n.to_string(),
+                    Replicas::Template(t) => t.clone(),
+                },
+                strategy: r.strategy.into(),
+                config: Json(r.config.clone()),
+            })
+            .collect()
+    }
+    async fn variables(&self) -> Vec<BlueprintVariable> {
+        self.0
+            .parsed
+            .variables
+            .iter()
+            .map(|v| BlueprintVariable {
+                name: v.name.clone(),
+                var_type: v.ty.as_str().to_owned(),
+                default: v.default.clone().map(Json),
+                description: v.description.clone(),
+            })
+            .collect()
+    }
+    /// Resource types no provider serves now: deploying would fail on them.
+    async fn warnings(&self, ctx: &Context<'_>) -> Result<Vec<String>, ApiError> {
+        Ok(state::<Deployments>(ctx)?.warnings(&self.0.parsed).await)
+    }
+    async fn created_at(&self) -> DateTime<Utc> {
+        self.0.created_at
+    }
+    async fn updated_at(&self) -> DateTime<Utc> {
+        self.0.updated_at
+    }
+}
+
+#[derive(SimpleObject)]
+pub struct ResourceNode {
+    id: ID,
+    key: String,
+    replica: i32,
+    #[graphql(name = "type")]
+    resource_type: String,
+    provider_id: Option<ID>,
+    /// The provider node it is placed on.
+    node: Option<String>,
+    state: NodeState,
+    outputs: Option<Json<serde_json::Value>>,
+    error: Option<String>,
+    updated_at: DateTime<Utc>,
+}
+
+impl From<domain::ResourceNode> for ResourceNode {
+    fn from(n: domain::ResourceNode) -> Self {
+        ResourceNode {
+            id: ID(n.id.to_string()),
+            key: n.key,
+            replica: n.replica,
+            resource_type: n.resource_type,
+            provider_id: n.provider_id.map(|p| ID(p.to_string())),
+            node: n.node,
+            state: n.state.into(),
+            outputs: n.outputs.map(Json),
+            error: n.error,
+            updated_at: n.updated_at,
+        }
+    }
+}
+
+#[derive(SimpleObject, Clone)]
+pub struct DeploymentEvent {
+    /// Increases along a deployment's history.
+    id: ID,
+    deployment_id: ID,
+    at: DateTime<Utc>,
+    kind: DeploymentEventKind,
+    /// `key[replica]` for node events.
+    node_key: Option<String>,
+    state: Option<String>,
+    message: String,
+}
+
+impl From<&domain::DeploymentEvent> for DeploymentEvent {
+    fn from(e: &domain::DeploymentEvent) -> Self {
+        DeploymentEvent {
+            id: ID(e.id.to_string()),
+            deployment_id: ID(e.deployment_id.to_string()),
+            at: e.at,
+            kind: e.kind.into(),
+            node_key: e.node_key.clone(),
+            state: e.state.clone(),
+            message: e.message.clone(),
+        }
+    }
+}
+
+pub struct Deployment(domain::Deployment);
+
+#[Object]
+impl Deployment {
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+    async fn name(&self) -> &str {
+        &self.0.name
+    }
+    async fn blueprint_id(&self) -> Option<ID> {
+        self.0.blueprint_id.map(|id| ID(id.to_string()))
+    }
+    /// Set when the deployment is an element's installation.
+    async fn element_id(&self) -> Option<ID> {
+        self.0.element_id.map(|id| ID(id.to_string()))
+    }
+    async fn state(&self) -> DeploymentState {
+        self.0.state.into()
+    }
+    async fn on_failure(&self) -> OnFailure {
+        self.0.on_failure.into()
+    }
+    /// The first error of the last run that failed.
+    async fn error(&self) -> Option<&str> {
+        self.0.error.as_deref()
+    }
+    /// The bound variables (defaults applied).
+    async fn variables(&self) -> Json<serde_json::Value> {
+        Json(self.0.variables.clone())
+    }
+    async fn expires_at(&self) -> Option<DateTime<Utc>> {
+        self.0.expires_at
+    }
+    async fn nodes(&self, ctx: &Context<'_>) -> Result<Vec<ResourceNode>, ApiError> {
+        let nodes = state::<Deployments>(ctx)?.nodes(self.0.id).await?;
+        Ok(nodes.into_iter().map(Into::into).collect())
+    }
+    /// The history, oldest first.
+    async fn events(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(default = 1000, validator(minimum = 0, maximum = 10000))] first: i32,
+    ) -> Result<Vec<DeploymentEvent>, ApiError> {
+        let events = state::<Deployments>(ctx)?
+            .history(self.0.id, first as u64)
+            .await?;
+        Ok(events.iter().map(Into::into).collect())
+    }
+    async fn created_at(&self) -> DateTime<Utc> {
+        self.0.created_at
+    }
+    async fn updated_at(&self) -> DateTime<Utc> {
+        self.0.updated_at
+    }
+}
+
+#[derive(InputObject)]
+pub struct CreateBlueprintInput {
+    name: String,
+    description: Option<String>,
+    /// The blueprint's YAML.
+    source: String,
+}
+
+#[derive(InputObject)]
+pub struct UpdateBlueprintInput {
+    name: Option<String>,
+    description: Option<String>,
+    source: Option<String>,
+}
+
+#[derive(InputObject)]
+pub struct DeployBlueprintInput {
+    blueprint_id: ID,
+    name: String,
+    /// Values of the blueprint's variables (a JSON object); defaults fill in.
+    #[graphql(default_with = "Json(serde_json::json!({}))")]
+    variables: Json<serde_json::Value>,
+    /// What a failed deploy does with what it created.
+    #[graphql(default_with = "OnFailure::Rollback")]
+    on_failure: OnFailure,
+    /// The lease: past it, the deployment is destroyed.
+    expires_at: Option<DateTime<Utc>>,
+}
+
+#[derive(InputObject, Default)]
+pub struct DeploymentFilter {
+    states: Option<Vec<DeploymentState>>,
+    blueprint_id: Option<ID>,
+    element_id: Option<ID>,
+    /// Part of the name.
+    search: Option<String>,
+}
+
+#[derive(SimpleObject)]
+pub struct NodeCapacity {
+    node: String,
+    /// With a strategy: replicas the plan puts there; without: the node's room.
+    count: i64,
+}
+
+fn variables_object(
+    value: serde_json::Value,
+) -> Result<serde_json::Map<String, serde_json::Value>, ApiError> {
+    match value {
+        serde_json::Value::Object(map) => Ok(map),
+        serde_json::Value::Null => Ok(serde_json::Map::new()),
+        other => Err(ApiError::validation(format!(
+            "variables: must be a JSON object, not {}",
+            blueprint::json_kind(&other)
+        ))),
+    }
+}
+
+#[derive(Default)]
+pub struct DeployQuery;
+
+#[Object]
+impl DeployQuery {
+    async fn blueprints(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> Result<Page<Blueprint>, ApiError> {
+        principal(ctx)?;
+        let (offset, limit) = window(first, after)?;
+        let all = state::<Deployments>(ctx)?.blueprints().await?;
+        let total = all.len() as u64;
+        let items = all
+            .into_iter()
+            .skip(offset as usize)
+            .take(limit as usize)
+            .map(Blueprint)
+            .collect();
+        Ok(page_of(items, offset, total))
+    }
+
+    async fn blueprint(&self, ctx: &Context<'_>, id: ID) -> Result<Blueprint, ApiError> {
+        principal(ctx)?;
+        Ok(Blueprint(
+            state::<Deployments>(ctx)?
+                .blueprint(parse_id(&id, "id")?)
+                .await?,
+        ))
+    }
+
+    async fn deployments(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(default)] filter: DeploymentFilter,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> Result<Page<Deployment>, ApiError> {
+        principal(ctx)?;
+        let (offset, limit) = window(first, after)?;
+        let filter = domain::DeploymentFilter {
+            states: filter
+                .states
+                .unwrap_or_default()
+                .into_iter()
+                .map(|s| domain::DeploymentState::from(s).as_str().to_owned())
+                .collect(),
+            blueprint_id: filter
+                .blueprint_id
+                .map(|id| parse_id(&id, "filter.blueprintId"))
+                .transpose()?,
+            element_id: filter
+                .element_id
+                .map(|id| parse_id(&id, "filter.elementId"))
+                .transpose()?,
+            search: filter.search,
+        };
+        let (found, total) = state::<Deployments>(ctx)?
+            .list(&filter, offset, limit)
+            .await?;
+        Ok(page_of(
+            found.into_iter().map(Deployment).collect(),
+            offset,
+            total,
+        ))
+    }
+
+    async fn deployment(&self, ctx: &Context<'_>, id: ID) -> Result<Deployment, ApiError> {
+        principal(ctx)?;
+        Ok(Deployment(
+            state::<Deployments>(ctx)?.get(parse_id(&id, "id")?).await?,
+        ))
+    }
+
+    /// The placement a deploy would make for one resource now, without
+    /// allocating; with no strategy, each node's raw capacity.
+    async fn calculate_capacity(
+        &self,
+        ctx: &Context<'_>,
+        blueprint_id: ID,
+        resource_key: String,
+        strategy: Option<PlacementStrategy>,
+        #[graphql(default_with = "Json(serde_json::json!({}))")] variables: Json<serde_json::Value>,
+    ) -> Result<Vec<NodeCapacity>, ApiError> {
+        principal(ctx)?;
+        let plan = state::<Deployments>(ctx)?
+            .calculate_capacity(
+                parse_id(&blueprint_id, "blueprintId")?,
+                &resource_key,
+                strategy.map(Into::into),
+                variables_object(variables.0)?,
+            )
+            .await?;
+        Ok(plan
+            .into_iter()
+            .map(|(node, count)| NodeCapacity { node, count })
+            .collect())
+    }
+}
+
+#[derive(Default)]
+pub struct DeployMutation;
+
+#[Object]
+impl DeployMutation {
+    /// Stores a blueprint after parsing and checking it; every problem is
+    /// named (resource key and field).
+    async fn create_blueprint(
+        &self,
+        ctx: &Context<'_>,
+        input: CreateBlueprintInput,
+    ) -> Result<Blueprint, ApiError> {
+        principal(ctx)?;
+        Ok(Blueprint(
+            state::<Deployments>(ctx)?
+                .create_blueprint(input.name, input.description, input.source)
+                .await?,
+        ))
+    }
+
+    /// Changes a blueprint; deployments keep the version they were made from.
+    async fn update_blueprint(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        input: UpdateBlueprintInput,
+    ) -> Result<Blueprint, ApiError> {
+        principal(ctx)?;
+        Ok(Blueprint(
+            state::<Deployments>(ctx)?
+                .update_blueprint(
+                    parse_id(&id, "id")?,
+                    input.name,
+                    input.description,
+                    input.source,
+                )
+                .await?,
+        ))
+    }
+
+    /// Deletes a blueprint; refused (`CONFLICT`) while deployments that are not
+    /// destroyed use it.
+    async fn delete_blueprint(&self, ctx: &Context<'_>, id: ID) -> Result<bool, ApiError> {
+        principal(ctx)?;
+        state::<Deployments>(ctx)?
+            .delete_blueprint(parse_id(&id, "id")?)
+            .await?;
+        Ok(true)
+    }
+
+    /// Creates a deployment and deploys it in the background; follow it with
+    /// `deploymentEvents` or its `state`.
+    async fn deploy_blueprint(
+        &self,
+        ctx: &Context<'_>,
+        input: DeployBlueprintInput,
+    ) -> Result<Deployment, ApiError> {
+        principal(ctx)?;
+        let deployment = state::<Deployments>(ctx)?
+            .deploy(domain::NewDeployment {
+                blueprint_id: parse_id(&input.blueprint_id, "blueprintId")?,
+                name: input.name,
+                variables: variables_object(input.variables.0)?,
+                on_failure: input.on_failure.into(),
+                expires_at: input.expires_at,
+            })
+            .await?;
+        Ok(Deployment(deployment))
+    }
+
+    /// Destroys every resource, dependents first; `CONFLICT` while the
+    /// deployment is busy.
+    async fn destroy_deployment(&self, ctx: &Context<'_>, id: ID) -> Result<Deployment, ApiError> {
+        principal(ctx)?;
+        Ok(Deployment(
+            state::<Deployments>(ctx)?
+                .destroy(parse_id(&id, "id")?)
+                .await?,
+        ))
+    }
+
+    /// Destroys and deploys again the named resources and their dependents.
+    async fn redeploy_deployment(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        resource_keys: Vec<String>,
+    ) -> Result<Deployment, ApiError> {
+        principal(ctx)?;
+        Ok(Deployment(
+            state::<Deployments>(ctx)?
+                .redeploy(parse_id(&id, "id")?, resource_keys)
+                .await?,
+        ))
+    }
+
+    /// Moves the lease; `null` removes it.
+    async fn extend_deployment(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        expires_at: Option<DateTime<Utc>>,
+    ) -> Result<Deployment, ApiError> {
+        principal(ctx)?;
+        Ok(Deployment(
+            state::<Deployments>(ctx)?
+                .extend(parse_id(&id, "id")?, expires_at)
+                .await?,
+        ))
+    }
+}
+
+#[derive(Default)]
+pub struct DeploySubscription;
+
+#[Subscription]
+impl DeploySubscription {
+    /// A deployment's history, then every new event as it happens.
+    async fn deployment_events(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+    ) -> Result<impl Stream<Item = DeploymentEvent> + use<>, ApiError> {
+        principal(ctx)?;
+        let wanted = parse_id(&id, "id")?;
+        // Subscribe first, then read the history: an event stored in between
+        // is in both, and the id filter drops the second copy.
+        let live = state::<EventBus>(ctx)?.subscribe();
+        let deployments = state::<Deployments>(ctx)?;
+        deployments.get(wanted).await?;
+        let history = deployments.history(wanted, REPLAY_LIMIT).await?;
+        let last = history.last().map_or(0, |e| e.id);
+        let replay: Vec<DeploymentEvent> = history.iter().map(Into::into).collect();
+        let live = live.filter_map(move |delivery| {
+            let event = match delivery {
+                Delivery::Event(event) => match &*event {
+                    Event::Deployment(e) if e.deployment_id == wanted && e.id > last => {
+                        Some(DeploymentEvent::from(e.as_ref()))
+                    }
+                    Event::Deployment(_)
+                    | Event::UserLoggedIn { .. }
+                    | Event::ApiTokenCreated { .. }
+                    | Event::ApiTokenRevoked { .. }
+                    | Event::RepositorySync { .. }
+                    | Event::ProviderStatus { .. }
+                    | Event::ProviderLog { .. } => None,
+                },
+                // A lagging subscriber can read `deployment.events` to catch up.
+                Delivery::Lagged(_) => None,
+            };
+            std::future::ready(event)
+        });
+        Ok(futures_util::stream::iter(replay).chain(live))
+    }
+}

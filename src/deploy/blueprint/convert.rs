@@ -1,0 +1,129 @@
+//! Conversions between the YAML tree the parser walks and the JSON values a
+//! blueprint holds (`config`, defaults), reporting what JSON cannot carry (tags,
+//! non-finite numbers, non-text keys) and refusing runaway nesting.
+
+use serde_json::Value as Json;
+use serde_yaml_ng::{Mapping, Value as Yaml};
+
+use super::join;
+use super::parse::Reader;
+use crate::deploy::template::{MAX_DEPTH, snippet};
+
+impl Reader {
+    pub(super) fn yaml_to_json(&mut self, value: &Yaml, path: &str, depth: usize) -> Option<Json> {
+        if depth > MAX_DEPTH {
+            self.problem(path, format!("nested deeper than {MAX_DEPTH} levels"));
+            return None;
+        }
+        Some(match value {
+            Yaml::Null => Json::Null,
+            Yaml::Bool(b) => Json::Bool(*b),
+            Yaml::Number(n) => {
+                if let Some(i) = n.as_i64() {
+                    Json::from(i)
+                } else if let Some(u) = n.as_u64() {
+                    Json::from(u)
+                } else if let Some(f) = n.as_f64().and_then(serde_json::Number::from_f64) {
+                    Json::Number(f)
+                } else {
+                    self.problem(path, format!("{n} is not a finite number"));
+                    return None;
+                }
+            }
+            Yaml::String(s) => Json::String(s.clone()),
+            Yaml::Sequence(items) => {
+                let mut out = Vec::with_capacity(items.len());
+                for (i, item) in items.iter().enumerate() {
+                    out.push(self.yaml_to_json(item, &format!("{path}[{i}]"), depth + 1)?);
+                }
+                Json::Array(out)
+            }
+            Yaml::Mapping(map) => {
+                let mut out = serde_json::Map::new();
+                for (key, item) in map {
+                    let Some(key) = key_text(key) else {
+                        self.problem(path, format!("keys must be text, not {}", kind(key)));
+                        return None;
+                    };
+                    let item = self.yaml_to_json(item, &join(path, &key), depth + 1)?;
+                    out.insert(key, item);
+                }
+                Json::Object(out)
+            }
+            Yaml::Tagged(tagged) => {
+                self.problem(
+                    path,
+                    format!("YAML tags are not supported (found {})", tagged.tag),
+                );
+                return None;
+            }
+        })
+    }
+
+    /// JSON into ordered YAML, so one walker serves both entry points.
+    pub(super) fn json_to_yaml(&mut self, value: &Json, path: &str, depth: usize) -> Option<Yaml> {
+        if depth > MAX_DEPTH {
+            self.problem(path, format!("nested deeper than {MAX_DEPTH} levels"));
+            return None;
+        }
+        Some(match value {
+            Json::Null => Yaml::Null,
+            Json::Bool(b) => Yaml::Bool(*b),
+            Json::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+                (Some(i), _, _) => Yaml::from(i),
+                (None, Some(u), _) => Yaml::from(u),
+                (None, None, Some(f)) => Yaml::from(f),
+                (None, None, None) => Yaml::String(n.to_string()),
+            },
+            Json::String(s) => Yaml::String(s.clone()),
+            Json::Array(items) => Yaml::Sequence(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, item)| self.json_to_yaml(item, &format!("{path}[{i}]"), depth + 1))
+                    .collect::<Option<_>>()?,
+            ),
+            Json::Object(map) => {
+                let mut out = Mapping::with_capacity(map.len());
+                for (key, item) in map {
+                    let item = self.json_to_yaml(item, &join(path, key), depth + 1)?;
+                    out.insert(Yaml::String(key.clone()), item);
+                }
+                Yaml::Mapping(out)
+            }
+        })
+    }
+}
+
+/// A mapping key as text: strings as they are, numbers and bools as written.
+pub(super) fn key_text(key: &Yaml) -> Option<String> {
+    match key {
+        Yaml::String(s) => Some(s.clone()),
+        Yaml::Number(n) => Some(n.to_string()),
+        Yaml::Bool(b) => Some(b.to_string()),
+        Yaml::Null | Yaml::Sequence(_) | Yaml::Mapping(_) | Yaml::Tagged(_) => None,
+    }
+}
+
+pub(super) fn kind(value: &Yaml) -> &'static str {
+    match value {
+        Yaml::Null => "null",
+        Yaml::Bool(_) => "a boolean",
+        Yaml::Number(n) if n.is_f64() => "a non-integer number",
+        Yaml::Number(_) => "an integer",
+        Yaml::String(_) => "a string",
+        Yaml::Sequence(_) => "a list",
+        Yaml::Mapping(_) => "a mapping",
+        Yaml::Tagged(_) => "a tagged value",
+    }
+}
+
+/// A scalar shown with its value (`the string "2"`), anything else by kind.
+pub(super) fn describe(value: &Yaml) -> String {
+    match value {
+        Yaml::String(s) => format!("\"{}\"", snippet(s)),
+        Yaml::Number(n) => n.to_string(),
+        Yaml::Bool(b) => b.to_string(),
+        other => kind(other).to_owned(),
+    }
+}

@@ -1,0 +1,999 @@
+//! Placement strategies: how many replicas of one resource land on which node.
+//!
+//! This module owns the pure part of planning a deployment (DESIGN.md, "Blueprints and
+//! deployments"): given each candidate node's spare capacity, the replicas of this
+//! resource already on it (deployed plus in flight), and its resource usage, a strategy
+//! decides how many replicas to add where. No IO and no clock; the caller gathers the
+//! inputs under the placement lock and stores the plan in the same transaction as the
+//! journal entry.
+//!
+//! The semantics follow eru core's `strategy` package, with the differences written on
+//! each strategy below:
+//!
+//! | strategy  | `need` means            | rule |
+//! |-----------|-------------------------|------|
+//! | `AUTO`    | replicas to add         | one at a time to the node with the fewest replicas that still has room; ties: more room left, then name |
+//! | `FILL`    | replicas wanted per node | every node is topped up to `need`; a node that cannot reach it fails the plan |
+//! | `EACH`    | replicas to add per node | `need` more on every node; a node without room for `need` fails the plan |
+//! | `GLOBAL`  | replicas to add         | one at a time to the node whose usage after taking it is lowest; ties: fewer replicas, then name |
+//! | `DRAINED` | replicas to add         | nodes with the least room first, each filled to its capacity before the next |
+//!
+//! Every node passed in is a candidate. eru's caller drops nodes with no capacity before
+//! any strategy runs; with `FILL` and `EACH` that decides whether a full node is skipped
+//! or fails the plan, so that choice is left to our caller too.
+//!
+//! Architecture invariant: nothing here is O(replicas). `AUTO` and `GLOBAL` are
+//! specified as "one replica at a time" greedy loops, but are computed by water-filling
+//! (a binary search for the level the greedy loop would stop at), so a plan costs
+//! O(nodes · log(range)) and `replicas: 1000000000000` is as cheap as `replicas: 3`.
+//! The tests check both against the literal greedy loop.
+
+use std::cmp::Reverse;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// How the replicas of one resource are spread over its provider's nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Strategy {
+    /// Even out the per-node replica count (eru's "communism" plan).
+    Auto,
+    /// Top every node up to N replicas in total.
+    Fill,
+    /// Add N replicas on every node (eru's "average" plan).
+    Each,
+    /// Keep node resource usage as even as possible.
+    Global,
+    /// Fill the nodes with the least room first.
+    Drained,
+}
+
+impl Strategy {
+    /// Every strategy, in declaration order.
+    pub const ALL: [Strategy; 5] = [
+        Strategy::Auto,
+        Strategy::Fill,
+        Strategy::Each,
+        Strategy::Global,
+        Strategy::Drained,
+    ];
+
+    /// The name used in blueprints and the API.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Auto => "AUTO",
+            Strategy::Fill => "FILL",
+            Strategy::Each => "EACH",
+            Strategy::Global => "GLOBAL",
+            Strategy::Drained => "DRAINED",
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A strategy name that is not one of `AUTO`, `FILL`, `EACH`, `GLOBAL`, `DRAINED`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown placement strategy `{0}` (expected AUTO, FILL, EACH, GLOBAL or DRAINED)")]
+pub struct ParseStrategyError(pub String);
+
+impl FromStr for Strategy {
+    type Err = ParseStrategyError;
+
+    /// Exact, upper-case names only, as in blueprints and as serde reads them.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Strategy::ALL
+            .into_iter()
+            .find(|strategy| strategy.as_str() == s)
+            .ok_or_else(|| ParseStrategyError(s.to_owned()))
+    }
+}
+
+/// What the planner knows about one candidate node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeInput {
+    /// Node name, unique among the inputs; it orders the output and breaks ties.
+    pub name: String,
+    /// How many more replicas of this resource the node can take (>= 0).
+    pub capacity: i64,
+    /// Replicas of this resource already on the node: deployed plus in flight (>= 0).
+    pub count: i64,
+    /// The node's current resource usage as a ratio: 0.0 idle, 1.0 full, above 1.0
+    /// overcommitted. Finite and >= 0. Read by `GLOBAL`, and by `DRAINED` to break ties.
+    pub usage: f64,
+    /// How much `usage` one more replica adds (the request over the node's total, eru's
+    /// `Rate`). Finite and >= 0. Read by `GLOBAL` only; 0.0 means "unknown", and
+    /// `GLOBAL` then spreads by replica count among nodes of equal usage.
+    pub rate: f64,
+}
+
+impl NodeInput {
+    /// A node with no usage figures, enough for every strategy but `GLOBAL`.
+    pub fn new(name: impl Into<String>, capacity: i64, count: i64) -> Self {
+        NodeInput {
+            name: name.into(),
+            capacity,
+            count,
+            usage: 0.0,
+            rate: 0.0,
+        }
+    }
+
+    /// The same node with its usage ratio and per-replica usage increment.
+    pub fn with_usage(mut self, usage: f64, rate: f64) -> Self {
+        self.usage = usage;
+        self.rate = rate;
+        self
+    }
+}
+
+/// The outcome of a strategy: how many replicas to add on which node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Node name and replicas to add there, sorted by node name, without zeros.
+    pub placements: Vec<(String, i64)>,
+    /// The sum of `placements`.
+    pub total: i64,
+}
+
+impl Plan {
+    /// Replicas this plan adds on `node` (0 if none).
+    pub fn get(&self, node: &str) -> i64 {
+        self.placements
+            .binary_search_by(|(name, _)| name.as_str().cmp(node))
+            .map_or(0, |i| self.placements[i].1)
+    }
+
+    /// True when the plan adds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.placements.is_empty()
+    }
+}
+
+/// Why no plan could be made. Messages are written for the user who asked for replicas.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StrategyError {
+    /// The nodes lack room. `need` and `available` count replicas over all nodes; for
+    /// `FILL` and `EACH`, `available` is how much of `need` would fit, and `short_node`
+    /// names the first node (by name) without room for its share.
+    #[error(
+        "{strategy} placement needs room for {need} more replicas, but the nodes have room for only {available}{}",
+        short_node_hint(.short_node.as_deref())
+    )]
+    NotEnoughCapacity {
+        strategy: Strategy,
+        need: i64,
+        available: i64,
+        short_node: Option<String>,
+    },
+    /// The provider offered no node at all.
+    #[error("{strategy} placement has no nodes to place replicas on")]
+    NoNodes { strategy: Strategy },
+    /// A node's figures are unusable (negative, NaN, a duplicate name...).
+    #[error("invalid node `{node}`: {reason}")]
+    InvalidInput { node: String, reason: String },
+    /// The requested replica count is negative, or the plan's total would not fit in i64.
+    #[error("{strategy} placement cannot place {need} replicas: {reason}")]
+    InvalidNeed {
+        strategy: Strategy,
+        need: i64,
+        reason: &'static str,
+    },
+}
+
+fn short_node_hint(node: Option<&str>) -> String {
+    node.map(|n| format!(" (node `{n}` is short of room for its share)"))
+        .unwrap_or_default()
+}
+
+/// Places `need` replicas with `strategy` (for `FILL`, `need` is the per-node target; for
+/// `EACH`, the per-node increment). `need == 0` gives an empty plan.
+pub fn plan(strategy: Strategy, nodes: &[NodeInput], need: i64) -> Result<Plan, StrategyError> {
+    if need < 0 {
+        return Err(StrategyError::InvalidNeed {
+            strategy,
+            need,
+            reason: "the replica count is negative",
+        });
+    }
+    if nodes.is_empty() {
+        return Err(StrategyError::NoNodes { strategy });
+    }
+    let nodes = prepare(nodes)?;
+    if need == 0 {
+        return Ok(Plan::default());
+    }
+    let alloc = match strategy {
+        Strategy::Auto => auto(&nodes, need)?,
+        Strategy::Fill => fill(&nodes, need)?,
+        Strategy::Each => each(&nodes, need)?,
+        Strategy::Global => global(&nodes, need)?,
+        Strategy::Drained => drained(&nodes, need)?,
+    };
+    finish(strategy, need, &nodes, &alloc)
+}
+
+/// Each node's raw capacity, sorted by name (eru's `DUMMY` strategy, used by
+/// `calculateCapacity` without a strategy). Negative capacities read as 0; nothing else
+/// is validated, so duplicates are kept in input order.
+pub fn raw_capacity(nodes: &[NodeInput]) -> Vec<(String, i64)> {
+    let mut out: Vec<(String, i64)> = nodes
+        .iter()
+        .map(|n| (n.name.clone(), n.capacity.max(0)))
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// A validated node, in name order; its index in that order is its tie-break rank.
+struct Node<'a> {
+    name: &'a str,
+    cap: i128,
+    count: i128,
+    usage: f64,
+    /// `usage` and `rate` in units of 1e-9, so `GLOBAL` compares exact integers and the
+    /// greedy definition and the water-filling computation cannot disagree on rounding.
+    usage_q: i128,
+    rate_q: i128,
+}
+
+fn prepare(nodes: &[NodeInput]) -> Result<Vec<Node<'_>>, StrategyError> {
+    let invalid = |n: &NodeInput, reason: String| StrategyError::InvalidInput {
+        node: n.name.clone(),
+        reason,
+    };
+    let mut out = Vec::with_capacity(nodes.len());
+    for n in nodes {
+        if n.name.is_empty() {
+            return Err(invalid(n, "the node name is empty".into()));
+        }
+        if n.capacity < 0 {
+            return Err(invalid(n, format!("capacity {} is negative", n.capacity)));
+        }
+        if n.count < 0 {
+            return Err(invalid(n, format!("replica count {} is negative", n.count)));
+        }
+        for (what, value) in [("usage", n.usage), ("rate", n.rate)] {
+            if !value.is_finite() || value < 0.0 {
+                return Err(invalid(
+                    n,
+                    format!("{what} {value} is not a finite number >= 0"),
+                ));
+            }
+        }
+        out.push(Node {
+            name: &n.name,
+            cap: i128::from(n.capacity),
+            count: i128::from(n.count),
+            usage: n.usage,
+            usage_q: quantize(n.usage),
+            rate_q: quantize(n.rate),
+        });
+    }
+    out.sort_unstable_by(|a, b| a.name.cmp(b.name));
+    if let Some(pair) = out.windows(2).find(|w| w[0].name == w[1].name) {
+        return Err(StrategyError::InvalidInput {
+            node: pair[0].name.to_owned(),
+            reason: "the node name appears more than once".into(),
+        });
+    }
+    Ok(out)
+}
+
+/// Fixed point with 1e-9 resolution, capped at 2^62 so keys stay far inside i128.
+fn quantize(ratio: f64) -> i128 {
+    const CAP: f64 = (1u64 << 62) as f64;
+    // Finite and >= 0 by validation; `as` saturates, and the clamp keeps the bound.
+    (ratio * 1e9).round().clamp(0.0, CAP) as i128
+}
+
+fn finish(
+    strategy: Strategy,
+    need: i64,
+    nodes: &[Node<'_>],
+    alloc: &[i128],
+) -> Result<Plan, StrategyError> {
+    let too_large = StrategyError::InvalidNeed {
+        strategy,
+        need,
+        reason: "the plan's total does not fit in a 64-bit count",
+    };
+    let mut placements = Vec::new();
+    let mut total: i64 = 0;
+    for (node, &n) in nodes.iter().zip(alloc) {
+        if n > 0 {
+            let n = i64::try_from(n).map_err(|_| too_large.clone())?;
+            total = total.checked_add(n).ok_or_else(|| too_large.clone())?;
+            placements.push((node.name.to_owned(), n));
+        }
+    }
+    Ok(Plan { placements, total })
+}
+
+fn saturate(n: i128) -> i64 {
+    i64::try_from(n).unwrap_or(if n < 0 { i64::MIN } else { i64::MAX })
+}
+
+fn total_capacity(nodes: &[Node<'_>]) -> i128 {
+    nodes.iter().map(|n| n.cap).sum()
+}
+
+fn not_enough(strategy: Strategy, need: i128, available: i128) -> StrategyError {
+    StrategyError::NotEnoughCapacity {
+        strategy,
+        need: saturate(need),
+        available: saturate(available),
+        short_node: None,
+    }
+}
+
+/// The smallest `level` in `lo..=hi` with `filled(level) >= need`, for a non-decreasing
+/// `filled` with `filled(hi) >= need`.
+fn lowest_level(mut lo: i128, mut hi: i128, need: i128, filled: impl Fn(i128) -> i128) -> i128 {
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if filled(mid) >= need {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    lo
+}
+
+/// Water-filling over items that each own the slots `start+1 ..= start+room`: takes the
+/// `need` lowest slots, leaving ties at the last level to the caller. Returns that level
+/// and, per item, the slots taken strictly below it; the caller gives one more to
+/// `need - sum` of the items with `start < level <= start + room`. Requires
+/// `1 <= need <= sum(room)`.
+fn water_fill(items: &[(i128, i128)], need: i128) -> (i128, Vec<i128>) {
+    let below = |level: i128, &(start, room): &(i128, i128)| (level - start).max(0).min(room);
+    let hi = items.iter().map(|&(s, r)| s + r).max().unwrap_or(0);
+    let level = lowest_level(0, hi, need, |l| items.iter().map(|it| below(l, it)).sum());
+    let taken = items.iter().map(|it| below(level - 1, it)).collect();
+    (level, taken)
+}
+
+fn ties_at(level: i128, start: i128, room: i128) -> bool {
+    start < level && level <= start + room
+}
+
+/// AUTO (eru `CommunismPlan`): the literal rule is "repeat `need` times: give one replica
+/// to the node with the lowest count that has room, preferring more room left, then the
+/// lower name". That greedy loop raises the lowest counts level by level, so it equals
+/// water-filling the counts up to a level L, plus one more on some nodes that reach L;
+/// those are the ones with the most room left at L — i.e. the largest count + capacity —
+/// then by name. Differences from eru: its heap breaks full ties arbitrarily, we use the
+/// name; eru's `nodes_limit` (a per-node ceiling) is not offered.
+fn auto(nodes: &[Node<'_>], need: i64) -> Result<Vec<i128>, StrategyError> {
+    let need = i128::from(need);
+    let total = total_capacity(nodes);
+    if total < need {
+        return Err(not_enough(Strategy::Auto, need, total));
+    }
+    let items: Vec<(i128, i128)> = nodes.iter().map(|n| (n.count, n.cap)).collect();
+    let (level, mut alloc) = water_fill(&items, need);
+    let rest = need - alloc.iter().sum::<i128>();
+    let mut tied: Vec<usize> = (0..items.len())
+        .filter(|&i| ties_at(level, items[i].0, items[i].1))
+        .collect();
+    tied.sort_unstable_by_key(|&i| (Reverse(items[i].0 + items[i].1), i));
+    let rest = usize::try_from(rest).unwrap_or(usize::MAX);
+    for &i in tied.iter().take(rest) {
+        alloc[i] += 1;
+    }
+    Ok(alloc)
+}
+
+/// FILL (eru `FillPlan` without a node limit): every node ends with at least `target`
+/// replicas; a node below it gets `target - count`, a node at or above it gets nothing.
+/// Like eru, one node that cannot reach `target` fails the whole plan rather than being
+/// skipped. Difference: when no node needs anything eru returns `ErrAlreadyFilled`; we
+/// return an empty plan, so re-running an unchanged FILL deployment is a no-op.
+fn fill(nodes: &[Node<'_>], target: i64) -> Result<Vec<i128>, StrategyError> {
+    let target = i128::from(target);
+    let deficits: Vec<i128> = nodes.iter().map(|n| (target - n.count).max(0)).collect();
+    per_node_shares(Strategy::Fill, nodes, deficits)
+}
+
+/// EACH (eru `AveragePlan` without a node limit): `per_node` more on every node, and a
+/// node without room for `per_node` fails the plan.
+fn each(nodes: &[Node<'_>], per_node: i64) -> Result<Vec<i128>, StrategyError> {
+    let shares = vec![i128::from(per_node); nodes.len()];
+    per_node_shares(Strategy::Each, nodes, shares)
+}
+
+fn per_node_shares(
+    strategy: Strategy,
+    nodes: &[Node<'_>],
+    shares: Vec<i128>,
+) -> Result<Vec<i128>, StrategyError> {
+    let short = nodes.iter().zip(&shares).position(|(n, &s)| s > n.cap);
+    if let Some(first) = short {
+        let need = shares.iter().sum::<i128>();
+        let available = nodes.iter().zip(&shares).map(|(n, &s)| s.min(n.cap)).sum();
+        return Err(StrategyError::NotEnoughCapacity {
+            strategy,
+            need: saturate(need),
+            available: saturate(available),
+            short_node: Some(nodes[first].name.to_owned()),
+        });
+    }
+    Ok(shares)
+}
+
+/// GLOBAL (eru `GlobalPlan`): the literal rule is "repeat `need` times: give one replica
+/// to the node with room whose usage after taking it, `usage + k·rate` for its k-th new
+/// replica, is lowest". Each node's k-th replica is a slot with that key; the plan takes
+/// the `need` smallest slots in the order (key, count after placement, name). Found by a
+/// binary search for the key level, then a water-fill by count among the slots tied at
+/// that level. Differences from eru: usage and rate are compared at 1e-9 resolution;
+/// eru's heap breaks ties arbitrarily, we prefer the node with fewer replicas, then the
+/// lower name (which also spreads replicas when rates are unknown, i.e. 0).
+fn global(nodes: &[Node<'_>], need: i64) -> Result<Vec<i128>, StrategyError> {
+    let need = i128::from(need);
+    let total = total_capacity(nodes);
+    if total < need {
+        return Err(not_enough(Strategy::Global, need, total));
+    }
+    // Slots of `n` whose key is <= `key`.
+    let slots_upto = |n: &Node<'_>, key: i128| -> i128 {
+        if n.cap == 0 {
+            0
+        } else if n.rate_q == 0 {
+            if n.usage_q <= key { n.cap } else { 0 }
+        } else {
+            let headroom = key - n.usage_q;
+            if headroom < n.rate_q {
+                0
+            } else {
+                (headroom / n.rate_q).min(n.cap)
+            }
+        }
+    };
+    let hi = nodes
+        .iter()
+        .filter(|n| n.cap > 0)
+        .map(|n| n.usage_q + n.cap * n.rate_q)
+        .max()
+        .unwrap_or(0);
+    let key = lowest_level(0, hi, need, |k| {
+        nodes.iter().map(|n| slots_upto(n, k)).sum()
+    });
+    let base: Vec<i128> = nodes.iter().map(|n| slots_upto(n, key - 1)).collect();
+    let tied_need = need - base.iter().sum::<i128>();
+    // Slots exactly at `key`: one per node with rate > 0, all of them with rate 0.
+    let items: Vec<(i128, i128)> = nodes
+        .iter()
+        .zip(&base)
+        .map(|(n, &b)| (n.count + b, slots_upto(n, key) - b))
+        .collect();
+    let (level, extra) = water_fill(&items, tied_need);
+    let mut rest = tied_need - extra.iter().sum::<i128>();
+    let mut alloc: Vec<i128> = base.iter().zip(&extra).map(|(b, e)| b + e).collect();
+    for (i, &(start, room)) in items.iter().enumerate() {
+        if rest == 0 {
+            break;
+        }
+        if ties_at(level, start, room) {
+            alloc[i] += 1;
+            rest -= 1;
+        }
+    }
+    Ok(alloc)
+}
+
+/// DRAINED (eru `DrainedPlan`): nodes in order of least capacity first, then higher
+/// usage, then name; each takes all it can until `need` is met. Zero-capacity nodes come
+/// first and take nothing (eru's caller drops them before the strategy runs).
+fn drained(nodes: &[Node<'_>], need: i64) -> Result<Vec<i128>, StrategyError> {
+    let need = i128::from(need);
+    let total = total_capacity(nodes);
+    if total < need {
+        return Err(not_enough(Strategy::Drained, need, total));
+    }
+    let mut order: Vec<usize> = (0..nodes.len()).collect();
+    order.sort_unstable_by(|&a, &b| {
+        let (x, y) = (&nodes[a], &nodes[b]);
+        x.cap
+            .cmp(&y.cap)
+            .then(y.usage.total_cmp(&x.usage))
+            .then(a.cmp(&b))
+    });
+    let mut alloc = vec![0; nodes.len()];
+    let mut left = need;
+    for i in order {
+        if left == 0 {
+            break;
+        }
+        let take = left.min(nodes[i].cap);
+        alloc[i] = take;
+        left -= take;
+    }
+    Ok(alloc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::{Just, ProptestConfig, prop, prop_assert, prop_assert_eq, proptest};
+    use proptest::strategy::Strategy as _;
+
+    fn node(name: &str, capacity: i64, count: i64) -> NodeInput {
+        NodeInput::new(name, capacity, count)
+    }
+
+    /// eru's `deployedNodes()` fixture: capacity 10 each, counts 2, 3, 5, 7.
+    fn deployed_nodes() -> Vec<NodeInput> {
+        vec![
+            node("n1", 10, 2),
+            node("n2", 10, 3),
+            node("n3", 10, 5),
+            node("n4", 10, 7),
+        ]
+    }
+
+    /// eru's `genNodesByCapCount`: nodes named "0", "1", ... .
+    fn by_cap_count(caps: &[i64], counts: &[i64]) -> Vec<NodeInput> {
+        caps.iter()
+            .zip(counts)
+            .enumerate()
+            .map(|(i, (&cap, &count))| node(&i.to_string(), cap, count))
+            .collect()
+    }
+
+    /// Final per-node counts, sorted, as eru's `getFinalStatus` + `ElementsMatch`.
+    fn final_counts(plan: &Plan, nodes: &[NodeInput]) -> Vec<i64> {
+        let mut out: Vec<i64> = nodes.iter().map(|n| n.count + plan.get(&n.name)).collect();
+        out.sort_unstable();
+        out
+    }
+
+    fn is_not_enough(result: &Result<Plan, StrategyError>) -> bool {
+        matches!(result, Err(StrategyError::NotEnoughCapacity { .. }))
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for s in Strategy::ALL {
+            assert_eq!(s.as_str().parse::<Strategy>(), Ok(s));
+            assert_eq!(s.to_string(), s.as_str());
+        }
+        assert!("auto".parse::<Strategy>().is_err());
+        assert!("DUMMY".parse::<Strategy>().is_err());
+    }
+
+    #[test]
+    fn auto_matches_eru_communism_examples() {
+        let nodes = deployed_nodes();
+        let cases: [(i64, [i64; 4]); 6] = [
+            (1, [3, 3, 5, 7]),
+            (2, [3, 4, 5, 7]),
+            (3, [4, 4, 5, 7]),
+            (4, [4, 5, 5, 7]),
+            (29, [11, 11, 12, 12]),
+            (37, [12, 13, 14, 15]),
+        ];
+        for (need, want) in cases {
+            let plan = plan(Strategy::Auto, &nodes, need).expect("fits");
+            assert_eq!(final_counts(&plan, &nodes), want, "need {need}");
+            assert_eq!(plan.total, need);
+        }
+        // Two nodes tie at count 3 after the first replica; n2 has more room left.
+        assert_eq!(plan(Strategy::Auto, &nodes, 2).expect("fits").get("n2"), 1);
+        let err = plan(Strategy::Auto, &nodes, 41).expect_err("only 40 fit");
+        assert_eq!(
+            err,
+            StrategyError::NotEnoughCapacity {
+                strategy: Strategy::Auto,
+                need: 41,
+                available: 40,
+                short_node: None,
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "AUTO placement needs room for 41 more replicas, but the nodes have room for only 40"
+        );
+    }
+
+    #[test]
+    fn fill_matches_eru_examples() {
+        let nodes = deployed_nodes();
+        let plan10 = plan(Strategy::Fill, &nodes, 10).expect("fits");
+        assert_eq!(final_counts(&plan10, &nodes), [10, 10, 10, 10]);
+        assert_eq!(plan10.total, 8 + 7 + 5 + 3);
+        let plan5 = plan(Strategy::Fill, &nodes, 5).expect("fits");
+        assert_eq!(final_counts(&plan5, &nodes), [5, 5, 5, 7]);
+        // n1 (2 + 10) and n2 (3 + 10) cannot reach 15: the plan fails, nothing is skipped.
+        let err = plan(Strategy::Fill, &nodes, 15).expect_err("n1, n2 short");
+        assert_eq!(
+            err,
+            StrategyError::NotEnoughCapacity {
+                strategy: Strategy::Fill,
+                need: 13 + 12 + 10 + 8,
+                available: 10 + 10 + 10 + 8,
+                short_node: Some("n1".into()),
+            }
+        );
+        assert!(err.to_string().contains("node `n1` is short of room"));
+        // eru: ErrAlreadyFilled; here an empty plan.
+        assert_eq!(plan(Strategy::Fill, &nodes, 1), Ok(Plan::default()));
+        // eru's "65"/"67" case: a node with no room and a deficit fails the plan.
+        let nodes = [node("65", 0, 0), node("67", 10, 0)];
+        assert!(is_not_enough(&plan(Strategy::Fill, &nodes, 1)));
+        let nodes = by_cap_count(&[1, 2, 3, 4, 5], &[3, 3, 3, 3, 3]);
+        let plan4 = plan(Strategy::Fill, &nodes, 4).expect("fits");
+        assert_eq!(final_counts(&plan4, &nodes), [4, 4, 4, 4, 4]);
+        assert!(is_not_enough(&plan(Strategy::Fill, &nodes, 5)));
+    }
+
+    #[test]
+    fn each_matches_eru_average_examples() {
+        let nodes = deployed_nodes();
+        let one = plan(Strategy::Each, &nodes, 1).expect("fits");
+        assert_eq!(one.placements.len(), 4);
+        assert!(one.placements.iter().all(|(_, n)| *n == 1));
+        assert_eq!(plan(Strategy::Each, &nodes, 10).expect("fits").total, 40);
+        let err = plan(Strategy::Each, &nodes, 100).expect_err("no room");
+        assert_eq!(
+            err.to_string(),
+            "EACH placement needs room for 400 more replicas, but the nodes have room for only 40 \
+             (node `n1` is short of room for its share)"
+        );
+        let with_full = [node("a", 5, 0), node("b", 0, 0)];
+        assert!(is_not_enough(&plan(Strategy::Each, &with_full, 1)));
+    }
+
+    #[test]
+    fn global_matches_eru_examples() {
+        let n1 = NodeInput::new("n1", 1, 0).with_usage(0.8, 0.05);
+        let n2 = NodeInput::new("n2", 1, 0).with_usage(0.5, 0.11);
+        let n3 = NodeInput::new("n3", 1, 0).with_usage(2.2, 0.05);
+        let p = plan(Strategy::Global, &[n3, n2, n1], 3).expect("fits");
+        assert_eq!(
+            p.placements,
+            [("n1".into(), 1), ("n2".into(), 1), ("n3".into(), 1)]
+        );
+
+        // n2 after two replicas (0.72) is still below n1 after one (1.65).
+        let n1 = NodeInput::new("n1", 100, 0).with_usage(1.6, 0.05);
+        let n2 = NodeInput::new("n2", 100, 0).with_usage(0.5, 0.11);
+        assert_eq!(
+            plan(Strategy::Global, &[n2, n1], 2)
+                .expect("fits")
+                .get("n2"),
+            2
+        );
+
+        let n1 = NodeInput::new("n1", 100, 0).with_usage(0.5259232954545454, 0.0000712);
+        assert_eq!(plan(Strategy::Global, &[n1], 1).expect("fits").get("n1"), 1);
+
+        let n1 = NodeInput::new("n1", 100, 21).with_usage(0.3, 0.2);
+        assert_eq!(
+            plan(Strategy::Global, &[n1], 10).expect("fits").get("n1"),
+            10
+        );
+    }
+
+    #[test]
+    fn global_interleaves_by_usage_after_placement() {
+        // a: 0.2, 0.4, 0.6, ...  b: 0.35, 0.4, 0.45, ...  The five lowest keys are
+        // 0.2 a, 0.35 b, then 0.4 for both (each would have 2 replicas: a by name), 0.45 b.
+        let a = NodeInput::new("a", 10, 0).with_usage(0.0, 0.2);
+        let b = NodeInput::new("b", 10, 0).with_usage(0.3, 0.05);
+        let p = plan(Strategy::Global, &[b.clone(), a.clone()], 5).expect("fits");
+        assert_eq!(p.get("a"), 2);
+        assert_eq!(p.get("b"), 3);
+        let p = plan(Strategy::Global, &[a, b], 3).expect("fits");
+        assert_eq!((p.get("a"), p.get("b")), (2, 1));
+        // Rate 0 everywhere: equal usage spreads by count, like AUTO.
+        let flat: Vec<NodeInput> = (0..3).map(|i| node(&format!("f{i}"), 10, i)).collect();
+        let p = plan(Strategy::Global, &flat, 6).expect("fits");
+        assert_eq!(final_counts(&p, &flat), [3, 3, 3]);
+    }
+
+    #[test]
+    fn drained_matches_eru_examples() {
+        let nodes = by_cap_count(&[10, 9, 10, 8], &[2, 3, 5, 7]);
+        let cases: [(i64, [i64; 4]); 7] = [
+            (1, [2, 3, 5, 8]),
+            (2, [2, 3, 5, 9]),
+            (3, [2, 3, 5, 10]),
+            (10, [2, 5, 5, 15]),
+            (25, [5, 10, 12, 15]),
+            (29, [7, 12, 12, 15]),
+            (37, [12, 12, 15, 15]),
+        ];
+        for (need, want) in cases {
+            let p = plan(Strategy::Drained, &nodes, need).expect("fits");
+            assert_eq!(final_counts(&p, &nodes), want, "need {need}");
+        }
+        let err = plan(Strategy::Drained, &nodes, 38).expect_err("only 37 fit");
+        assert!(
+            err.to_string()
+                .starts_with("DRAINED placement needs room for 38")
+        );
+        let nodes = [
+            node("small-idle", 5, 0).with_usage(0.1, 0.0),
+            node("big-busy", 10, 0).with_usage(0.9, 0.0),
+        ];
+        let p = plan(Strategy::Drained, &nodes, 5).expect("fits");
+        assert_eq!(p.placements, [("small-idle".into(), 5)]);
+        // Equal capacity: the busier node drains first.
+        let nodes = [
+            node("a", 5, 0).with_usage(0.1, 0.0),
+            node("b", 5, 0).with_usage(0.9, 0.0),
+        ];
+        assert_eq!(
+            plan(Strategy::Drained, &nodes, 6).expect("fits").get("b"),
+            5
+        );
+    }
+
+    #[test]
+    fn invalid_inputs_are_rejected() {
+        let ok = node("a", 1, 0);
+        let cases = [
+            (vec![node("a", -1, 0)], "capacity -1 is negative"),
+            (vec![node("a", 1, -1)], "replica count -1 is negative"),
+            (vec![ok.clone().with_usage(f64::NAN, 0.0)], "usage NaN"),
+            (vec![ok.clone().with_usage(0.0, f64::INFINITY)], "rate inf"),
+            (vec![ok.clone().with_usage(-0.5, 0.0)], "usage -0.5"),
+            (vec![ok.clone(), node("a", 2, 0)], "more than once"),
+            (vec![node("", 1, 0)], "name is empty"),
+        ];
+        for strategy in Strategy::ALL {
+            for (nodes, reason) in &cases {
+                let err = plan(strategy, nodes, 1).expect_err("invalid");
+                assert!(
+                    matches!(&err, StrategyError::InvalidInput { .. })
+                        && err.to_string().contains(reason),
+                    "{strategy}: {err}"
+                );
+            }
+            assert_eq!(
+                plan(strategy, &[], 1),
+                Err(StrategyError::NoNodes { strategy })
+            );
+            assert!(matches!(
+                plan(strategy, std::slice::from_ref(&ok), -1),
+                Err(StrategyError::InvalidNeed { need: -1, .. })
+            ));
+            assert_eq!(
+                plan(strategy, std::slice::from_ref(&ok), 0),
+                Ok(Plan::default())
+            );
+        }
+    }
+
+    #[test]
+    fn huge_numbers_neither_overflow_nor_loop() {
+        let big = [
+            node("a", i64::MAX, i64::MAX).with_usage(1e300, 1e300),
+            node("b", i64::MAX, 0).with_usage(0.0, 1e-12),
+            node("c", i64::MAX - 1, 7).with_usage(0.5, 0.25),
+        ];
+        for strategy in [Strategy::Auto, Strategy::Global, Strategy::Drained] {
+            let p = plan(strategy, &big, i64::MAX).expect("fits");
+            assert_eq!(p.total, i64::MAX, "{strategy}");
+        }
+        // EACH and FILL totals beyond i64 are refused, not wrapped.
+        assert!(matches!(
+            plan(Strategy::Each, &big[..2], i64::MAX),
+            Err(StrategyError::InvalidNeed { .. })
+        ));
+        assert!(matches!(
+            plan(Strategy::Fill, &big[1..], i64::MAX),
+            Err(StrategyError::InvalidNeed { .. })
+        ));
+        let p = plan(
+            Strategy::Fill,
+            &[big[0].clone(), big[2].clone()],
+            i64::MAX - 7,
+        );
+        assert_eq!(
+            p.map(|p| p.placements),
+            Ok(vec![("c".into(), i64::MAX - 14)])
+        );
+        // Shortfalls beyond i64 are reported saturated.
+        let err = plan(Strategy::Each, &big, i64::MAX).expect_err("c is short");
+        assert_eq!(
+            err,
+            StrategyError::NotEnoughCapacity {
+                strategy: Strategy::Each,
+                need: i64::MAX,
+                available: i64::MAX,
+                short_node: Some("c".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn raw_capacity_lists_every_node_by_name() {
+        let nodes = [node("b", 3, 1), node("a", 0, 9), node("c", -4, 0)];
+        assert_eq!(
+            raw_capacity(&nodes),
+            [("a".into(), 0), ("b".into(), 3), ("c".into(), 0)]
+        );
+    }
+
+    // ---- properties -------------------------------------------------------------
+
+    /// The literal greedy loops from the reference, one replica at a time with a linear
+    /// scan, over the same quantised usage: the oracle for AUTO and GLOBAL.
+    fn greedy(strategy: Strategy, nodes: &[NodeInput], need: i64) -> Option<Vec<(String, i64)>> {
+        let mut sorted: Vec<&NodeInput> = nodes.iter().collect();
+        sorted.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut placed = vec![0i64; sorted.len()];
+        for _ in 0..need {
+            let best = (0..sorted.len())
+                .filter(|&i| placed[i] < sorted[i].capacity)
+                .min_by_key(|&i| {
+                    let n = sorted[i];
+                    let count = n.count + placed[i];
+                    let key = quantize(n.usage) + i128::from(placed[i] + 1) * quantize(n.rate);
+                    match strategy {
+                        Strategy::Auto => (0, count, Reverse(n.capacity - placed[i]), i),
+                        _ => (key, count + 1, Reverse(0), i),
+                    }
+                })?;
+            placed[best] += 1;
+        }
+        Some(
+            sorted
+                .iter()
+                .zip(placed)
+                .filter(|(_, p)| *p > 0)
+                .map(|(n, p)| (n.name.clone(), p))
+                .collect(),
+        )
+    }
+
+    fn arb_nodes() -> impl proptest::strategy::Strategy<Value = Vec<NodeInput>> {
+        prop::collection::vec((0i64..=12, 0i64..=12, 0u32..=20, 0u32..=6), 1..=8).prop_map(|v| {
+            v.into_iter()
+                .enumerate()
+                .map(|(i, (cap, count, usage, rate))| {
+                    // Coarse usage and rate values so GLOBAL ties are common.
+                    NodeInput::new(format!("node-{:02}", (i * 7) % 11), cap, count)
+                        .with_usage(f64::from(usage) / 20.0, f64::from(rate) / 20.0)
+                })
+                .collect()
+        })
+    }
+
+    /// Nodes, the same nodes shuffled, and a replica count around their total capacity.
+    fn arb_case() -> impl proptest::strategy::Strategy<Value = (Vec<NodeInput>, Vec<NodeInput>, i64)>
+    {
+        arb_nodes().prop_flat_map(|nodes| {
+            let total: i64 = nodes.iter().map(|n| n.capacity).sum();
+            (
+                Just(nodes.clone()),
+                Just(nodes).prop_shuffle(),
+                0..=total + 3,
+            )
+        })
+    }
+
+    fn check_shape(p: &Plan, nodes: &[NodeInput]) -> Result<(), String> {
+        let names: Vec<&str> = p.placements.iter().map(|(n, _)| n.as_str()).collect();
+        if !names.windows(2).all(|w| w[0] < w[1]) {
+            return Err(format!("placements not sorted by name: {names:?}"));
+        }
+        for (name, n) in &p.placements {
+            let node = nodes
+                .iter()
+                .find(|x| &x.name == name)
+                .ok_or("unknown node")?;
+            if *n <= 0 || *n > node.capacity {
+                return Err(format!("{name}: {n} outside 1..={}", node.capacity));
+            }
+        }
+        if p.placements.iter().map(|(_, n)| n).sum::<i64>() != p.total {
+            return Err("total is not the sum".into());
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn every_plan_is_deterministic_and_within_capacity((nodes, shuffled, need) in arb_case()) {
+            for strategy in Strategy::ALL {
+                let got = plan(strategy, &nodes, need);
+                prop_assert_eq!(&got, &plan(strategy, &nodes, need));
+                prop_assert_eq!(&got, &plan(strategy, &shuffled, need), "{} depends on input order", strategy);
+                if let Ok(p) = &got {
+                    let shape = check_shape(p, &nodes);
+                    prop_assert!(shape.is_ok(), "{}: {:?}", strategy, shape);
+                }
+            }
+        }
+
+        #[test]
+        fn pooled_strategies_place_exactly_need((nodes, _s, need) in arb_case()) {
+            let total: i64 = nodes.iter().map(|n| n.capacity).sum();
+            for strategy in [Strategy::Auto, Strategy::Global, Strategy::Drained] {
+                let got = plan(strategy, &nodes, need);
+                if need <= total {
+                    prop_assert_eq!(got.map(|p| p.total), Ok(need), "{}", strategy);
+                } else {
+                    prop_assert!(is_not_enough(&got), "{}: {:?}", strategy, got);
+                }
+            }
+        }
+
+        #[test]
+        fn auto_and_global_equal_the_greedy_loop((nodes, _s, need) in arb_case()) {
+            for strategy in [Strategy::Auto, Strategy::Global] {
+                let got = plan(strategy, &nodes, need).ok().map(|p| p.placements);
+                prop_assert_eq!(got, greedy(strategy, &nodes, need), "{}", strategy);
+            }
+        }
+
+        #[test]
+        fn auto_is_as_even_as_capacity_allows((nodes, _s, need) in arb_case()) {
+            if let Ok(p) = plan(Strategy::Auto, &nodes, need) {
+                // No node was given a replica that left it more than one above a node
+                // that still had room.
+                for given in nodes.iter().filter(|n| p.get(&n.name) > 0) {
+                    let top = given.count + p.get(&given.name);
+                    for open in nodes.iter().filter(|n| p.get(&n.name) < n.capacity) {
+                        prop_assert!(top <= open.count + p.get(&open.name) + 1,
+                            "{} ends at {}, {} could take more at {}",
+                            given.name, top, open.name, open.count + p.get(&open.name));
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn fill_tops_up_to_target_or_fails((nodes, _s, _n) in arb_case(), target in 0i64..=15) {
+            let got = plan(Strategy::Fill, &nodes, target);
+            let fits = nodes.iter().all(|n| (target - n.count).max(0) <= n.capacity);
+            if fits {
+                let p = got.map_err(|e| e.to_string());
+                prop_assert!(p.is_ok(), "{:?}", p);
+                let p = p.unwrap_or_default();
+                for n in &nodes {
+                    prop_assert_eq!(p.get(&n.name), (target - n.count).max(0));
+                }
+            } else {
+                prop_assert!(target > 0 && is_not_enough(&got), "{:?}", got);
+            }
+        }
+
+        #[test]
+        fn each_adds_n_everywhere_or_fails((nodes, _s, _n) in arb_case(), per_node in 0i64..=15) {
+            let got = plan(Strategy::Each, &nodes, per_node);
+            if nodes.iter().all(|n| n.capacity >= per_node) {
+                let want = per_node * i64::try_from(nodes.len()).unwrap_or(0);
+                prop_assert_eq!(got.map(|p| p.total), Ok(want));
+            } else {
+                prop_assert!(is_not_enough(&got), "{:?}", got);
+            }
+        }
+
+        #[test]
+        fn drained_fills_smallest_capacity_first((nodes, _s, need) in arb_case()) {
+            if let Ok(p) = plan(Strategy::Drained, &nodes, need) {
+                // A node given less than its capacity means every node after it in the
+                // drain order got nothing and every node before it is full.
+                let mut order: Vec<&NodeInput> = nodes.iter().collect();
+                order.sort_by(|a, b| a.capacity.cmp(&b.capacity)
+                    .then(b.usage.total_cmp(&a.usage)).then(a.name.cmp(&b.name)));
+                let given: Vec<i64> = order.iter().map(|n| p.get(&n.name)).collect();
+                let full = order.iter().zip(&given).take_while(|(n, g)| **g == n.capacity).count();
+                prop_assert!(given[full..].iter().skip(1).all(|g| *g == 0), "{:?}", given);
+            }
+        }
+    }
+}

@@ -1,0 +1,450 @@
+//! Queries on blueprints, deployments, their nodes, the journal and the event
+//! history, for the `deploy` area.
+//!
+//! A journal entry and the node state announcing a provider call are written in
+//! one transaction ([`begin_call`]); the call's result and the entry's deletion in
+//! another ([`finish_call`]).
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::Expr;
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
+    PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Set, TransactionTrait,
+};
+use uuid::Uuid;
+
+use super::entities::{blueprint, deployment, deployment_event, deployment_node, journal};
+
+pub use blueprint::Model as BlueprintRow;
+pub use deployment::Model as DeploymentRow;
+pub use deployment_event::Model as EventRow;
+pub use deployment_node::Model as NodeRow;
+pub use journal::Model as JournalRow;
+
+// ---- blueprints ----
+
+pub async fn insert_blueprint(
+    db: &DatabaseConnection,
+    name: String,
+    description: Option<String>,
+    source: String,
+) -> Result<BlueprintRow, DbErr> {
+    let now = Utc::now();
+    blueprint::ActiveModel {
+        id: Set(Uuid::new_v4()),
+        name: Set(name),
+        description: Set(description),
+        source: Set(source),
+        created_at: Set(now),
+        updated_at: Set(now),
+    }
+    .insert(db)
+    .await
+}
+
+pub async fn find_blueprint(
+    db: &DatabaseConnection,
+    id: Uuid,
+) -> Result<Option<BlueprintRow>, DbErr> {
+    blueprint::Entity::find_by_id(id).one(db).await
+}
+
+pub async fn list_blueprints(db: &DatabaseConnection) -> Result<Vec<BlueprintRow>, DbErr> {
+    blueprint::Entity::find()
+        .order_by_asc(blueprint::Column::Name)
+        .all(db)
+        .await
+}
+
+pub async fn update_blueprint(
+    db: &DatabaseConnection,
+    mut row: blueprint::ActiveModel,
+) -> Result<BlueprintRow, DbErr> {
+    row.updated_at = Set(Utc::now());
+    row.update(db).await
+}
+
+pub async fn delete_blueprint(db: &DatabaseConnection, id: Uuid) -> Result<bool, DbErr> {
+    Ok(blueprint::Entity::delete_by_id(id)
+        .exec(db)
+        .await?
+        .rows_affected
+        > 0)
+}
+
+/// Deployments of the blueprint that are not `DESTROYED`.
+pub async fn count_live_deployments(
+    db: &DatabaseConnection,
+    blueprint_id: Uuid,
+    destroyed: &str,
+) -> Result<u64, DbErr> {
+    deployment::Entity::find()
+        .filter(deployment::Column::BlueprintId.eq(blueprint_id))
+        .filter(deployment::Column::State.ne(destroyed))
+        .count(db)
+        .await
+}
+
+// ---- deployments ----
+
+pub struct NewDeployment {
+    pub name: String,
+    pub blueprint_id: Option<Uuid>,
+    pub element_id: Option<Uuid>,
+    pub source: String,
+    pub variables: String,
+    pub on_failure: String,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+pub async fn insert_deployment(
+    db: &DatabaseConnection,
+    new: NewDeployment,
+    state: &str,
+) -> Result<DeploymentRow, DbErr> {
+    let now = Utc::now();
+    deployment::ActiveModel {
+        id: Set(Uuid::new_v4()),
+        name: Set(new.name),
+        blueprint_id: Set(new.blueprint_id),
+        element_id: Set(new.element_id),
+        source: Set(new.source),
+        variables: Set(new.variables),
+        state: Set(state.to_owned()),
+        on_failure: Set(new.on_failure),
+        error: Set(None),
+        expires_at: Set(new.expires_at),
+        created_at: Set(now),
+        updated_at: Set(now),
+    }
+    .insert(db)
+    .await
+}
+
+pub async fn find_deployment(
+    db: &DatabaseConnection,
+    id: Uuid,
+) -> Result<Option<DeploymentRow>, DbErr> {
+    deployment::Entity::find_by_id(id).one(db).await
+}
+
+#[derive(Default, Clone)]
+pub struct DeploymentFilter {
+    pub states: Vec<String>,
+    pub blueprint_id: Option<Uuid>,
+    pub element_id: Option<Uuid>,
+    /// Part of the name.
+    pub search: Option<String>,
+}
+
+pub async fn list_deployments(
+    db: &DatabaseConnection,
+    filter: &DeploymentFilter,
+    offset: u64,
+    limit: u64,
+) -> Result<(Vec<DeploymentRow>, u64), DbErr> {
+    let mut query = deployment::Entity::find();
+    if !filter.states.is_empty() {
+        query = query.filter(deployment::Column::State.is_in(filter.states.clone()));
+    }
+    if let Some(id) = filter.blueprint_id {
+        query = query.filter(deployment::Column::BlueprintId.eq(id));
+    }
+    if let Some(id) = filter.element_id {
+        query = query.filter(deployment::Column::ElementId.eq(id));
+    }
+    if let Some(search) = &filter.search {
+        query = query.filter(deployment::Column::Name.contains(search));
+    }
+    let total = query.clone().count(db).await?;
+    let rows = query
+        .order_by_desc(deployment::Column::CreatedAt)
+        .order_by_asc(deployment::Column::Id)
+        .offset(offset)
+        .limit(limit)
+        .all(db)
+        .await?;
+    Ok((rows, total))
+}
+
+pub async fn set_deployment_state(
+    db: &impl ConnectionTrait,
+    id: Uuid,
+    state: &str,
+    error: Option<&str>,
+) -> Result<(), DbErr> {
+    deployment::Entity::update_many()
+        .col_expr(deployment::Column::State, Expr::value(state))
+        .col_expr(
+            deployment::Column::Error,
+            Expr::value(error.map(str::to_owned)),
+        )
+        .col_expr(deployment::Column::UpdatedAt, Expr::value(Utc::now()))
+        .filter(deployment::Column::Id.eq(id))
+        .exec(db)
+        .await
+        .map(drop)
+}
+
+pub async fn set_expiry(
+    db: &DatabaseConnection,
+    id: Uuid,
+    expires_at: Option<DateTime<Utc>>,
+) -> Result<(), DbErr> {
+    deployment::Entity::update_many()
+        .col_expr(deployment::Column::ExpiresAt, Expr::value(expires_at))
+        .col_expr(deployment::Column::UpdatedAt, Expr::value(Utc::now()))
+        .filter(deployment::Column::Id.eq(id))
+        .exec(db)
+        .await
+        .map(drop)
+}
+
+pub async fn deployments_in(
+    db: &DatabaseConnection,
+    states: &[&str],
+) -> Result<Vec<DeploymentRow>, DbErr> {
+    deployment::Entity::find()
+        .filter(deployment::Column::State.is_in(states.iter().copied()))
+        .order_by_asc(deployment::Column::CreatedAt)
+        .all(db)
+        .await
+}
+
+/// Deployments whose lease ran out and that are still up.
+pub async fn expired(
+    db: &DatabaseConnection,
+    now: DateTime<Utc>,
+    live: &[&str],
+) -> Result<Vec<DeploymentRow>, DbErr> {
+    deployment::Entity::find()
+        .filter(deployment::Column::ExpiresAt.lte(now))
+        .filter(deployment::Column::State.is_in(live.iter().copied()))
+        .all(db)
+        .await
+}
+
+// ---- nodes ----
+
+pub struct NewNode {
+    pub key: String,
+    pub replica: i32,
+    pub resource_type: String,
+    pub provider_id: Option<Uuid>,
+    pub node: Option<String>,
+}
+
+/// Writes the planned nodes and the deployment's state in one transaction.
+pub async fn insert_nodes(
+    db: &DatabaseConnection,
+    deployment_id: Uuid,
+    nodes: Vec<NewNode>,
+    node_state: &str,
+    deployment_state: &str,
+) -> Result<(), DbErr> {
+    let txn = db.begin().await?;
+    let now = Utc::now();
+    for chunk in nodes.chunks(500) {
+        let models = chunk.iter().map(|n| deployment_node::ActiveModel {
+            id: Set(Uuid::now_v7()),
+            deployment_id: Set(deployment_id),
+            key: Set(n.key.clone()),
+            replica: Set(n.replica),
+            resource_type: Set(n.resource_type.clone()),
+            provider_id: Set(n.provider_id),
+            node: Set(n.node.clone()),
+            state: Set(node_state.to_owned()),
+            config: Set(None),
+            outputs: Set(None),
+            error: Set(None),
+            run_id: Set(None),
+            updated_at: Set(now),
+        });
+        deployment_node::Entity::insert_many(models)
+            .exec_without_returning(&txn)
+            .await?;
+    }
+    set_deployment_state(&txn, deployment_id, deployment_state, None).await?;
+    txn.commit().await
+}
+
+pub async fn nodes_of(db: &DatabaseConnection, deployment_id: Uuid) -> Result<Vec<NodeRow>, DbErr> {
+    deployment_node::Entity::find()
+        .filter(deployment_node::Column::DeploymentId.eq(deployment_id))
+        .order_by_asc(deployment_node::Column::Key)
+        .order_by_asc(deployment_node::Column::Replica)
+        .all(db)
+        .await
+}
+
+pub async fn find_node(db: &DatabaseConnection, id: Uuid) -> Result<Option<NodeRow>, DbErr> {
+    deployment_node::Entity::find_by_id(id).one(db).await
+}
+
+/// What is deployed or in flight on each node of a provider, for placement.
+pub async fn placement_counts(
+    db: &DatabaseConnection,
+    provider_id: Uuid,
+    live_states: &[&str],
+) -> Result<HashMap<String, i64>, DbErr> {
+    let rows: Vec<(Option<String>, i64)> = deployment_node::Entity::find()
+        .select_only()
+        .column(deployment_node::Column::Node)
+        .column_as(deployment_node::Column::Id.count(), "count")
+        .filter(deployment_node::Column::ProviderId.eq(provider_id))
+        .filter(deployment_node::Column::State.is_in(live_states.iter().copied()))
+        .group_by(deployment_node::Column::Node)
+        .into_tuple()
+        .all(db)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(node, count)| node.map(|n| (n, count)))
+        .collect())
+}
+
+/// A node's new state, with what else changes with it.
+#[derive(Default)]
+pub struct NodeChange {
+    pub state: String,
+    pub config: Option<String>,
+    pub outputs: Option<Option<String>>,
+    pub error: Option<Option<String>>,
+    pub run_id: Option<Option<Uuid>>,
+}
+
+fn apply(change: NodeChange) -> sea_orm::UpdateMany<deployment_node::Entity> {
+    let mut update = deployment_node::Entity::update_many()
+        .col_expr(deployment_node::Column::State, Expr::value(change.state))
+        .col_expr(deployment_node::Column::UpdatedAt, Expr::value(Utc::now()));
+    if let Some(config) = change.config {
+        update = update.col_expr(deployment_node::Column::Config, Expr::value(config));
+    }
+    if let Some(outputs) = change.outputs {
+        update = update.col_expr(deployment_node::Column::Outputs, Expr::value(outputs));
+    }
+    if let Some(error) = change.error {
+        update = update.col_expr(deployment_node::Column::Error, Expr::value(error));
+    }
+    if let Some(run) = change.run_id {
+        update = update.col_expr(deployment_node::Column::RunId, Expr::value(run));
+    }
+    update
+}
+
+pub async fn change_node(
+    db: &impl ConnectionTrait,
+    node_id: Uuid,
+    change: NodeChange,
+) -> Result<(), DbErr> {
+    apply(change)
+        .filter(deployment_node::Column::Id.eq(node_id))
+        .exec(db)
+        .await
+        .map(drop)
+}
+
+/// Moves every node of `deployment_id` in `from` states (all when empty) to
+/// `change.state`.
+pub async fn change_nodes(
+    db: &DatabaseConnection,
+    deployment_id: Uuid,
+    keys: Option<&[String]>,
+    change: NodeChange,
+) -> Result<(), DbErr> {
+    let mut update = apply(change).filter(deployment_node::Column::DeploymentId.eq(deployment_id));
+    if let Some(keys) = keys {
+        update = update.filter(deployment_node::Column::Key.is_in(keys.iter().cloned()));
+    }
+    update.exec(db).await.map(drop)
+}
+
+// ---- the journal ----
+
+/// The node's state and the journal entry for the call about to be made, in
+/// one transaction. Returns the entry's id.
+pub async fn begin_call(
+    db: &DatabaseConnection,
+    node: &NodeRow,
+    provider_id: Uuid,
+    intent: &str,
+    change: NodeChange,
+) -> Result<Uuid, DbErr> {
+    let txn = db.begin().await?;
+    change_node(&txn, node.id, change).await?;
+    let id = Uuid::now_v7();
+    journal::ActiveModel {
+        id: Set(id),
+        deployment_id: Set(node.deployment_id),
+        node_id: Set(node.id),
+        provider_id: Set(provider_id),
+        intent: Set(intent.to_owned()),
+        created_at: Set(Utc::now()),
+    }
+    .insert(&txn)
+    .await?;
+    txn.commit().await?;
+    Ok(id)
+}
+
+/// The call's result and the end of its journal entry, in one transaction.
+pub async fn finish_call(
+    db: &DatabaseConnection,
+    node_id: Uuid,
+    entry: Uuid,
+    change: NodeChange,
+) -> Result<(), DbErr> {
+    let txn = db.begin().await?;
+    change_node(&txn, node_id, change).await?;
+    journal::Entity::delete_by_id(entry).exec(&txn).await?;
+    txn.commit().await
+}
+
+pub async fn journal(db: &DatabaseConnection) -> Result<Vec<JournalRow>, DbErr> {
+    journal::Entity::find()
+        .order_by_asc(journal::Column::CreatedAt)
+        .all(db)
+        .await
+}
+
+pub async fn journal_len(db: &DatabaseConnection) -> Result<u64, DbErr> {
+    journal::Entity::find().count(db).await
+}
+
+// ---- events ----
+
+pub async fn insert_event(
+    db: &DatabaseConnection,
+    deployment_id: Uuid,
+    kind: &str,
+    node_key: Option<String>,
+    state: Option<String>,
+    message: String,
+) -> Result<EventRow, DbErr> {
+    deployment_event::ActiveModel {
+        id: sea_orm::NotSet,
+        deployment_id: Set(deployment_id),
+        at: Set(Utc::now()),
+        kind: Set(kind.to_owned()),
+        node_key: Set(node_key),
+        state: Set(state),
+        message: Set(message),
+    }
+    .insert(db)
+    .await
+}
+
+pub async fn events_of(
+    db: &DatabaseConnection,
+    deployment_id: Uuid,
+    limit: u64,
+) -> Result<Vec<EventRow>, DbErr> {
+    deployment_event::Entity::find()
+        .filter(deployment_event::Column::DeploymentId.eq(deployment_id))
+        .order_by_asc(deployment_event::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await
+}
