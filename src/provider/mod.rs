@@ -309,7 +309,11 @@ impl Providers {
         .map_err(|e| conflict_or(e, || format!("a provider named `{}` exists", new.name)))?;
         let id = row.id;
         if new.auto_load {
-            self.load(id).await?;
+            match self.load(id).await {
+                // The start-up loader may have seen the new row first.
+                Ok(_) | Err(ProviderError::Conflict(_)) => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok((self.get(id).await?, token))
     }

@@ -133,17 +133,19 @@ impl Providers {
                     );
                     crashes = crashes.saturating_add(1);
                     restarts += 1;
-                    slot.set_restarts(restarts);
-                    if let Err(e) = rows::set_restarts(&self.inner.db, slot.id, restarts).await {
-                        tracing::error!(error = %e, "cannot store the restart count");
-                    }
                     let message = format!(
                         "{reason}; restarting in {} ms (restart {restarts})",
                         delay.as_millis()
                     );
                     self.note(&slot, &message);
+                    // The status first: nobody should see the new count on the
+                    // old connection.
                     self.set_status(&slot, ProviderStatus::Disconnected, Some(message))
                         .await;
+                    slot.set_restarts(restarts);
+                    if let Err(e) = rows::set_restarts(&self.inner.db, slot.id, restarts).await {
+                        tracing::error!(error = %e, "cannot store the restart count");
+                    }
                     tokio::select! {
                         _ = tokio::time::sleep(delay) => {}
                         Some(Command::Unload(done)) = commands.recv() => {

@@ -107,8 +107,12 @@ impl ProviderRepo {
 /// `corbel-provider.yaml` for a prebuilt binary. The run command records the
 /// process id in `provider.pid` (exec keeps it) so a test can kill it.
 pub fn shell_metadata(name: &str, build: &str, run: &str) -> String {
+    typed_metadata(name, build, run, "process.v1.service")
+}
+
+fn typed_metadata(name: &str, build: &str, run: &str, resource_type: &str) -> String {
     format!(
-        "name: {name}\nversion: 0.1.0\ndescription: test provider\nruntime: shell\nshell:\n  build: {build}\n  run: {run}\nfeatures: [deploy, destroy, inspect, nodes]\nresource_types: [process.v1.service]\n"
+        "name: {name}\nversion: 0.1.0\ndescription: test provider\nruntime: shell\nshell:\n  build: {build}\n  run: {run}\nfeatures: [deploy, destroy, inspect, nodes]\nresource_types: [{resource_type}]\n"
     )
 }
 
@@ -124,13 +128,14 @@ pub fn process_metadata() -> String {
 }
 
 pub fn fixture_metadata(mode: &str) -> String {
-    shell_metadata(
+    typed_metadata(
         "fixture",
         "true",
         &format!(
             "echo $$ > provider.pid; FIXTURE_MODE={mode} exec {}",
             workspace_bin("corbel-provider-fixture").display()
         ),
+        "fixture.v1.noop",
     )
 }
 

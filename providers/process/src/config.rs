@@ -92,9 +92,7 @@ impl ServiceConfig {
                 .iter()
                 .enumerate()
                 .map(|(i, item)| {
-                    item.as_str()
-                        .map(str::to_string)
-                        .ok_or_else(|| format!("config.args[{i}]: expected a string"))
+                    scalar_text(item).ok_or_else(|| format!("config.args[{i}]: expected a string"))
                 })
                 .collect::<Result<_, _>>()?,
             Some(_) => return Err("config.args: expected a list of strings".to_string()),
@@ -104,9 +102,8 @@ impl ServiceConfig {
             Some(Value::Object(vars)) => vars
                 .iter()
                 .map(|(key, value)| {
-                    value
-                        .as_str()
-                        .map(|v| (key.clone(), v.to_string()))
+                    scalar_text(value)
+                        .map(|v| (key.clone(), v))
                         .ok_or_else(|| format!("config.env.{key}: expected a string"))
                 })
                 .collect::<Result<_, _>>()?,
@@ -135,6 +132,18 @@ impl ServiceConfig {
 /// A key's value, treating `null` as absent.
 fn present<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     map.get(key).filter(|v| !v.is_null())
+}
+
+/// A string as is; a number or a boolean as its text (a blueprint template
+/// that is one whole output, such as a pid, arrives typed). Anything else is
+/// not an argument or a variable.
+fn scalar_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        Value::Null | Value::Array(_) | Value::Object(_) => None,
+    }
 }
 
 #[cfg(test)]
@@ -182,11 +191,11 @@ mod tests {
             (r#"{"command": 1}"#, "config.command: expected a string"),
             (r#"{"command": " "}"#, "config.command: empty"),
             (
-                r#"{"command": "x", "args": ["a", 2]}"#,
+                r#"{"command": "x", "args": ["a", [2]]}"#,
                 "config.args[1]: expected a string",
             ),
             (
-                r#"{"command": "x", "env": {"K": 1}}"#,
+                r#"{"command": "x", "env": {"K": {"v": 1}}}"#,
                 "config.env.K: expected a string",
             ),
             (

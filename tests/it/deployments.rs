@@ -1,0 +1,913 @@
+//! Blueprints and deployments, deployed through the real `corbel-provider-process`
+//! (loaded from git like any provider): real processes are started, placed,
+//! rolled back, destroyed and recovered after a crash of the real server.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::providers::{
+    ProviderRepo, create_provider, fixture_metadata, process_metadata, quick, wait_status,
+};
+use crate::support::{TestApp, TestStore, data, error_code, eventually};
+
+const DEPLOYMENT_FIELDS: &str = "id name state error variables expiresAt nodes { id key replica node state outputs error providerId }";
+
+/// A server with the process provider loaded and connected; returns its id.
+async fn with_process_provider(
+    adjust: impl FnOnce(&mut corbel::config::Config),
+) -> (TestApp, String, ProviderRepo) {
+    let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), |config| {
+        quick(config);
+        config.deploy_reaper_interval_ms = 100;
+        adjust(config);
+    })
+    .await;
+    let repo = ProviderRepo::new(&process_metadata(), &[]);
+    let (id, _) = create_provider(
+        &app,
+        json!({ "name": "process", "gitUrl": repo.url(), "config": { "capacity": 50, "grace_ms": 2000 } }),
+    )
+    .await;
+    wait_status(&app, &id, "CONNECTED").await;
+    (app, id, repo)
+}
+
+async fn create_blueprint(app: &TestApp, name: &str, source: &str) -> String {
+    let body = app
+        .gql(
+            "mutation($input: CreateBlueprintInput!) { createBlueprint(input: $input) { id } }",
+            json!({ "input": { "name": name, "source": source } }),
+        )
+        .await;
+    data(&body)["createBlueprint"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn deploy(app: &TestApp, blueprint: &str, name: &str, extra: Value) -> String {
+    let mut input = json!({ "blueprintId": blueprint, "name": name });
+    input
+        .as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().cloned().unwrap_or_default());
+    let body = app
+        .gql(
+            "mutation($input: DeployBlueprintInput!) { deployBlueprint(input: $input) { id state } }",
+            json!({ "input": input }),
+        )
+        .await;
+    data(&body)["deployBlueprint"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn deployment(app: &TestApp, id: &str) -> Value {
+    let body = app
+        .gql(
+            &format!("query($id: ID!) {{ deployment(id: $id) {{ {DEPLOYMENT_FIELDS} }} }}"),
+            json!({ "id": id }),
+        )
+        .await;
+    data(&body)["deployment"].clone()
+}
+
+/// Waits until the deployment reaches one of `states`.
+async fn settled(app: &TestApp, id: &str, states: &[&str]) -> Value {
+    eventually(
+        Duration::from_secs(60),
+        &format!("deployment {states:?}"),
+        || async {
+            let d = deployment(app, id).await;
+            states.iter().any(|s| d["state"] == *s).then_some(d)
+        },
+    )
+    .await
+}
+
+fn pids(deployment: &Value) -> Vec<i32> {
+    deployment["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["outputs"]["pid"].as_i64())
+        .map(|p| p as i32)
+        .collect()
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    let exists = unsafe { libc::kill(pid, 0) } == 0;
+    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.rsplit(") ").next().is_some_and(|r| r.starts_with('Z')))
+        .unwrap_or(true);
+    exists && !zombie
+}
+
+async fn all_gone(pids: &[i32]) {
+    eventually(Duration::from_secs(30), "the processes to exit", || async {
+        pids.iter().all(|p| !alive(*p)).then_some(())
+    })
+    .await;
+}
+
+const WEB: &str = r#"
+version: "1"
+variables:
+  replicas: { type: int, default: 2 }
+  greeting: { type: string, default: "a <b> & 'c'" }
+resources:
+  db:
+    type: process.v1.service
+    config: { command: sleep, args: ["300"] }
+  web:
+    type: process.v1.service
+    depends_on: [db]
+    replicas: "{{ replicas }}"
+    strategy: AUTO
+    config:
+      command: sleep
+      args: ["300"]
+      env: { DB_PID: "{{ resources.db.outputs.pid }}", GREETING: "{{ greeting }}" }
+"#;
+
+#[tokio::test]
+async fn a_blueprint_deploys_through_the_process_provider_and_is_destroyed() {
+    let (app, provider, _repo) = with_process_provider(|_| {}).await;
+    let blueprint = create_blueprint(&app, "web", WEB).await;
+    let body = app
+        .gql(
+            "query($id: ID!) { blueprint(id: $id) { name resources { key type dependsOn replicas strategy } variables { name type default } warnings } }",
+            json!({ "id": blueprint }),
+        )
+        .await;
+    let shown = &data(&body)["blueprint"];
+    assert_eq!(shown["resources"][1]["dependsOn"], json!(["db"]));
+    assert_eq!(shown["resources"][1]["replicas"], "{{ replicas }}");
+    assert_eq!(shown["variables"][0]["default"], 2);
+    assert_eq!(shown["warnings"], json!([]));
+
+    let id = deploy(
+        &app,
+        &blueprint,
+        "web-1",
+        json!({ "variables": { "replicas": 3 } }),
+    )
+    .await;
+    let done = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
+    assert_eq!(done["state"], "COMPLETE", "{done}");
+    let nodes = done["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 4, "db and three web replicas: {done}");
+    assert!(nodes.iter().all(|n| n["state"] == "COMPLETE"));
+    assert!(nodes.iter().all(|n| n["providerId"] == provider.as_str()));
+    assert!(
+        nodes.iter().all(|n| n["node"].is_string()),
+        "placed on the host"
+    );
+    let running = pids(&done);
+    assert_eq!(running.len(), 4);
+    assert!(running.iter().all(|p| alive(*p)));
+
+    // The web replicas got db's pid and the greeting, unescaped.
+    let db_pid = nodes.iter().find(|n| n["key"] == "db").unwrap()["outputs"]["pid"]
+        .as_i64()
+        .unwrap();
+    let web_pid = nodes.iter().find(|n| n["key"] == "web").unwrap()["outputs"]["pid"]
+        .as_i64()
+        .unwrap();
+    let environ = std::fs::read(format!("/proc/{web_pid}/environ")).unwrap();
+    let environ = String::from_utf8_lossy(&environ);
+    assert!(environ.contains(&format!("DB_PID={db_pid}")), "{environ}");
+    assert!(environ.contains("GREETING=a <b> & 'c'"), "{environ}");
+
+    // Deleting the blueprint is refused while the deployment lives.
+    let refused = app
+        .gql(
+            "mutation($id: ID!) { deleteBlueprint(id: $id) }",
+            json!({ "id": blueprint }),
+        )
+        .await;
+    assert_eq!(error_code(&refused), Some("CONFLICT"), "{refused}");
+
+    let body = app
+        .gql(
+            "mutation($id: ID!) { destroyDeployment(id: $id) { state } }",
+            json!({ "id": id }),
+        )
+        .await;
+    assert_eq!(data(&body)["destroyDeployment"]["state"], "DESTROYING");
+    let gone = settled(&app, &id, &["DESTROYED", "FAILED"]).await;
+    assert_eq!(gone["state"], "DESTROYED", "{gone}");
+    all_gone(&running).await;
+
+    let body = app
+        .gql(
+            "query($id: ID!) { deployment(id: $id) { events { kind nodeKey state message } } }",
+            json!({ "id": id }),
+        )
+        .await;
+    let events = data(&body)["deployment"]["events"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let states: Vec<&str> = events
+        .iter()
+        .filter(|e| e["kind"] == "STATE")
+        .filter_map(|e| e["state"].as_str())
+        .collect();
+    assert_eq!(states.first(), Some(&"IN_PROGRESS"));
+    assert!(
+        states.contains(&"COMPLETE") && states.last() == Some(&"DESTROYED"),
+        "{states:?}"
+    );
+    // db completed before any web replica started.
+    let position = |key: &str, state: &str| {
+        events
+            .iter()
+            .position(|e| e["nodeKey"] == key && e["state"] == state)
+            .unwrap_or_else(|| panic!("no {key} {state} in {events:?}"))
+    };
+    assert!(position("db[0]", "COMPLETE") < position("web[0]", "IN_PROGRESS"));
+    // Destroy went the other way.
+    assert!(position("web[0]", "DESTROYED") < position("db[0]", "DESTROYING"));
+
+    let deleted = app
+        .gql(
+            "mutation($id: ID!) { deleteBlueprint(id: $id) }",
+            json!({ "id": blueprint }),
+        )
+        .await;
+    assert_eq!(data(&deleted)["deleteBlueprint"], true);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn bad_blueprints_and_variables_are_refused_naming_the_field() {
+    let (app, _, _repo) = with_process_provider(|_| {}).await;
+    for (source, wants) in [
+        ("resources:\n  a: { type: x, colour: red }\n", "colour"),
+        (
+            "resources:\n  a: { type: x, depends_on: [nope] }\n",
+            "resources.a.depends_on[0]",
+        ),
+        (
+            "resources:\n  a: { type: x, depends_on: [b] }\n  b: { type: x, depends_on: [a] }\n",
+            "a -> b -> a",
+        ),
+        (
+            "resources:\n  a: { type: x, config: { c: \"{{ missing }}\" } }\n",
+            "missing",
+        ),
+        (
+            "resources:\n  a: { type: x }\n  b: { type: x, config: { c: \"{{ resources.a.outputs.pid }}\" } }\n",
+            "resources.b",
+        ),
+        (
+            "variables:\n  n: { type: int, default: many }\nresources: {}\n",
+            "variables.n",
+        ),
+        ("resources: [1, 2\n", "not valid YAML"),
+    ] {
+        let body = app
+            .gql(
+                "mutation($input: CreateBlueprintInput!) { createBlueprint(input: $input) { id } }",
+                json!({ "input": { "name": "bad", "source": source } }),
+            )
+            .await;
+        assert_eq!(error_code(&body), Some("VALIDATION"), "{source}: {body}");
+        let message = body["errors"][0]["message"].as_str().unwrap();
+        assert!(message.contains(wants), "{source}: {message}");
+    }
+    let listed = app.gql("{ blueprints { totalCount } }", json!({})).await;
+    assert_eq!(
+        data(&listed)["blueprints"]["totalCount"],
+        0,
+        "nothing stored"
+    );
+
+    let blueprint = create_blueprint(&app, "web", WEB).await;
+    for (variables, wants) in [
+        (json!({ "replicas": "three" }), "variables.replicas"),
+        (json!({ "unknown": 1 }), "unknown"),
+    ] {
+        let body = app
+            .gql(
+                "mutation($input: DeployBlueprintInput!) { deployBlueprint(input: $input) { id } }",
+                json!({ "input": { "blueprintId": blueprint, "name": "x", "variables": variables } }),
+            )
+            .await;
+        assert_eq!(error_code(&body), Some("VALIDATION"), "{body}");
+        let message = body["errors"][0]["message"].as_str().unwrap();
+        assert!(message.contains(wants), "{message}");
+    }
+    let listed = app.gql("{ deployments { totalCount } }", json!({})).await;
+    assert_eq!(data(&listed)["deployments"]["totalCount"], 0);
+
+    // A resource type nobody serves is a warning, then an error at deploy.
+    let orphan = create_blueprint(
+        &app,
+        "orphan",
+        "resources:\n  a: { type: nobody.v1.thing }\n",
+    )
+    .await;
+    let body = app
+        .gql(
+            "query($id: ID!) { blueprint(id: $id) { warnings } }",
+            json!({ "id": orphan }),
+        )
+        .await;
+    let warnings = data(&body)["blueprint"]["warnings"].to_string();
+    assert!(warnings.contains("nobody.v1.thing"), "{warnings}");
+    let id = deploy(&app, &orphan, "orphan", json!({})).await;
+    let failed = settled(&app, &id, &["FAILED"]).await;
+    assert!(
+        failed["error"]
+            .as_str()
+            .unwrap()
+            .contains("nobody.v1.thing"),
+        "{failed}"
+    );
+    app.stop().await;
+}
+
+const HALF_BROKEN: &str = r#"
+resources:
+  good:
+    type: process.v1.service
+    config: { command: sleep, args: ["300"] }
+  bad:
+    type: process.v1.service
+    depends_on: [good]
+    config: { command: sh, args: ["-c", "echo cannot start; exit 7"] }
+  after:
+    type: process.v1.service
+    depends_on: [bad]
+    config: { command: sleep, args: ["300"] }
+"#;
+
+#[tokio::test]
+async fn a_failed_deploy_rolls_back_or_keeps_what_it_made() {
+    let (app, _, _repo) = with_process_provider(|_| {}).await;
+    let blueprint = create_blueprint(&app, "half", HALF_BROKEN).await;
+
+    let id = deploy(
+        &app,
+        &blueprint,
+        "rolled-back",
+        json!({ "onFailure": "ROLLBACK" }),
+    )
+    .await;
+    let failed = settled(&app, &id, &["FAILED", "COMPLETE"]).await;
+    assert_eq!(failed["state"], "FAILED");
+    let error = failed["error"].as_str().unwrap();
+    assert!(
+        error.contains("bad[0]") && error.contains("cannot start"),
+        "{error}"
+    );
+    let state_of = |d: &Value, key: &str| {
+        d["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["key"] == key)
+            .unwrap()["state"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(state_of(&failed, "good"), "DESTROYED", "{failed}");
+    assert_eq!(
+        state_of(&failed, "after"),
+        "TAINTED",
+        "never made: nothing to destroy"
+    );
+
+    let id = deploy(&app, &blueprint, "kept", json!({ "onFailure": "KEEP" })).await;
+    let kept = settled(&app, &id, &["FAILED", "COMPLETE"]).await;
+    assert_eq!(kept["state"], "FAILED");
+    assert_eq!(state_of(&kept, "good"), "COMPLETE");
+    assert_eq!(state_of(&kept, "bad"), "FAILED");
+    assert_eq!(state_of(&kept, "after"), "TAINTED");
+    let good = pids(&kept);
+    assert_eq!(good.len(), 1);
+    assert!(alive(good[0]));
+
+    // Redeploying the broken part fails the same way, and the good part stays.
+    let body = app
+        .gql(
+            "mutation($id: ID!) { redeployDeployment(id: $id, resourceKeys: [\"bad\"]) { state } }",
+            json!({ "id": id }),
+        )
+        .await;
+    assert_eq!(data(&body)["redeployDeployment"]["state"], "IN_PROGRESS");
+    let again = settled(&app, &id, &["FAILED", "COMPLETE"]).await;
+    assert_eq!(again["state"], "FAILED");
+    assert!(alive(good[0]));
+
+    let body = app
+        .gql(
+            "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
+            json!({ "id": id }),
+        )
+        .await;
+    data(&body);
+    settled(&app, &id, &["DESTROYED"]).await;
+    all_gone(&good).await;
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn redeploy_replaces_a_resource_and_its_dependents() {
+    let (app, _, _repo) = with_process_provider(|_| {}).await;
+    let blueprint = create_blueprint(&app, "web", WEB).await;
+    let id = deploy(
+        &app,
+        &blueprint,
+        "web",
+        json!({ "variables": { "replicas": 1 } }),
+    )
+    .await;
+    let first = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
+    assert_eq!(first["state"], "COMPLETE", "{first}");
+    let before = pids(&first);
+    let body = app
+        .gql(
+            "mutation($id: ID!) { redeployDeployment(id: $id, resourceKeys: [\"db\"]) { state } }",
+            json!({ "id": id }),
+        )
+        .await;
+    data(&body);
+    // A second request while it works is refused.
+    let busy = app
+        .gql(
+            "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
+            json!({ "id": id }),
+        )
+        .await;
+    let code = error_code(&busy);
+    let second = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
+    assert_eq!(second["state"], "COMPLETE", "{second}");
+    if code.is_some() {
+        assert_eq!(code, Some("CONFLICT"), "{busy}");
+    }
+    let after = pids(&second);
+    assert_eq!(after.len(), 2);
+    assert!(
+        before.iter().all(|p| !after.contains(p)),
+        "db and web were both replaced"
+    );
+    all_gone(&before).await;
+    let body = app
+        .gql(
+            "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
+            json!({ "id": id }),
+        )
+        .await;
+    data(&body);
+    settled(&app, &id, &["DESTROYED"]).await;
+    all_gone(&after).await;
+    app.stop().await;
+}
+
+/// A destroy that takes a while (the service ignores SIGTERM, so the provider
+/// waits out its grace period) holds the deployment's lock: a second destroy
+/// and a redeploy get `CONFLICT`.
+#[tokio::test]
+async fn concurrent_requests_on_one_deployment_conflict() {
+    let (app, _, _repo) = with_process_provider(|_| {}).await;
+    let blueprint = create_blueprint(
+        &app,
+        "stubborn",
+        "resources:\n  s:\n    type: process.v1.service\n    config: { command: sh, args: [\"-c\", \"trap '' TERM; sleep 300\"] }\n",
+    )
+    .await;
+    let id = deploy(&app, &blueprint, "stubborn", json!({})).await;
+    let done = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
+    assert_eq!(done["state"], "COMPLETE", "{done}");
+    let first = app
+        .gql(
+            "mutation($id: ID!) { destroyDeployment(id: $id) { state } }",
+            json!({ "id": id }),
+        )
+        .await;
+    assert_eq!(data(&first)["destroyDeployment"]["state"], "DESTROYING");
+    for mutation in [
+        "mutation($id: ID!) { destroyDeployment(id: $id) { state } }",
+        "mutation($id: ID!) { redeployDeployment(id: $id, resourceKeys: [\"s\"]) { state } }",
+    ] {
+        let again = app.gql(mutation, json!({ "id": id })).await;
+        assert_eq!(error_code(&again), Some("CONFLICT"), "{again}");
+    }
+    let gone = settled(&app, &id, &["DESTROYED", "FAILED"]).await;
+    assert_eq!(gone["state"], "DESTROYED", "{gone}");
+    all_gone(&pids(&done)).await;
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn deployment_events_replay_history_then_follow_live() {
+    let (app, _, _repo) = with_process_provider(|_| {}).await;
+    let blueprint = create_blueprint(&app, "web", WEB).await;
+    let id = deploy(
+        &app,
+        &blueprint,
+        "watched",
+        json!({ "variables": { "replicas": 1 } }),
+    )
+    .await;
+    settled(&app, &id, &["COMPLETE"]).await;
+
+    let mut ws = crate::subscriptions::connect(app.addr, "graphql-transport-ws").await;
+    crate::subscriptions::init(
+        &mut ws,
+        json!({ "Authorization": format!("Bearer {}", crate::support::ADMIN_TOKEN) }),
+    )
+    .await;
+    crate::subscriptions::send(
+        &mut ws,
+        json!({
+            "id": "1",
+            "type": "subscribe",
+            "payload": {
+                "query": "subscription($id: ID!) { deploymentEvents(id: $id) { id kind nodeKey state message } }",
+                "variables": { "id": id },
+            },
+        }),
+    )
+    .await;
+    let mut seen: Vec<Value> = Vec::new();
+    let mut destroying = false;
+    loop {
+        let message = tokio::time::timeout(
+            Duration::from_secs(60),
+            crate::subscriptions::next_json(&mut ws),
+        )
+        .await
+        .expect("an event in time")
+        .expect("the stream stays open");
+        let event = message["payload"]["data"]["deploymentEvents"].clone();
+        let complete = event["kind"] == "STATE" && event["state"] == "COMPLETE";
+        let destroyed = event["kind"] == "STATE" && event["state"] == "DESTROYED";
+        seen.push(event);
+        if complete && !destroying {
+            // The replay reached the end of the history: now act, and the
+            // rest must arrive live.
+            destroying = true;
+            let body = app
+                .gql(
+                    "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
+                    json!({ "id": id }),
+                )
+                .await;
+            data(&body);
+        }
+        if destroyed {
+            break;
+        }
+    }
+    let ids: Vec<i64> = seen
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().parse().unwrap())
+        .collect();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(ids, sorted, "in order, each once");
+    assert!(
+        seen.iter()
+            .any(|e| e["nodeKey"] == "db[0]" && e["state"] == "DESTROYED")
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn placement_and_capacity_follow_the_provider_nodes() {
+    let (app, _, _repo) = with_process_provider(|_| {}).await;
+    let blueprint = create_blueprint(&app, "web", WEB).await;
+    let body = app
+        .gql(
+            "query($id: ID!) { raw: calculateCapacity(blueprintId: $id, resourceKey: \"web\") { node count } auto: calculateCapacity(blueprintId: $id, resourceKey: \"web\", strategy: AUTO, variables: {replicas: 5}) { node count } }",
+            json!({ "id": blueprint }),
+        )
+        .await;
+    let answer = data(&body);
+    assert_eq!(answer["raw"][0]["count"], 50, "{answer}");
+    assert_eq!(answer["auto"][0]["count"], 5, "{answer}");
+
+    // What is deployed counts: after 4 nodes, 46 are left.
+    let id = deploy(
+        &app,
+        &blueprint,
+        "web",
+        json!({ "variables": { "replicas": 3 } }),
+    )
+    .await;
+    let done = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
+    assert_eq!(done["state"], "COMPLETE", "{done}");
+    let body = app
+        .gql(
+            "query($id: ID!) { calculateCapacity(blueprintId: $id, resourceKey: \"web\") { node count } }",
+            json!({ "id": blueprint }),
+        )
+        .await;
+    assert_eq!(data(&body)["calculateCapacity"][0]["count"], 46);
+
+    // More replicas than room: the deploy fails naming the placement.
+    let id2 = deploy(
+        &app,
+        &blueprint,
+        "too-big",
+        json!({ "variables": { "replicas": 100 } }),
+    )
+    .await;
+    let failed = settled(&app, &id2, &["FAILED", "COMPLETE"]).await;
+    assert_eq!(failed["state"], "FAILED");
+    assert!(
+        failed["error"].as_str().unwrap().contains("resources.web"),
+        "{failed}"
+    );
+
+    let body = app
+        .gql(
+            "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
+            json!({ "id": id }),
+        )
+        .await;
+    data(&body);
+    settled(&app, &id, &["DESTROYED"]).await;
+    all_gone(&pids(&done)).await;
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_reaped() {
+    let (app, _, _repo) = with_process_provider(|_| {}).await;
+    let blueprint = create_blueprint(&app, "web", WEB).await;
+    let far = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+    let id = deploy(
+        &app,
+        &blueprint,
+        "leased",
+        json!({ "variables": { "replicas": 1 }, "expiresAt": far }),
+    )
+    .await;
+    let done = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
+    assert_eq!(done["state"], "COMPLETE", "{done}");
+    let past = (chrono::Utc::now() - chrono::Duration::seconds(1)).to_rfc3339();
+    let body = app
+        .gql(
+            "mutation($id: ID!, $at: DateTime) { extendDeployment(id: $id, expiresAt: $at) { expiresAt } }",
+            json!({ "id": id, "at": past }),
+        )
+        .await;
+    data(&body);
+    settled(&app, &id, &["DESTROYED"]).await;
+    all_gone(&pids(&done)).await;
+    app.stop().await;
+}
+
+/// Provider faults: a call that never answers, and a provider that is gone when
+/// its resources must be destroyed.
+#[tokio::test]
+async fn provider_faults_fail_the_deployment_with_the_reason() {
+    let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), |config| {
+        quick(config);
+        config.provider_call_timeout_ms = 1_500;
+    })
+    .await;
+    let hang = ProviderRepo::new(&fixture_metadata("hang"), &[]);
+    let (hang_id, _) = create_provider(&app, json!({ "name": "hang", "gitUrl": hang.url() })).await;
+    wait_status(&app, &hang_id, "CONNECTED").await;
+    let blueprint = create_blueprint(
+        &app,
+        "noop",
+        "resources:\n  n:\n    type: fixture.v1.noop\n    provider: hang\n",
+    )
+    .await;
+    let id = deploy(&app, &blueprint, "hangs", json!({ "onFailure": "KEEP" })).await;
+    let failed = settled(&app, &id, &["FAILED", "COMPLETE"]).await;
+    assert_eq!(failed["state"], "FAILED");
+    let error = failed["error"].as_str().unwrap();
+    assert!(
+        error.contains("ListNodes") || error.contains("DeployResource"),
+        "{error}"
+    );
+    assert!(error.contains("within 1500ms"), "{error}");
+
+    // A provider that is unloaded when its resources must go.
+    let normal = ProviderRepo::new(&fixture_metadata("normal"), &[]);
+    let (normal_id, _) =
+        create_provider(&app, json!({ "name": "normal", "gitUrl": normal.url() })).await;
+    wait_status(&app, &normal_id, "CONNECTED").await;
+    let blueprint = create_blueprint(
+        &app,
+        "noop-normal",
+        "resources:\n  n:\n    type: fixture.v1.noop\n    provider: normal\n",
+    )
+    .await;
+    let id = deploy(&app, &blueprint, "orphaned", json!({})).await;
+    let done = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
+    assert_eq!(done["state"], "COMPLETE", "{done}");
+    let body = app
+        .gql(
+            "mutation($id: ID!) { unloadProvider(id: $id) { status } }",
+            json!({ "id": normal_id }),
+        )
+        .await;
+    data(&body);
+    let body = app
+        .gql(
+            "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
+            json!({ "id": id }),
+        )
+        .await;
+    data(&body);
+    let failed = settled(&app, &id, &["FAILED", "DESTROYED"]).await;
+    assert_eq!(failed["state"], "FAILED", "{failed}");
+    assert!(
+        failed["error"].as_str().unwrap().contains("not connected"),
+        "{failed}"
+    );
+    app.stop().await;
+}
+
+/// The real binary is killed (SIGKILL) while a deployment of many resources is
+/// under way. After a restart the journal drains, the deployment completes, and
+/// the processes the provider runs are exactly those Corbel records.
+#[tokio::test]
+async fn a_server_killed_mid_deploy_recovers_without_orphans() {
+    let store = Arc::new(TestStore::fresh().await);
+    let app = TestApp::spawn_with(store.clone(), quick).await;
+    let repo = ProviderRepo::new(&process_metadata(), &[]);
+    let (provider, _) = create_provider(
+        &app,
+        json!({ "name": "process", "gitUrl": repo.url(), "config": { "capacity": 500 } }),
+    )
+    .await;
+    wait_status(&app, &provider, "CONNECTED").await;
+    let mut source = String::from("resources:\n");
+    for i in 0..40 {
+        source.push_str(&format!(
+            "  r{i}:\n    type: process.v1.service\n    config: {{ command: sleep, args: [\"300\"] }}\n"
+        ));
+    }
+    let blueprint = create_blueprint(&app, "many", &source).await;
+    let store = app.stop().await;
+
+    let admin = ("CORBEL_ADMIN_TOKEN", crate::support::ADMIN_TOKEN);
+    let slow = ("CORBEL_DEPLOY_CONCURRENCY", "2");
+    let mut served = crate::binary::serve(&store, &[admin, slow]);
+    let client = reqwest::Client::new();
+    let gql = |addr: std::net::SocketAddr, query: &'static str, variables: Value| {
+        let client = client.clone();
+        async move {
+            client
+                .post(format!("http://{addr}/graphql"))
+                .bearer_auth(crate::support::ADMIN_TOKEN)
+                .json(&json!({ "query": query, "variables": variables }))
+                .send()
+                .await
+                .ok()?
+                .json::<Value>()
+                .await
+                .ok()
+        }
+    };
+    let addr = served.addr;
+    eventually(Duration::from_secs(60), "the provider", || async {
+        let body = gql(
+            addr,
+            "query($id: ID!) { provider(id: $id) { status } }",
+            json!({ "id": provider }),
+        )
+        .await?;
+        (body["data"]["provider"]["status"] == "CONNECTED").then_some(())
+    })
+    .await;
+    let body = gql(
+        addr,
+        "mutation($input: DeployBlueprintInput!) { deployBlueprint(input: $input) { id } }",
+        json!({ "input": { "blueprintId": blueprint, "name": "many" } }),
+    )
+    .await
+    .unwrap();
+    let id = body["data"]["deployBlueprint"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    eventually(Duration::from_secs(60), "some resources up", || async {
+        let body = gql(
+            addr,
+            "query($id: ID!) { deployment(id: $id) { nodes { state } } }",
+            json!({ "id": id }),
+        )
+        .await?;
+        let complete = body["data"]["deployment"]["nodes"]
+            .as_array()?
+            .iter()
+            .filter(|n| n["state"] == "COMPLETE")
+            .count();
+        (complete >= 5).then_some(())
+    })
+    .await;
+    served.child.kill().unwrap();
+    served.child.wait().unwrap();
+
+    let served = crate::binary::serve(&store, &[admin]);
+    let addr = served.addr;
+    let done = eventually(Duration::from_secs(120), "the deployment to finish", || async {
+        let body = gql(addr, "query($id: ID!) { deployment(id: $id) { state error nodes { id state outputs } } }", json!({ "id": id })).await?;
+        let d = body["data"]["deployment"].clone();
+        (d["state"] == "COMPLETE" || d["state"] == "FAILED").then_some(d)
+    })
+    .await;
+    assert_eq!(done["state"], "COMPLETE", "{done}");
+    let nodes = done["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 40);
+    assert!(nodes.iter().all(|n| n["state"] == "COMPLETE"), "{done}");
+
+    // No orphan: the provider's records are exactly Corbel's nodes, each alive.
+    let recorded: BTreeSet<String> = std::fs::read_dir(
+        store
+            .data_dir()
+            .join("providers")
+            .join(&provider)
+            .join("state")
+            .join("resources"),
+    )
+    .unwrap()
+    .map(|e| {
+        e.unwrap()
+            .path()
+            .file_stem()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned()
+    })
+    .collect();
+    let ours: BTreeSet<String> = nodes
+        .iter()
+        .map(|n| n["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(recorded, ours);
+    let running = pids(&done);
+    assert_eq!(running.len(), 40);
+    assert!(running.iter().all(|p| alive(*p)));
+    let unique: BTreeSet<i32> = running.iter().copied().collect();
+    assert_eq!(unique.len(), 40, "no resource was started twice");
+
+    // The journal drained.
+    let journal = journal_len(&store).await;
+    assert_eq!(journal, 0);
+
+    // Clean up through the API.
+    let body = gql(
+        addr,
+        "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
+        json!({ "id": id }),
+    )
+    .await
+    .unwrap();
+    assert!(body.get("errors").is_none(), "{body}");
+    eventually(Duration::from_secs(60), "destroyed", || async {
+        let body = gql(
+            addr,
+            "query($id: ID!) { deployment(id: $id) { state } }",
+            json!({ "id": id }),
+        )
+        .await?;
+        (body["data"]["deployment"]["state"] == "DESTROYED").then_some(())
+    })
+    .await;
+    all_gone(&running).await;
+    let mut served = served;
+    served.child.kill().unwrap();
+    served.child.wait().unwrap();
+}
+
+async fn journal_len(store: &TestStore) -> i64 {
+    use sea_orm::{ConnectionTrait, Database, Statement};
+    let url = match &store.database_url {
+        Some(url) => url.clone(),
+        None => format!(
+            "sqlite://{}?mode=ro",
+            store.data_dir().join("corbel.db").display()
+        ),
+    };
+    let db = Database::connect(&url).await.unwrap();
+    let row = db
+        .query_one_raw(Statement::from_string(
+            db.get_database_backend(),
+            "SELECT COUNT(*) AS n FROM journal",
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    let n: i64 = row.try_get("", "n").unwrap();
+    db.close().await.ok();
+    n
+}
