@@ -31,6 +31,7 @@ use crate::events::EventBus;
 use crate::provider::{self, Providers};
 use crate::repository::Repositories;
 use crate::repository::driver::ProviderSources;
+use crate::repository::installations::InstallationsHandle;
 use crate::store;
 
 /// How often expired sessions are purged.
@@ -99,6 +100,8 @@ impl App {
 
         let mut repository_settings = config.repository_settings();
         repository_settings.providers = ProviderSources(Some(Arc::new(providers.clone())));
+        repository_settings.installations =
+            InstallationsHandle(Some(Arc::new(deployments.clone())));
         let repositories = Repositories::new(
             db.clone(),
             repository_settings,

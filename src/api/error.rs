@@ -34,6 +34,8 @@ pub enum ErrorCode {
     ProviderUnavailable,
     /// A provider answered that the work itself failed.
     ProviderFailed,
+    /// An element's installation (a deployment) failed; the message says why.
+    DeploymentFailed,
     /// The HTTP body is not a GraphQL request (malformed JSON, too large).
     BadRequest,
     /// The document does not parse or validate (unknown field, too deep).
@@ -58,6 +60,7 @@ impl ErrorCode {
             ErrorCode::SourceUnavailable => "SOURCE_UNAVAILABLE",
             ErrorCode::ProviderUnavailable => "PROVIDER_UNAVAILABLE",
             ErrorCode::ProviderFailed => "PROVIDER_FAILED",
+            ErrorCode::DeploymentFailed => "DEPLOYMENT_FAILED",
             ErrorCode::BadRequest => "BAD_REQUEST",
             ErrorCode::InvalidQuery => "INVALID_QUERY",
             ErrorCode::Internal => "INTERNAL",
@@ -182,6 +185,7 @@ impl From<RepositoryError> for ApiError {
                 Self::new(code, e.to_string())
             }
             RepositoryError::Source(m) => Self::new(ErrorCode::SourceUnavailable, m),
+            RepositoryError::Deployment(m) => Self::new(ErrorCode::DeploymentFailed, m),
             RepositoryError::Db(ref db) if crate::store::is_conflict(db) => Self::new(
                 ErrorCode::Conflict,
                 "that conflicts with an existing record",

@@ -14,6 +14,7 @@
 
 pub mod blueprint;
 mod executor;
+mod installations;
 mod plan;
 mod recovery;
 pub mod strategy;

@@ -293,7 +293,7 @@ impl Repositories {
                 other.name, other.version, root.version
             )));
         }
-        check_blueprint(&self.ensure_manifest(&root).await?, &root)?;
+        self.check_blueprint(&self.ensure_manifest(&root).await?, &root)?;
         let universe = self.universe(&root, None).await?;
         let resolution = universe
             .world
@@ -325,7 +325,7 @@ impl Repositories {
                 new.name, new.version
             )));
         }
-        check_blueprint(&self.ensure_manifest(&new).await?, &new)?;
+        self.check_blueprint(&self.ensure_manifest(&new).await?, &new)?;
         let new_version: Version = new
             .version
             .parse()
@@ -402,8 +402,33 @@ impl Repositories {
             None,
         )
         .await?;
-        // Installing will deploy each element's blueprint once deployments exist;
-        // until then the blueprint was validated and the install is recorded.
+        // Each element's installation, dependencies first; the records follow
+        // only once every one is complete.
+        let installing: Vec<&rows::ElementRow> = resolution
+            .order
+            .iter()
+            .map(row_of)
+            .filter(|r| !r.installed)
+            .collect();
+        let mut deployed: Vec<Uuid> = Vec::new();
+        for row in installing {
+            let result = match self.ensure_manifest(row).await {
+                Ok(document) => self.deploy_installation(row, &document).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = result {
+                self.undo_installations(&deployed).await;
+                rows::set_element_status(
+                    &self.db,
+                    &to_install,
+                    ElementStatus::Error.as_str(),
+                    Some(e.to_string()),
+                )
+                .await?;
+                return Err(e);
+            }
+            deployed.push(row.id);
+        }
         let committed = rows::commit_install(
             &self.db,
             rows::InstallTxn {
@@ -415,6 +440,7 @@ impl Repositories {
         )
         .await;
         if let Err(e) = committed {
+            self.undo_installations(&deployed).await;
             let conflict = crate::store::is_conflict(&e);
             let message = if conflict {
                 "another version of one of these elements was installed meanwhile".to_owned()
@@ -433,6 +459,73 @@ impl Repositories {
             } else {
                 e.into()
             });
+        }
+        // Blue-green: the new version runs; now the old one goes.
+        if let Some(old) = replacing
+            && let Some(installations) = &self.settings.installations.0
+            && let Err(e) = installations.destroy(old).await
+        {
+            tracing::warn!(element.id = %old, error = %e, "the replaced version's installation could not be destroyed");
+            rows::set_element_status(
+                &self.db,
+                &[old],
+                ElementStatus::Error.as_str(),
+                Some(format!("its installation could not be destroyed: {e}")),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Deploys an element's installation and waits for it.
+    async fn deploy_installation(
+        &self,
+        row: &rows::ElementRow,
+        document: &serde_json::Value,
+    ) -> Result<(), RepositoryError> {
+        let Some(installations) = &self.settings.installations.0 else {
+            return Ok(());
+        };
+        let resources = document
+            .get("resources")
+            .cloned()
+            .unwrap_or_else(|| serde_json::json!({}));
+        let label = format!("{} {}", row.name, row.version);
+        installations
+            .deploy(row.id, &label, &resources)
+            .await
+            .map(drop)
+            .map_err(|e| RepositoryError::Deployment(format!("installing {label}: {e}")))
+    }
+
+    /// Destroys installations made by an install that then failed.
+    async fn undo_installations(&self, elements: &[Uuid]) {
+        let Some(installations) = &self.settings.installations.0 else {
+            return;
+        };
+        for element in elements.iter().rev() {
+            if let Err(e) = installations.destroy(*element).await {
+                tracing::warn!(element.id = %element, error = %e, "cannot undo an installation");
+            }
+        }
+    }
+
+    /// The blueprint part of a manifest, checked as the deploy area would.
+    fn check_blueprint(
+        &self,
+        document: &serde_json::Value,
+        row: &rows::ElementRow,
+    ) -> Result<(), RepositoryError> {
+        check_blueprint(document, row)?;
+        if let Some(installations) = &self.settings.installations.0 {
+            let label = format!("{} {}", row.name, row.version);
+            let resources = document
+                .get("resources")
+                .cloned()
+                .unwrap_or_else(|| serde_json::json!({}));
+            installations
+                .check(&label, &resources)
+                .map_err(|e| RepositoryError::Manifest(format!("{label}: {e}")))?;
         }
         Ok(())
     }
@@ -472,6 +565,14 @@ impl Repositories {
                 ),
                 dependents,
             });
+        }
+        if let Some(installations) = &self.settings.installations.0 {
+            installations.destroy(id).await.map_err(|e| {
+                RepositoryError::Deployment(format!(
+                    "{} {} stays installed: its installation could not be destroyed: {e}",
+                    row.name, row.version
+                ))
+            })?;
         }
         rows::commit_uninstall(&self.db, id).await?;
         self.element(id).await
@@ -534,9 +635,8 @@ impl Repositories {
     }
 }
 
-/// Until deployments exist, installing validates the blueprint part of the
-/// manifest: `resources` must be a mapping of named resources, each a mapping
-/// with a string `type`.
+/// The shape every manifest's blueprint part must have: `resources` is a
+/// mapping of named resources, each a mapping with a string `type`.
 fn check_blueprint(
     document: &serde_json::Value,
     row: &rows::ElementRow,

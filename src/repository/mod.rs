@@ -7,6 +7,7 @@
 
 pub mod driver;
 mod elements;
+pub mod installations;
 pub mod inventory;
 pub mod manifest;
 mod sync;
@@ -39,6 +40,8 @@ pub struct RepositorySettings {
     pub fetch_concurrency: usize,
     /// The provider host, for repositories read through providers.
     pub providers: driver::ProviderSources,
+    /// The deployment engine, which runs installed elements' blueprints.
+    pub installations: installations::InstallationsHandle,
 }
 
 impl Default for RepositorySettings {
@@ -50,6 +53,7 @@ impl Default for RepositorySettings {
             refresh_check: Duration::from_secs(5),
             fetch_concurrency: 8,
             providers: driver::ProviderSources::default(),
+            installations: installations::InstallationsHandle::default(),
         }
     }
 }
@@ -77,6 +81,9 @@ pub enum RepositoryError {
     Manifest(String),
     #[error("{0}")]
     Source(String),
+    /// An element's installation (its deployment) failed.
+    #[error("{0}")]
+    Deployment(String),
     #[error("a stored row is not valid: {0}")]
     Corrupt(String),
     #[error(transparent)]

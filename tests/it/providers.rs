@@ -216,6 +216,10 @@ async fn logs(app: &TestApp, id: &str) -> String {
         .join("\n")
 }
 
+pub fn provider_pid(app: &TestApp, id: &str) -> i32 {
+    pid_of(app, id)
+}
+
 fn pid_of(app: &TestApp, id: &str) -> i32 {
     let file = app
         .store

@@ -24,7 +24,9 @@ fn put_element(
         "name": name,
         "version": version,
         "requirements": requirements,
-        "resources": {"app": {"type": "process.v1.service", "config": {"command": "sleep 1"}}},
+        // Nothing to deploy: these tests are about resolution and records;
+        // installations that run resources are in `deployments.rs`.
+        "resources": {},
     });
     std::fs::write(
         dir.join("manifests").join(format!("{name}.yaml")),
@@ -611,13 +613,13 @@ async fn local_directories_and_uploads() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("base.yaml"),
-        "name: base\nversion: 1.0.0\nresources:\n  r: {type: process.v1.service}\n",
+        "name: base\nversion: 1.0.0\nresources: {}\n",
     )
     .unwrap();
     std::fs::create_dir(dir.path().join("nested")).unwrap();
     std::fs::write(
         dir.path().join("nested/app.yml"),
-        "name: app\nversion: 0.2.0\nresources:\n  r: {type: process.v1.service}\nrequirements:\n  base: {\">=\": 1.0.0}\n",
+        "name: app\nversion: 0.2.0\nresources: {}\nrequirements:\n  base: {\">=\": 1.0.0}\n",
     )
     .unwrap();
     std::fs::write(dir.path().join("notes.yaml"), "just: some yaml\n").unwrap();
@@ -641,7 +643,7 @@ async fn local_directories_and_uploads() {
     assert_eq!(data(&installed)["installElement"]["installed"], true);
 
     // Upload writes a new manifest file into the directory.
-    let yaml = "name: extra\nversion: 3.0.0\nresources:\n  r: {type: process.v1.service}\n";
+    let yaml = "name: extra\nversion: 3.0.0\nresources: {}\n";
     let body = app
         .gql("mutation($r: ID!, $m: String!) { uploadElement(repositoryId: $r, manifest: $m) { name version } }", json!({"r": id, "m": yaml}))
         .await;
@@ -686,9 +688,7 @@ async fn dependency_errors_carry_their_codes() {
         }
     };
     let element = |name: &str, requirements: &str| {
-        format!(
-            "name: {name}\nversion: 1.0.0\nresources:\n  r: {{type: process.v1.service}}\nrequirements: {requirements}\n"
-        )
+        format!("name: {name}\nversion: 1.0.0\nresources: {{}}\nrequirements: {requirements}\n")
     };
     let lonely = upload(element("lonely", "{missing: {}}")).await;
     let cyc_a = upload(element("cyc-a", "{cyc-b: {}}")).await;
@@ -764,6 +764,27 @@ async fn dependency_errors_carry_their_codes() {
         data(&fixed)["editElement"]["manifest"]["resources"]["r"]["type"],
         "x"
     );
+    // Its blueprint now has a resource nobody serves: the installation fails
+    // and the element stays uninstalled.
+    let refused = mutate(
+        &app,
+        "installElement(id: $id)",
+        "($id: ID!)",
+        json!({"id": lonely}),
+    )
+    .await;
+    assert_eq!(error_code(&refused), Some("DEPLOYMENT_FAILED"), "{refused}");
+    let message = refused["errors"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("lonely 1.0.0") && message.contains("`x`"),
+        "{message}"
+    );
+    let emptied = app
+        .gql("mutation($id: ID!, $m: JSON!) { editElement(id: $id, manifest: $m) { installed status } }",
+            json!({"id": lonely, "m": {"name": "lonely", "version": "1.0.0", "resources": {}}}))
+        .await;
+    assert_eq!(data(&emptied)["editElement"]["installed"], false);
+    assert_eq!(data(&emptied)["editElement"]["status"], "ERROR");
     let installed = mutate(
         &app,
         "installElement(id: $id)",
