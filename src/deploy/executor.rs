@@ -136,13 +136,27 @@ impl Deployments {
         }
         let mut extra = Vec::new();
         for (provider, calls) in by_provider {
-            for d in self
+            let described = self
                 .inner
                 .providers
                 .describe(provider, &calls)
                 .await
-                .map_err(|e| e.to_string())?
-            {
+                .map_err(|e| e.to_string())?;
+            let has = self
+                .inner
+                .providers
+                .get(provider)
+                .await
+                .map_err(|e| e.to_string())?;
+            for d in described {
+                // A feature the resource needs and its provider lacks fails
+                // the deploy before anything is made.
+                if let Some(missing) = d.features.iter().find(|f| !has.features.contains(f)) {
+                    return Err(format!(
+                        "resources.{}: needs the `{missing}` feature, which provider `{}` does not have",
+                        d.key, has.name
+                    ));
+                }
                 if !d.depends_on.is_empty() {
                     extra.push((d.key, d.depends_on));
                 }
@@ -379,7 +393,7 @@ impl Deployments {
             self.fail_node(&node, &error).await;
             return Err(error);
         };
-        let entry = rows::begin_call(
+        let (entry, event) = rows::begin_call(
             &self.inner.db,
             &node,
             provider,
@@ -391,11 +405,11 @@ impl Deployments {
                 run_id: Some(Some(run)),
                 ..NodeChange::default()
             },
+            node_change_event(&node, NodeState::InProgress, "deploying"),
         )
         .await
         .map_err(|e| format!("cannot journal the call: {e}"))?;
-        self.node_event(&node, NodeState::InProgress, "deploying".into())
-            .await;
+        self.publish(event);
         let call = ResourceCall {
             key: node.key.clone(),
             resource_type: node.resource_type.clone(),
@@ -411,20 +425,20 @@ impl Deployments {
             .await;
         match result {
             Ok(outputs) => {
-                rows::finish_call(
+                let event = rows::finish_call(
                     &self.inner.db,
-                    node.id,
+                    &node,
                     entry,
                     NodeChange {
                         state: NodeState::Complete.as_str().to_owned(),
                         outputs: Some(Some(outputs.to_string())),
                         ..NodeChange::default()
                     },
+                    Some(node_change_event(&node, NodeState::Complete, "deployed")),
                 )
                 .await
                 .map_err(|e| format!("cannot store the result: {e}"))?;
-                self.node_event(&node, NodeState::Complete, "deployed".into())
-                    .await;
+                event.into_iter().for_each(|e| self.publish(e));
                 Ok(outputs)
             }
             Err(ProviderError::Failed { message, .. }) => {
@@ -485,22 +499,24 @@ impl Deployments {
     }
 
     async fn finish_failed(&self, node: &NodeRow, entry: Uuid, error: &str) {
-        if let Err(e) = rows::finish_call(
+        match rows::finish_call(
             &self.inner.db,
-            node.id,
+            node,
             entry,
             NodeChange {
                 state: NodeState::Failed.as_str().to_owned(),
                 error: Some(Some(error.to_owned())),
                 ..NodeChange::default()
             },
+            Some(node_change_event(node, NodeState::Failed, error)),
         )
         .await
         {
-            tracing::error!(deployment.id = %node.deployment_id, error = %e, "cannot store a failure");
+            Ok(event) => event.into_iter().for_each(|e| self.publish(e)),
+            Err(e) => {
+                tracing::error!(deployment.id = %node.deployment_id, error = %e, "cannot store a failure")
+            }
         }
-        self.node_event(node, NodeState::Failed, error.to_owned())
-            .await;
     }
 
     async fn fail_node(&self, node: &NodeRow, error: &str) {
@@ -694,7 +710,7 @@ impl Deployments {
             .map_err(|e| e.to_string())?;
             return Ok(());
         };
-        let entry = rows::begin_call(
+        let (entry, event) = rows::begin_call(
             &self.inner.db,
             &node,
             provider,
@@ -703,11 +719,11 @@ impl Deployments {
                 state: NodeState::Destroying.as_str().to_owned(),
                 ..NodeChange::default()
             },
+            node_change_event(&node, NodeState::Destroying, "destroying"),
         )
         .await
         .map_err(|e| format!("cannot journal the call: {e}"))?;
-        self.node_event(&node, NodeState::Destroying, "destroying".into())
-            .await;
+        self.publish(event);
         let outputs: Value = node
             .outputs
             .as_deref()
@@ -721,20 +737,20 @@ impl Deployments {
             .await;
         match result {
             Ok(()) => {
-                rows::finish_call(
+                let event = rows::finish_call(
                     &self.inner.db,
-                    node.id,
+                    &node,
                     entry,
                     NodeChange {
                         state: NodeState::Destroyed.as_str().to_owned(),
                         outputs: Some(None),
                         ..NodeChange::default()
                     },
+                    Some(node_change_event(&node, NodeState::Destroyed, "destroyed")),
                 )
                 .await
                 .map_err(|e| format!("cannot store the result: {e}"))?;
-                self.node_event(&node, NodeState::Destroyed, "destroyed".into())
-                    .await;
+                event.into_iter().for_each(|e| self.publish(e));
                 Ok(())
             }
             Err(ProviderError::Failed { message, .. }) => {
@@ -764,6 +780,16 @@ pub(super) fn resource_call(node: &NodeRow) -> ResourceCall {
         resource_id: node.id.to_string(),
         node: node.node.clone(),
         dependency_outputs: Vec::new(),
+    }
+}
+
+/// The event recording a node's new state.
+pub(super) fn node_change_event(node: &NodeRow, state: NodeState, message: &str) -> rows::NewEvent {
+    rows::NewEvent {
+        kind: EventKind::Node.as_str().to_owned(),
+        node_key: Some(node_label(node)),
+        state: Some(state.as_str().to_owned()),
+        message: message.to_owned(),
     }
 }
 

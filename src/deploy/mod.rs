@@ -550,23 +550,26 @@ impl Deployments {
         state: Option<&str>,
         message: String,
     ) {
-        match rows::insert_event(
-            &self.inner.db,
-            id,
-            kind.as_str(),
-            node_key.map(str::to_owned),
-            state.map(str::to_owned),
+        let event = rows::NewEvent {
+            kind: kind.as_str().to_owned(),
+            node_key: node_key.map(str::to_owned),
+            state: state.map(str::to_owned),
             message,
-        )
-        .await
-        {
-            Ok(row) => match to_event(row) {
-                Ok(event) => self.inner.bus.publish(Event::Deployment(Arc::new(event))),
-                Err(e) => tracing::error!(deployment.id = %id, error = %e, "bad event row"),
-            },
+        };
+        match rows::insert_event(&self.inner.db, id, event).await {
+            Ok(row) => self.publish(row),
             Err(e) => {
                 tracing::error!(deployment.id = %id, error = %e, "cannot store a deployment event")
             }
+        }
+    }
+
+    /// Publishes an event already stored.
+    fn publish(&self, row: rows::EventRow) {
+        let id = row.deployment_id;
+        match to_event(row) {
+            Ok(event) => self.inner.bus.publish(Event::Deployment(Arc::new(event))),
+            Err(e) => tracing::error!(deployment.id = %id, error = %e, "bad event row"),
         }
     }
 }

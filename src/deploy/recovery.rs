@@ -18,7 +18,7 @@ use std::time::Duration;
 use chrono::Utc;
 use uuid::Uuid;
 
-use super::executor::resource_call;
+use super::executor::{node_change_event, resource_call};
 use super::{DeployError, DeploymentState, Deployments, Intent, NodeState};
 use crate::store::deployments::{self as rows, JournalRow, NodeChange};
 
@@ -180,15 +180,13 @@ impl Deployments {
                 ..NodeChange::default()
             },
         };
-        let new_state = change.state.clone();
-        rows::finish_call(db, node.id, entry.id, change)
+        let new_state = NodeState::parse(&change.state).map_err(|e| e.to_string())?;
+        let event = (new_state != state)
+            .then(|| node_change_event(&node, new_state, "settled after a lost call"));
+        let stored = rows::finish_call(db, &node, entry.id, change, event)
             .await
             .map_err(|e| e.to_string())?;
-        if new_state != node.state {
-            let state = NodeState::parse(&new_state).map_err(|e| e.to_string())?;
-            self.node_event(&node, state, "settled after a lost call".into())
-                .await;
-        }
+        stored.into_iter().for_each(|e| self.publish(e));
         Ok(())
     }
 

@@ -363,15 +363,42 @@ pub async fn change_nodes(
 
 // ---- the journal ----
 
-/// The node's state and the journal entry for the call about to be made, in
-/// one transaction. Returns the entry's id.
+/// An event to store with a state change, in the same transaction.
+pub struct NewEvent {
+    pub kind: String,
+    pub node_key: Option<String>,
+    pub state: Option<String>,
+    pub message: String,
+}
+
+async fn insert_event_in(
+    db: &impl ConnectionTrait,
+    deployment_id: Uuid,
+    event: NewEvent,
+) -> Result<EventRow, DbErr> {
+    deployment_event::ActiveModel {
+        id: sea_orm::NotSet,
+        deployment_id: Set(deployment_id),
+        at: Set(Utc::now()),
+        kind: Set(event.kind),
+        node_key: Set(event.node_key),
+        state: Set(event.state),
+        message: Set(event.message),
+    }
+    .insert(db)
+    .await
+}
+
+/// The node's state, the journal entry for the call about to be made, and the
+/// event saying so, in one transaction. Returns the entry's id and the event.
 pub async fn begin_call(
     db: &DatabaseConnection,
     node: &NodeRow,
     provider_id: Uuid,
     intent: &str,
     change: NodeChange,
-) -> Result<Uuid, DbErr> {
+    event: NewEvent,
+) -> Result<(Uuid, EventRow), DbErr> {
     let txn = db.begin().await?;
     change_node(&txn, node.id, change).await?;
     let id = Uuid::now_v7();
@@ -385,21 +412,29 @@ pub async fn begin_call(
     }
     .insert(&txn)
     .await?;
+    let event = insert_event_in(&txn, node.deployment_id, event).await?;
     txn.commit().await?;
-    Ok(id)
+    Ok((id, event))
 }
 
-/// The call's result and the end of its journal entry, in one transaction.
+/// The call's result, the end of its journal entry, and the event saying so,
+/// in one transaction.
 pub async fn finish_call(
     db: &DatabaseConnection,
-    node_id: Uuid,
+    node: &NodeRow,
     entry: Uuid,
     change: NodeChange,
-) -> Result<(), DbErr> {
+    event: Option<NewEvent>,
+) -> Result<Option<EventRow>, DbErr> {
     let txn = db.begin().await?;
-    change_node(&txn, node_id, change).await?;
+    change_node(&txn, node.id, change).await?;
     journal::Entity::delete_by_id(entry).exec(&txn).await?;
-    txn.commit().await
+    let event = match event {
+        Some(event) => Some(insert_event_in(&txn, node.deployment_id, event).await?),
+        None => None,
+    };
+    txn.commit().await?;
+    Ok(event)
 }
 
 pub async fn journal(db: &DatabaseConnection) -> Result<Vec<JournalRow>, DbErr> {
@@ -418,22 +453,9 @@ pub async fn journal_len(db: &DatabaseConnection) -> Result<u64, DbErr> {
 pub async fn insert_event(
     db: &DatabaseConnection,
     deployment_id: Uuid,
-    kind: &str,
-    node_key: Option<String>,
-    state: Option<String>,
-    message: String,
+    event: NewEvent,
 ) -> Result<EventRow, DbErr> {
-    deployment_event::ActiveModel {
-        id: sea_orm::NotSet,
-        deployment_id: Set(deployment_id),
-        at: Set(Utc::now()),
-        kind: Set(kind.to_owned()),
-        node_key: Set(node_key),
-        state: Set(state),
-        message: Set(message),
-    }
-    .insert(db)
-    .await
+    insert_event_in(db, deployment_id, event).await
 }
 
 pub async fn events_of(
