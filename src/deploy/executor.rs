@@ -118,13 +118,25 @@ impl Deployments {
         let variables: BTreeMap<String, Value> =
             serde_json::from_str(&row.variables).map_err(|e| format!("variables: {e}"))?;
         let mut by_provider: HashMap<Uuid, Vec<ResourceCall>> = HashMap::new();
+        let mut known: HashMap<(&str, Option<&str>), Uuid> = HashMap::new();
         for resource in &bp.resources {
-            let provider = self
-                .inner
-                .providers
-                .for_resource_type(&resource.resource_type, resource.provider.as_deref())
-                .await
-                .map_err(|e| format!("resources.{}.type: {e}", resource.key))?;
+            let asked = (
+                resource.resource_type.as_str(),
+                resource.provider.as_deref(),
+            );
+            let provider = match known.get(&asked) {
+                Some(id) => *id,
+                None => {
+                    let id = self
+                        .inner
+                        .providers
+                        .for_resource_type(asked.0, asked.1)
+                        .await
+                        .map_err(|e| format!("resources.{}.type: {e}", resource.key))?;
+                    known.insert(asked, id);
+                    id
+                }
+            };
             by_provider.entry(provider).or_default().push(ResourceCall {
                 key: resource.key.clone(),
                 resource_type: resource.resource_type.clone(),

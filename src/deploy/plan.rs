@@ -3,7 +3,7 @@
 //! flight are read and the new nodes written under one lock, so two deploys
 //! never both take the last room on a node.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 use uuid::Uuid;
@@ -30,9 +30,10 @@ impl Deployments {
         variables: &BTreeMap<String, Value>,
     ) -> Result<(), String> {
         let _placing = self.inner.placing.lock().await;
+        let mut placer = Placer::new(self);
         let mut nodes = Vec::new();
         for resource in &bp.resources {
-            let placed = self
+            let placed = placer
                 .place(resource, variables, None)
                 .await
                 .map_err(|e| format!("resources.{}: {e}", resource.key))?;
@@ -67,60 +68,6 @@ impl Deployments {
         Ok(())
     }
 
-    /// Places one resource's replicas. With `strategy` given it overrides the
-    /// blueprint's (for `calculateCapacity`).
-    pub(super) async fn place(
-        &self,
-        resource: &Resource,
-        variables: &BTreeMap<String, Value>,
-        strategy: Option<strategy::Strategy>,
-    ) -> Result<Placed, DeployError> {
-        let providers = &self.inner.providers;
-        let provider_id = providers
-            .for_resource_type(&resource.resource_type, resource.provider.as_deref())
-            .await?;
-        let need = blueprint::replicas(resource, variables)
-            .map_err(|p| DeployError::Invalid(p.to_string()))?;
-        let provider = providers.get(provider_id).await?;
-        if !provider.features.iter().any(|f| f == "nodes") {
-            let count = usize::try_from(need).unwrap_or(0);
-            return Ok(Placed {
-                provider_id,
-                nodes: vec![None; count],
-            });
-        }
-        let inputs = self.node_inputs(provider_id, resource).await?;
-        let strategy = strategy.unwrap_or(resource.strategy);
-        let plan = strategy::plan(strategy, &inputs, need)
-            .map_err(|e| DeployError::Invalid(format!("placement on `{}`: {e}", provider.name)))?;
-        let mut nodes = Vec::new();
-        for (node, count) in plan.placements {
-            for _ in 0..count {
-                nodes.push(Some(node.clone()));
-            }
-        }
-        Ok(Placed { provider_id, nodes })
-    }
-
-    /// Each of the provider's nodes with room for the resource's type: its
-    /// remaining capacity and what it holds now (deployed and in flight).
-    pub(super) async fn node_inputs(
-        &self,
-        provider_id: Uuid,
-        resource: &Resource,
-    ) -> Result<Vec<NodeInput>, DeployError> {
-        let nodes = self.inner.providers.nodes(provider_id).await?;
-        let counts = rows::placement_counts(&self.inner.db, provider_id, &LIVE_NODE_STATES).await?;
-        Ok(nodes
-            .into_iter()
-            .filter_map(|node| {
-                let capacity = capacity_for(&node, &resource.resource_type)?;
-                let count = counts.get(&node.name).copied().unwrap_or(0);
-                Some(NodeInput::new(node.name, (capacity - count).max(0), count))
-            })
-            .collect())
-    }
-
     /// What the placement of one resource of a blueprint would be now, without
     /// allocating; with no strategy, each node's raw capacity.
     pub async fn calculate_capacity(
@@ -139,21 +86,136 @@ impl Deployments {
         let variables = blueprint::bind(&stored.parsed, &variables)
             .map_err(|p| DeployError::Invalid(p.to_string()))?;
         let _placing = self.inner.placing.lock().await;
+        let mut placer = Placer::new(self);
         let Some(strategy) = strategy else {
-            let provider_id = self
-                .inner
-                .providers
-                .for_resource_type(&resource.resource_type, resource.provider.as_deref())
-                .await?;
-            let inputs = self.node_inputs(provider_id, resource).await?;
+            let provider_id = placer.provider_for(resource).await?;
+            let inputs = placer.inputs(provider_id, resource).await?;
             return Ok(strategy::raw_capacity(&inputs));
         };
-        let placed = self.place(resource, &variables, Some(strategy)).await?;
+        let placed = placer.place(resource, &variables, Some(strategy)).await?;
         let mut plan: BTreeMap<String, i64> = BTreeMap::new();
         for node in placed.nodes {
             *plan.entry(node.unwrap_or_default()).or_default() += 1;
         }
         Ok(plan.into_iter().collect())
+    }
+}
+
+/// Places the resources of one plan. It asks each provider for its nodes and
+/// reads its counts once, then keeps the counts up to date as it places, so
+/// two resources of one blueprint never both take the last room on a node.
+struct Placer<'a> {
+    deployments: &'a Deployments,
+    by_type: HashMap<(String, Option<String>), Uuid>,
+    /// Provider name and whether it reports nodes.
+    about: HashMap<Uuid, (String, bool)>,
+    nodes: HashMap<Uuid, Vec<ProviderNode>>,
+    counts: HashMap<Uuid, HashMap<String, i64>>,
+}
+
+impl<'a> Placer<'a> {
+    fn new(deployments: &'a Deployments) -> Self {
+        Placer {
+            deployments,
+            by_type: HashMap::new(),
+            about: HashMap::new(),
+            nodes: HashMap::new(),
+            counts: HashMap::new(),
+        }
+    }
+
+    async fn provider_for(&mut self, resource: &Resource) -> Result<Uuid, DeployError> {
+        let key = (resource.resource_type.clone(), resource.provider.clone());
+        if let Some(id) = self.by_type.get(&key) {
+            return Ok(*id);
+        }
+        let id = self
+            .deployments
+            .inner
+            .providers
+            .for_resource_type(&resource.resource_type, resource.provider.as_deref())
+            .await?;
+        self.by_type.insert(key, id);
+        Ok(id)
+    }
+
+    async fn about(&mut self, provider_id: Uuid) -> Result<(String, bool), DeployError> {
+        if let Some(about) = self.about.get(&provider_id) {
+            return Ok(about.clone());
+        }
+        let provider = self.deployments.inner.providers.get(provider_id).await?;
+        let about = (
+            provider.name,
+            provider.features.iter().any(|f| f == "nodes"),
+        );
+        self.about.insert(provider_id, about.clone());
+        Ok(about)
+    }
+
+    /// Places one resource's replicas; `strategy` overrides the blueprint's.
+    async fn place(
+        &mut self,
+        resource: &Resource,
+        variables: &BTreeMap<String, Value>,
+        strategy: Option<strategy::Strategy>,
+    ) -> Result<Placed, DeployError> {
+        let provider_id = self.provider_for(resource).await?;
+        let need = blueprint::replicas(resource, variables)
+            .map_err(|p| DeployError::Invalid(p.to_string()))?;
+        let (name, has_nodes) = self.about(provider_id).await?;
+        if !has_nodes {
+            let count = usize::try_from(need).unwrap_or(0);
+            return Ok(Placed {
+                provider_id,
+                nodes: vec![None; count],
+            });
+        }
+        let inputs = self.inputs(provider_id, resource).await?;
+        let strategy = strategy.unwrap_or(resource.strategy);
+        let plan = strategy::plan(strategy, &inputs, need)
+            .map_err(|e| DeployError::Invalid(format!("placement on `{name}`: {e}")))?;
+        let counts = self.counts.entry(provider_id).or_default();
+        let mut nodes = Vec::new();
+        for (node, count) in plan.placements {
+            *counts.entry(node.clone()).or_default() += count;
+            for _ in 0..count {
+                nodes.push(Some(node.clone()));
+            }
+        }
+        Ok(Placed { provider_id, nodes })
+    }
+
+    /// Each of the provider's nodes with room for the resource's type: its
+    /// remaining capacity and what it holds now (deployed and in flight).
+    async fn inputs(
+        &mut self,
+        provider_id: Uuid,
+        resource: &Resource,
+    ) -> Result<Vec<NodeInput>, DeployError> {
+        if !self.nodes.contains_key(&provider_id) {
+            let nodes = self.deployments.inner.providers.nodes(provider_id).await?;
+            let counts =
+                rows::placement_counts(&self.deployments.inner.db, provider_id, &LIVE_NODE_STATES)
+                    .await?;
+            self.nodes.insert(provider_id, nodes);
+            self.counts.insert(provider_id, counts);
+        }
+        let counts = self.counts.get(&provider_id);
+        Ok(self
+            .nodes
+            .get(&provider_id)
+            .into_iter()
+            .flatten()
+            .filter_map(|node| {
+                let capacity = capacity_for(node, &resource.resource_type)?;
+                let count = counts.and_then(|c| c.get(&node.name)).copied().unwrap_or(0);
+                Some(NodeInput::new(
+                    node.name.clone(),
+                    (capacity - count).max(0),
+                    count,
+                ))
+            })
+            .collect())
     }
 }
 

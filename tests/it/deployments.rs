@@ -616,6 +616,21 @@ async fn placement_and_capacity_follow_the_provider_nodes() {
         .await;
     assert_eq!(data(&body)["calculateCapacity"][0]["count"], 46);
 
+    // Two resources of one blueprint share the room: 30 + 30 do not fit in
+    // the 46 left, so the plan fails before anything starts.
+    let pair = create_blueprint(
+        &app,
+        "pair",
+        "resources:\n  a: { type: process.v1.service, replicas: 30, config: { command: sleep, args: [\"300\"] } }\n  b: { type: process.v1.service, replicas: 30, config: { command: sleep, args: [\"300\"] } }\n",
+    )
+    .await;
+    let too_many = deploy(&app, &pair, "pair", json!({})).await;
+    let failed = settled(&app, &too_many, &["FAILED", "COMPLETE"]).await;
+    assert_eq!(failed["state"], "FAILED", "{failed}");
+    let error = failed["error"].as_str().unwrap();
+    assert!(error.contains("resources.b"), "{error}");
+    assert_eq!(failed["nodes"], json!([]), "nothing was planned");
+
     // More replicas than room: the deploy fails naming the placement.
     let id2 = deploy(
         &app,
