@@ -22,6 +22,14 @@ use super::executor::{node_change_event, resource_call};
 use super::{DeployError, DeploymentState, Deployments, Intent, NodeState};
 use crate::store::deployments::{self as rows, JournalRow, NodeChange};
 
+fn destroyed() -> NodeChange {
+    NodeChange {
+        state: NodeState::Destroyed.as_str().to_owned(),
+        outputs: Some(None),
+        ..NodeChange::default()
+    }
+}
+
 /// How long one wait for a provider lasts before the stop signal is checked
 /// again.
 const WAIT_STEP: Duration = Duration::from_secs(5);
@@ -142,43 +150,44 @@ impl Deployments {
         let state = NodeState::parse(&node.state).map_err(|e| e.to_string())?;
         let change = match (intent, state, present) {
             // Interrupted while deploying: adopt what exists, else deploy again.
-            (Intent::Deploy, NodeState::InProgress, Some(outputs)) => NodeChange {
+            (Intent::Deploy, NodeState::InProgress, Some(outputs)) => Some(NodeChange {
                 state: NodeState::Complete.as_str().to_owned(),
                 outputs: Some(Some(outputs.to_string())),
                 error: Some(None),
                 ..NodeChange::default()
-            },
-            (Intent::Deploy, NodeState::InProgress, None) => NodeChange {
+            }),
+            (Intent::Deploy, NodeState::InProgress, None) => Some(NodeChange {
                 state: NodeState::ToDeploy.as_str().to_owned(),
                 run_id: Some(None),
                 ..NodeChange::default()
-            },
-            // The call was given up on: what it may have made must go.
-            (Intent::Deploy, _, Some(outputs)) | (Intent::Destroy, _, Some(outputs)) => {
+            }),
+            // A deploy given up on (the node already says why): what it may
+            // have made must go. The node itself is left as the run left it.
+            (Intent::Deploy, _, Some(outputs)) => {
                 self.inner
                     .providers
                     .destroy(entry.provider_id, call, &outputs, |_| {})
                     .await
                     .map_err(|e| e.to_string())?;
-                NodeChange {
-                    state: if intent == Intent::Destroy {
-                        NodeState::Destroyed.as_str().to_owned()
-                    } else {
-                        node.state.clone()
-                    },
-                    outputs: Some(None),
-                    ..NodeChange::default()
-                }
+                None
             }
-            (Intent::Deploy, _, None) => NodeChange {
-                state: node.state.clone(),
-                ..NodeChange::default()
-            },
-            (Intent::Destroy, _, None) => NodeChange {
-                state: NodeState::Destroyed.as_str().to_owned(),
-                outputs: Some(None),
-                ..NodeChange::default()
-            },
+            (Intent::Deploy, _, None) => None,
+            // A destroy that was cut short: finish it.
+            (Intent::Destroy, _, Some(outputs)) => {
+                self.inner
+                    .providers
+                    .destroy(entry.provider_id, call, &outputs, |_| {})
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Some(destroyed())
+            }
+            (Intent::Destroy, _, None) => Some(destroyed()),
+        };
+        let Some(change) = change else {
+            rows::drop_entry(db, entry.id)
+                .await
+                .map_err(|e| e.to_string())?;
+            return Ok(());
         };
         let new_state = NodeState::parse(&change.state).map_err(|e| e.to_string())?;
         let event = (new_state != state)

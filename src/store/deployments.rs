@@ -437,6 +437,14 @@ pub async fn finish_call(
     Ok(event)
 }
 
+/// Deletes a journal entry whose call needs no change to its node.
+pub async fn drop_entry(db: &DatabaseConnection, entry: Uuid) -> Result<(), DbErr> {
+    journal::Entity::delete_by_id(entry)
+        .exec(db)
+        .await
+        .map(drop)
+}
+
 pub async fn journal(db: &DatabaseConnection) -> Result<Vec<JournalRow>, DbErr> {
     journal::Entity::find()
         .order_by_asc(journal::Column::CreatedAt)
