@@ -158,6 +158,23 @@ async fn a_blueprint_deploys_through_the_process_provider_and_is_destroyed() {
         json!({ "variables": { "replicas": 3 } }),
     )
     .await;
+    // Changing the blueprint later does not change what this deployment runs.
+    let body = app
+        .gql(
+            "mutation($id: ID!, $source: String!) { updateBlueprint(id: $id, input: {description: \"v2\", source: $source}) { description resources { key } } }",
+            json!({ "id": blueprint, "source": WEB.replace("  web:", "  www:") }),
+        )
+        .await;
+    let updated = &data(&body)["updateBlueprint"];
+    assert_eq!(updated["description"], "v2");
+    assert_eq!(updated["resources"][1]["key"], "www");
+    let refused = app
+        .gql(
+            "mutation($id: ID!) { updateBlueprint(id: $id, input: {source: \"resources: {a: {type: x, depends_on: [zz]}}\"}) { id } }",
+            json!({ "id": blueprint }),
+        )
+        .await;
+    assert_eq!(error_code(&refused), Some("VALIDATION"), "{refused}");
     let done = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
     assert_eq!(done["state"], "COMPLETE", "{done}");
     let nodes = done["nodes"].as_array().unwrap();

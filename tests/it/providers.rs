@@ -485,6 +485,51 @@ async fn a_frozen_provider_fails_health_checks_and_is_restarted() {
     app.stop().await;
 }
 
+/// A changed ref is fetched into the same source directory at the next load.
+#[tokio::test]
+async fn an_updated_ref_is_checked_out_at_the_next_load() {
+    let app = spawn_quick().await;
+    let repo = ProviderRepo::new(&process_metadata(), &[]);
+    let first = repo.head();
+    let (id, _) = create_provider(
+        &app,
+        json!({ "name": "moving", "gitUrl": repo.url(), "ref": "v1" }),
+    )
+    .await;
+    assert_eq!(
+        wait_status(&app, &id, "CONNECTED").await["resolvedCommit"],
+        first
+    );
+    let second = repo.commit(&process_metadata(), &[("NOTES", "a second commit")]);
+    assert_ne!(first, second);
+    let body = app
+        .gql(
+            "mutation($id: ID!) { updateProvider(id: $id, input: {ref: \"main\", name: \"moved\"}) { name ref resolvedCommit } }",
+            json!({ "id": id }),
+        )
+        .await;
+    let updated = &data(&body)["updateProvider"];
+    assert_eq!(updated["name"], "moved");
+    assert_eq!(updated["ref"], "main");
+    assert_eq!(
+        updated["resolvedCommit"], first,
+        "nothing changes until a load"
+    );
+    for mutation in [
+        "mutation($id: ID!) { unloadProvider(id: $id) { status } }",
+        "mutation($id: ID!) { loadProvider(id: $id) { status } }",
+    ] {
+        data(&app.gql(mutation, json!({ "id": id })).await);
+    }
+    assert_eq!(
+        wait_status(&app, &id, "CONNECTED").await["resolvedCommit"],
+        second
+    );
+    let src = app.store.data_dir().join("providers").join(&id).join("src");
+    assert!(src.join("NOTES").exists());
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn a_provider_loads_over_git_daemon() {
     let app = spawn_quick().await;
@@ -541,6 +586,7 @@ async fn broken_providers_fail_with_the_reason() {
     let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), |config| {
         quick(config);
         config.provider_start_timeout_seconds = 2;
+        config.provider_build_timeout_seconds = 1;
     })
     .await;
 
@@ -603,6 +649,19 @@ async fn broken_providers_fail_with_the_reason() {
     let (failed, _) = fails(&app, "missing-ref", &silent.url(), "no-such-tag").await;
     let message = failed["statusMessage"].as_str().unwrap();
     assert!(message.contains("no-such-tag"), "{message}");
+
+    let slow_build = ProviderRepo::new(
+        &shell_metadata(
+            "slow-build",
+            "echo compiling slowly; exec sleep 300",
+            "true",
+        ),
+        &[],
+    );
+    let (failed, _) = fails(&app, "slow-build", &slow_build.url(), "").await;
+    let message = failed["statusMessage"].as_str().unwrap();
+    assert!(message.contains("did not finish within 1s"), "{message}");
+    assert!(message.contains("compiling slowly"), "{message}");
 
     let closed = format!("git://127.0.0.1:{}/nothing.git", free_port());
     let (failed, _) = fails(&app, "unreachable", &closed, "").await;
