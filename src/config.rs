@@ -121,6 +121,8 @@ pub struct Config {
     pub deploy_concurrency: usize,
     /// How often expired deployment leases are looked for, in milliseconds.
     pub deploy_reaper_interval_ms: u64,
+    /// How long a deploy step waits for its provider to connect, in milliseconds.
+    pub deploy_provider_wait_ms: u64,
 }
 
 /// Optional settings as a TOML file or the command line gives them; `None` means
@@ -227,6 +229,9 @@ pub struct Overrides {
     /// How often expired deployment leases are looked for, in milliseconds.
     #[arg(long, env = "CORBEL_DEPLOY_REAPER_INTERVAL_MS", global = true)]
     pub deploy_reaper_interval_ms: Option<u64>,
+    /// How long a deploy step waits for its provider to connect, in milliseconds.
+    #[arg(long, env = "CORBEL_DEPLOY_PROVIDER_WAIT_MS", global = true)]
+    pub deploy_provider_wait_ms: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -304,6 +309,7 @@ impl Config {
             provider_load_concurrency: pick.provider_load_concurrency.unwrap_or(8).max(1),
             deploy_concurrency: pick.deploy_concurrency.unwrap_or(16).max(1),
             deploy_reaper_interval_ms: pick.deploy_reaper_interval_ms.unwrap_or(10_000).max(10),
+            deploy_provider_wait_ms: pick.deploy_provider_wait_ms.unwrap_or(60_000),
         };
         config.database()?;
         Ok(config)
@@ -355,6 +361,7 @@ impl Config {
         crate::deploy::DeploySettings {
             concurrency: self.deploy_concurrency,
             reaper_interval: Duration::from_millis(self.deploy_reaper_interval_ms),
+            provider_wait: Duration::from_millis(self.deploy_provider_wait_ms),
         }
     }
 
@@ -441,6 +448,9 @@ impl Overrides {
             deploy_reaper_interval_ms: self
                 .deploy_reaper_interval_ms
                 .or(other.deploy_reaper_interval_ms),
+            deploy_provider_wait_ms: self
+                .deploy_provider_wait_ms
+                .or(other.deploy_provider_wait_ms),
         }
     }
 }

@@ -405,6 +405,10 @@ impl Deployments {
             self.fail_node(&node, &error).await;
             return Err(error);
         };
+        if let Err(error) = self.provider_ready(provider).await {
+            self.fail_node(&node, &error).await;
+            return Err(error);
+        }
         let (entry, event) = rows::begin_call(
             &self.inner.db,
             &node,
@@ -722,6 +726,10 @@ impl Deployments {
             .map_err(|e| e.to_string())?;
             return Ok(());
         };
+        if let Err(error) = self.provider_ready(provider).await {
+            self.fail_node(&node, &error).await;
+            return Err(error);
+        }
         let (entry, event) = rows::begin_call(
             &self.inner.db,
             &node,
@@ -776,6 +784,28 @@ impl Deployments {
                 Err(error)
             }
         }
+    }
+}
+
+impl Deployments {
+    /// Waits (bounded) for a provider that is not connected now: one that is
+    /// restarting, or still loading after a server restart.
+    pub(super) async fn provider_ready(&self, provider: Uuid) -> Result<(), String> {
+        let wait = self.inner.settings.provider_wait;
+        if self.inner.providers.wait_connected(provider, wait).await {
+            return Ok(());
+        }
+        let name = self
+            .inner
+            .providers
+            .get(provider)
+            .await
+            .map(|p| format!("`{}` ({})", p.name, p.status.as_str()))
+            .unwrap_or_else(|_| provider.to_string());
+        Err(format!(
+            "provider {name} is not connected (waited {} s)",
+            wait.as_secs()
+        ))
     }
 }
 

@@ -43,6 +43,10 @@ pub struct DeploySettings {
     pub concurrency: usize,
     /// How often expired leases are looked for.
     pub reaper_interval: Duration,
+    /// How long a step waits for its provider to (re)connect before failing:
+    /// a provider restarting after a crash, or loading after a server restart,
+    /// delays the work rather than failing it.
+    pub provider_wait: Duration,
 }
 
 impl Default for DeploySettings {
@@ -50,6 +54,7 @@ impl Default for DeploySettings {
         Self {
             concurrency: 16,
             reaper_interval: Duration::from_secs(10),
+            provider_wait: Duration::from_secs(60),
         }
     }
 }

@@ -709,6 +709,7 @@ async fn provider_faults_fail_the_deployment_with_the_reason() {
     let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), |config| {
         quick(config);
         config.provider_call_timeout_ms = 3_000;
+        config.deploy_provider_wait_ms = 1_000;
     })
     .await;
     let hang = ProviderRepo::new(&fixture_metadata("hang-deploy"), &[]);
@@ -797,10 +798,8 @@ async fn provider_faults_fail_the_deployment_with_the_reason() {
     data(&body);
     let failed = settled(&app, &id, &["FAILED", "DESTROYED"]).await;
     assert_eq!(failed["state"], "FAILED", "{failed}");
-    assert!(
-        failed["error"].as_str().unwrap().contains("not connected"),
-        "{failed}"
-    );
+    let error = failed["error"].as_str().unwrap();
+    assert!(error.contains("not connected (waited 1 s)"), "{error}");
     app.stop().await;
 }
 
