@@ -585,7 +585,7 @@ async fn fails(app: &TestApp, name: &str, url: &str, reference: &str) -> (Value,
 async fn broken_providers_fail_with_the_reason() {
     let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), |config| {
         quick(config);
-        config.provider_start_timeout_seconds = 2;
+        config.provider_start_timeout_seconds = 4;
         config.provider_build_timeout_seconds = 1;
     })
     .await;
@@ -596,7 +596,7 @@ async fn broken_providers_fail_with_the_reason() {
     );
     let (failed, _) = fails(&app, "silent", &silent.url(), "").await;
     let message = failed["statusMessage"].as_str().unwrap();
-    assert!(message.contains("did not register within 2s"), "{message}");
+    assert!(message.contains("did not register within 4s"), "{message}");
     assert!(
         message.contains("waiting forever"),
         "the log tail: {message}"
