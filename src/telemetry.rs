@@ -16,6 +16,18 @@ pub const GRAPHQL_REQUESTS: &str = "corbel_graphql_requests_total";
 pub const GRAPHQL_DURATION: &str = "corbel_graphql_request_duration_seconds";
 /// Name of the build-info gauge (always 1), labelled by `version`.
 pub const BUILD_INFO: &str = "corbel_build_info";
+/// Calls to providers, labelled by `call` (the RPC) and `outcome` (`ok`,
+/// `refused`, `deadline`, `unreachable`).
+pub const PROVIDER_CALLS: &str = "corbel_provider_calls_total";
+/// Provider call latency in seconds, labelled by `call`.
+pub const PROVIDER_CALL_DURATION: &str = "corbel_provider_call_duration_seconds";
+/// Deploy and destroy steps, labelled by `intent` and `outcome` (`complete`,
+/// `failed`, `lost`: the outcome is unknown and the journal keeps the call).
+pub const DEPLOY_STEPS: &str = "corbel_deploy_steps_total";
+
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 
 /// Starts logging to stderr in the chosen format. Safe to call more than once:
 /// only the first call takes effect.
@@ -35,11 +47,11 @@ pub fn metrics() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(|| {
         let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Full(GRAPHQL_DURATION.to_owned()), LATENCY_BUCKETS)
+            .expect("bucket list is not empty")
             .set_buckets_for_metric(
-                Matcher::Full(GRAPHQL_DURATION.to_owned()),
-                &[
-                    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-                ],
+                Matcher::Full(PROVIDER_CALL_DURATION.to_owned()),
+                LATENCY_BUCKETS,
             )
             .expect("bucket list is not empty")
             .build_recorder();
@@ -53,6 +65,15 @@ pub fn metrics() -> &'static PrometheusHandle {
         );
         metrics::describe_histogram!(GRAPHQL_DURATION, "GraphQL request latency in seconds");
         metrics::describe_gauge!(BUILD_INFO, "Build information; the value is always 1");
+        metrics::describe_counter!(PROVIDER_CALLS, "Calls to providers by RPC and outcome");
+        metrics::describe_histogram!(
+            PROVIDER_CALL_DURATION,
+            "Provider call latency in seconds (streams: until their last event)"
+        );
+        metrics::describe_counter!(
+            DEPLOY_STEPS,
+            "Deploy and destroy steps by intent and outcome"
+        );
         metrics::gauge!(BUILD_INFO, "version" => crate::VERSION).set(1.0);
         handle
     })
@@ -64,6 +85,17 @@ pub fn record_graphql(operation: &str, outcome: &'static str, seconds: f64) {
     metrics::counter!(GRAPHQL_REQUESTS, "operation" => operation.clone(), "outcome" => outcome)
         .increment(1);
     metrics::histogram!(GRAPHQL_DURATION, "operation" => operation).record(seconds);
+}
+
+/// Records one finished call to a provider.
+pub fn record_provider_call(call: &'static str, outcome: &'static str, seconds: f64) {
+    metrics::counter!(PROVIDER_CALLS, "call" => call, "outcome" => outcome).increment(1);
+    metrics::histogram!(PROVIDER_CALL_DURATION, "call" => call).record(seconds);
+}
+
+/// Records one finished deploy or destroy step.
+pub fn record_deploy_step(intent: &'static str, outcome: &'static str) {
+    metrics::counter!(DEPLOY_STEPS, "intent" => intent, "outcome" => outcome).increment(1);
 }
 
 /// Operation names come from clients: keep the label to a bounded, safe alphabet.

@@ -455,15 +455,18 @@ impl Deployments {
                 .await
                 .map_err(|e| format!("cannot store the result: {e}"))?;
                 event.into_iter().for_each(|e| self.publish(e));
+                crate::telemetry::record_deploy_step("DEPLOY", "complete");
                 Ok(outputs)
             }
             Err(ProviderError::Failed { message, .. }) => {
                 self.finish_failed(&node, entry, &message).await;
+                crate::telemetry::record_deploy_step("DEPLOY", "failed");
                 Err(message)
             }
             Err(e) => {
                 // The outcome is unknown: the entry stays for recovery to
                 // settle once the provider is back.
+                crate::telemetry::record_deploy_step("DEPLOY", "lost");
                 let error = e.to_string();
                 self.fail_node(&node, &error).await;
                 self.settle_later(entry);
@@ -771,13 +774,16 @@ impl Deployments {
                 .await
                 .map_err(|e| format!("cannot store the result: {e}"))?;
                 event.into_iter().for_each(|e| self.publish(e));
+                crate::telemetry::record_deploy_step("DESTROY", "complete");
                 Ok(())
             }
             Err(ProviderError::Failed { message, .. }) => {
                 self.finish_failed(&node, entry, &message).await;
+                crate::telemetry::record_deploy_step("DESTROY", "failed");
                 Err(message)
             }
             Err(e) => {
+                crate::telemetry::record_deploy_step("DESTROY", "lost");
                 let error = e.to_string();
                 self.fail_node(&node, &error).await;
                 self.settle_later(entry);

@@ -74,11 +74,17 @@ impl Providers {
         mut progress: impl FnMut(ResourceProgress) + Send,
     ) -> Result<serde_json::Value, ProviderError> {
         let link = self.connected(id).await?;
-        let stream = link
-            .deploy_resource(resource.into_deploy())
-            .await
-            .map_err(unavailable)?;
-        follow(&link, "DeployResource", stream, &mut progress).await
+        let started = std::time::Instant::now();
+        let result = async {
+            let stream = link
+                .deploy_resource(resource.into_deploy())
+                .await
+                .map_err(unavailable)?;
+            follow(&link, "DeployResource", stream, &mut progress).await
+        }
+        .await;
+        record("DeployResource", &result, started);
+        result
     }
 
     /// Destroys one resource through the provider.
@@ -90,16 +96,22 @@ impl Providers {
         mut progress: impl FnMut(ResourceProgress) + Send,
     ) -> Result<(), ProviderError> {
         let link = self.connected(id).await?;
-        let stream = link
-            .destroy_resource(proto::DestroyResourceRequest {
-                resource: Some(resource.resource()),
-                outputs_json: outputs.to_string(),
-            })
-            .await
-            .map_err(unavailable)?;
-        follow(&link, "DestroyResource", stream, &mut progress)
-            .await
-            .map(drop)
+        let started = std::time::Instant::now();
+        let result = async {
+            let stream = link
+                .destroy_resource(proto::DestroyResourceRequest {
+                    resource: Some(resource.resource()),
+                    outputs_json: outputs.to_string(),
+                })
+                .await
+                .map_err(unavailable)?;
+            follow(&link, "DestroyResource", stream, &mut progress)
+                .await
+                .map(drop)
+        }
+        .await;
+        record("DestroyResource", &result, started);
+        result
     }
 
     /// Whether the resource exists at the provider, and its outputs if so.
@@ -229,6 +241,16 @@ impl Providers {
         };
         tokio::time::timeout(limit, wait).await.is_ok() && slot.link().is_some()
     }
+}
+
+/// Metrics for a streamed call, from its start to its last event.
+fn record<T>(call: &'static str, result: &Result<T, ProviderError>, started: std::time::Instant) {
+    let outcome = match result {
+        Ok(_) => "ok",
+        Err(ProviderError::Failed { .. }) => "failed",
+        Err(_) => "unavailable",
+    };
+    crate::telemetry::record_provider_call(call, outcome, started.elapsed().as_secs_f64());
 }
 
 fn unavailable(e: LinkError) -> ProviderError {

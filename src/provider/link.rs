@@ -226,7 +226,25 @@ impl Link {
     {
         let mut request = tonic::Request::new(message);
         request.set_timeout(self.deadline);
-        match tokio::time::timeout(self.deadline, send(request)).await {
+        let started = std::time::Instant::now();
+        let result = self.finish(
+            call,
+            tokio::time::timeout(self.deadline, send(request)).await,
+        );
+        crate::telemetry::record_provider_call(
+            call,
+            outcome_of(&result),
+            started.elapsed().as_secs_f64(),
+        );
+        result
+    }
+
+    fn finish<Resp>(
+        &self,
+        call: &'static str,
+        answer: Result<Result<tonic::Response<Resp>, tonic::Status>, tokio::time::error::Elapsed>,
+    ) -> Result<Resp, LinkError> {
+        match answer {
             Ok(Ok(response)) => Ok(response.into_inner()),
             Ok(Err(status)) if is_deadline(&status) => Err(LinkError::Deadline {
                 call,
@@ -246,6 +264,16 @@ impl Link {
 fn is_deadline(status: &tonic::Status) -> bool {
     status.code() == tonic::Code::DeadlineExceeded
         || (status.code() == tonic::Code::Cancelled && status.message() == "Timeout expired")
+}
+
+/// The metrics label of a call's result.
+pub fn outcome_of<T>(result: &Result<T, LinkError>) -> &'static str {
+    match result {
+        Ok(_) => "ok",
+        Err(LinkError::Deadline { .. }) => "deadline",
+        Err(LinkError::Refused { .. }) => "refused",
+        Err(LinkError::Unreachable { .. }) => "unreachable",
+    }
 }
 
 fn refused(call: &'static str, status: &tonic::Status) -> LinkError {

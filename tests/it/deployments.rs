@@ -252,6 +252,25 @@ async fn a_blueprint_deploys_through_the_process_provider_and_is_destroyed() {
     // Destroy went the other way.
     assert!(position("web[0]", "DESTROYED") < position("db[0]", "DESTROYING"));
 
+    // The steps and the provider calls are counted in /metrics.
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        r#"corbel_deploy_steps_total{intent="DEPLOY",outcome="complete"} 4"#,
+        r#"corbel_deploy_steps_total{intent="DESTROY",outcome="complete"} 4"#,
+        r#"corbel_provider_calls_total{call="ListNodes",outcome="ok"}"#,
+        r#"corbel_provider_calls_total{call="DeployResource",outcome="ok"} 4"#,
+    ] {
+        assert!(metrics.contains(line), "{line} in:\n{metrics}");
+    }
+
     let deleted = app
         .gql(
             "mutation($id: ID!) { deleteBlueprint(id: $id) }",
