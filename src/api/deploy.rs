@@ -184,6 +184,7 @@ impl Blueprint {
 }
 
 #[derive(SimpleObject)]
+#[graphql(complex)]
 pub struct ResourceNode {
     id: ID,
     key: String,
@@ -197,6 +198,25 @@ pub struct ResourceNode {
     outputs: Option<Json<serde_json::Value>>,
     error: Option<String>,
     updated_at: DateTime<Utc>,
+}
+
+#[async_graphql::ComplexObject]
+impl ResourceNode {
+    /// The provider that runs it (`null` if it has been deleted since).
+    async fn provider(
+        &self,
+        ctx: &Context<'_>,
+    ) -> Result<Option<super::provider::Provider>, ApiError> {
+        let Some(id) = &self.provider_id else {
+            return Ok(None);
+        };
+        let id = parse_id(id, "providerId")?;
+        match state::<crate::provider::Providers>(ctx)?.get(id).await {
+            Ok(provider) => Ok(Some(super::provider::Provider(provider))),
+            Err(crate::provider::ProviderError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
 }
 
 impl From<domain::ResourceNode> for ResourceNode {

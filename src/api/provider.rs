@@ -81,7 +81,7 @@ pub struct ProviderNode {
     labels: Json<serde_json::Map<String, serde_json::Value>>,
 }
 
-pub struct Provider(domain::Provider);
+pub struct Provider(pub(super) domain::Provider);
 
 #[Object]
 impl Provider {

@@ -13,7 +13,7 @@ use crate::providers::{
 };
 use crate::support::{TestApp, TestStore, data, error_code, eventually};
 
-const DEPLOYMENT_FIELDS: &str = "id name state error variables expiresAt nodes { id key replica node state outputs error providerId }";
+const DEPLOYMENT_FIELDS: &str = "id name state error variables expiresAt nodes { id key replica node state outputs error providerId provider { name } }";
 
 /// A server with the process provider loaded and connected; returns its id.
 async fn with_process_provider(
@@ -181,6 +181,7 @@ async fn a_blueprint_deploys_through_the_process_provider_and_is_destroyed() {
     assert_eq!(nodes.len(), 4, "db and three web replicas: {done}");
     assert!(nodes.iter().all(|n| n["state"] == "COMPLETE"));
     assert!(nodes.iter().all(|n| n["providerId"] == provider.as_str()));
+    assert!(nodes.iter().all(|n| n["provider"]["name"] == "process"));
     assert!(
         nodes.iter().all(|n| n["node"].is_string()),
         "placed on the host"
