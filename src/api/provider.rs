@@ -316,12 +316,21 @@ impl ProviderMutation {
         Ok(Provider(provider))
     }
 
-    /// Deletes a provider; refused (`CONFLICT`) while it is loaded.
+    /// Deletes a provider; refused (`CONFLICT`) while it is loaded or while
+    /// deployments hold resources on it.
     async fn delete_provider(&self, ctx: &Context<'_>, id: ID) -> Result<bool, ApiError> {
         principal(ctx)?;
-        state::<Providers>(ctx)?
-            .delete(parse_id(&id, "id")?)
+        let id = parse_id(&id, "id")?;
+        let held = state::<crate::deploy::Deployments>(ctx)?
+            .resources_on(id)
             .await?;
+        if held > 0 {
+            return Err(ApiError::new(
+                super::ErrorCode::Conflict,
+                format!("the provider holds {held} resource(s) of deployments; destroy them first"),
+            ));
+        }
+        state::<Providers>(ctx)?.delete(id).await?;
         Ok(true)
     }
 

@@ -497,6 +497,24 @@ impl Deployments {
             .collect()
     }
 
+    /// How many resource nodes a provider holds or may hold: a provider with
+    /// any cannot be deleted without orphaning them.
+    pub async fn resources_on(&self, provider_id: Uuid) -> Result<u64, DeployError> {
+        Ok(rows::count_provider_nodes(
+            &self.inner.db,
+            provider_id,
+            &[
+                NodeState::ToDeploy.as_str(),
+                NodeState::Waiting.as_str(),
+                NodeState::InProgress.as_str(),
+                NodeState::Complete.as_str(),
+                NodeState::Failed.as_str(),
+                NodeState::Destroying.as_str(),
+            ],
+        )
+        .await?)
+    }
+
     /// Entries left in the journal: work in flight (or a crash's leftovers).
     pub async fn journal_len(&self) -> Result<u64, DeployError> {
         Ok(rows::journal_len(&self.inner.db).await?)

@@ -305,6 +305,19 @@ pub async fn placement_counts(
         .collect())
 }
 
+/// Nodes of a provider that hold (or may hold) a resource.
+pub async fn count_provider_nodes(
+    db: &DatabaseConnection,
+    provider_id: Uuid,
+    holding: &[&str],
+) -> Result<u64, DbErr> {
+    deployment_node::Entity::find()
+        .filter(deployment_node::Column::ProviderId.eq(provider_id))
+        .filter(deployment_node::Column::State.is_in(holding.iter().copied()))
+        .count(db)
+        .await
+}
+
 /// A node's new state, with what else changes with it.
 #[derive(Default)]
 pub struct NodeChange {

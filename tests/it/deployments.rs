@@ -211,6 +211,32 @@ async fn a_blueprint_deploys_through_the_process_provider_and_is_destroyed() {
         .await;
     assert_eq!(error_code(&refused), Some("CONFLICT"), "{refused}");
 
+    // The provider cannot go while it runs resources (unloaded or not).
+    data(
+        &app.gql(
+            "mutation($id: ID!) { unloadProvider(id: $id) { status } }",
+            json!({ "id": provider }),
+        )
+        .await,
+    );
+    let refused = app
+        .gql(
+            "mutation($id: ID!) { deleteProvider(id: $id) }",
+            json!({ "id": provider }),
+        )
+        .await;
+    assert_eq!(error_code(&refused), Some("CONFLICT"), "{refused}");
+    let message = refused["errors"][0]["message"].as_str().unwrap();
+    assert!(message.contains("holds 4 resource(s)"), "{message}");
+    data(
+        &app.gql(
+            "mutation($id: ID!) { loadProvider(id: $id) { status } }",
+            json!({ "id": provider }),
+        )
+        .await,
+    );
+    crate::providers::wait_status(&app, &provider, "CONNECTED").await;
+
     let body = app
         .gql(
             "mutation($id: ID!) { destroyDeployment(id: $id) { state } }",
