@@ -584,22 +584,10 @@ async fn deployment_events_replay_history_then_follow_live() {
     .await;
     settled(&app, &id, &["COMPLETE"]).await;
 
-    let mut ws = crate::subscriptions::connect(app.addr, "graphql-transport-ws").await;
-    crate::subscriptions::init(
-        &mut ws,
-        json!({ "Authorization": format!("Bearer {}", crate::support::ADMIN_TOKEN) }),
-    )
-    .await;
-    crate::subscriptions::send(
-        &mut ws,
-        json!({
-            "id": "1",
-            "type": "subscribe",
-            "payload": {
-                "query": "subscription($id: ID!) { deploymentEvents(id: $id) { id kind nodeKey state message } }",
-                "variables": { "id": id },
-            },
-        }),
+    let mut ws = crate::subscriptions::subscribe(
+        app.addr,
+        "subscription($id: ID!) { deploymentEvents(id: $id) { id kind nodeKey state message } }",
+        json!({ "id": id }),
     )
     .await;
     let mut seen: Vec<Value> = Vec::new();
@@ -748,6 +736,26 @@ async fn an_expired_lease_is_reaped() {
     app.stop().await;
 }
 
+/// Loads a fixture provider in `mode` named `name`, and a blueprint of one
+/// no-op resource on it. Returns the provider's and the blueprint's ids (and
+/// the repository, which must outlive the test).
+async fn fixture_with_blueprint(
+    app: &TestApp,
+    name: &str,
+    mode: &str,
+) -> (String, String, ProviderRepo) {
+    let repo = ProviderRepo::new(&fixture_metadata(mode), &[]);
+    let (provider, _) = create_provider(app, json!({ "name": name, "gitUrl": repo.url() })).await;
+    wait_status(app, &provider, "CONNECTED").await;
+    let blueprint = create_blueprint(
+        app,
+        &format!("noop-{name}"),
+        &format!("resources:\n  n:\n    type: fixture.v1.noop\n    provider: {name}\n"),
+    )
+    .await;
+    (provider, blueprint, repo)
+}
+
 /// Provider faults: a call that never answers, and a provider that is gone when
 /// its resources must be destroyed.
 #[tokio::test]
@@ -758,15 +766,7 @@ async fn provider_faults_fail_the_deployment_with_the_reason() {
         config.deploy_provider_wait_ms = 1_000;
     })
     .await;
-    let hang = ProviderRepo::new(&fixture_metadata("hang-deploy"), &[]);
-    let (hang_id, _) = create_provider(&app, json!({ "name": "hang", "gitUrl": hang.url() })).await;
-    wait_status(&app, &hang_id, "CONNECTED").await;
-    let blueprint = create_blueprint(
-        &app,
-        "noop",
-        "resources:\n  n:\n    type: fixture.v1.noop\n    provider: hang\n",
-    )
-    .await;
+    let (_, blueprint, _hang) = fixture_with_blueprint(&app, "hang", "hang-deploy").await;
     let id = deploy(&app, &blueprint, "hangs", json!({ "onFailure": "KEEP" })).await;
     let failed = settled(&app, &id, &["FAILED", "COMPLETE"]).await;
     assert_eq!(failed["state"], "FAILED");
@@ -784,16 +784,7 @@ async fn provider_faults_fail_the_deployment_with_the_reason() {
 
     // A provider that dies in the middle of a deploy: the call fails at once,
     // and the call's journal entry is settled once the provider is back.
-    let dying = ProviderRepo::new(&fixture_metadata("hang-deploy"), &[]);
-    let (dying_id, _) =
-        create_provider(&app, json!({ "name": "dying", "gitUrl": dying.url() })).await;
-    wait_status(&app, &dying_id, "CONNECTED").await;
-    let blueprint = create_blueprint(
-        &app,
-        "noop-dying",
-        "resources:\n  n:\n    type: fixture.v1.noop\n    provider: dying\n",
-    )
-    .await;
+    let (dying_id, blueprint, _dying) = fixture_with_blueprint(&app, "dying", "hang-deploy").await;
     let id = deploy(&app, &blueprint, "dies", json!({ "onFailure": "KEEP" })).await;
     eventually(Duration::from_secs(30), "the deploy call", || async {
         let d = deployment(&app, &id).await;
@@ -815,16 +806,7 @@ async fn provider_faults_fail_the_deployment_with_the_reason() {
     .await;
 
     // A provider that is unloaded when its resources must go.
-    let normal = ProviderRepo::new(&fixture_metadata("normal"), &[]);
-    let (normal_id, _) =
-        create_provider(&app, json!({ "name": "normal", "gitUrl": normal.url() })).await;
-    wait_status(&app, &normal_id, "CONNECTED").await;
-    let blueprint = create_blueprint(
-        &app,
-        "noop-normal",
-        "resources:\n  n:\n    type: fixture.v1.noop\n    provider: normal\n",
-    )
-    .await;
+    let (normal_id, blueprint, _normal) = fixture_with_blueprint(&app, "normal", "normal").await;
     let id = deploy(&app, &blueprint, "orphaned", json!({})).await;
     let done = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
     assert_eq!(done["state"], "COMPLETE", "{done}");

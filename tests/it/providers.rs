@@ -352,22 +352,10 @@ async fn provider_events_follow_the_lifecycle_live() {
         json!({ "name": "watched", "gitUrl": repo.url(), "autoLoad": false }),
     )
     .await;
-    let mut ws = crate::subscriptions::connect(app.addr, "graphql-transport-ws").await;
-    crate::subscriptions::init(
-        &mut ws,
-        json!({ "Authorization": format!("Bearer {}", crate::support::ADMIN_TOKEN) }),
-    )
-    .await;
-    crate::subscriptions::send(
-        &mut ws,
-        json!({
-            "id": "1",
-            "type": "subscribe",
-            "payload": {
-                "query": "subscription($id: ID!) { providerEvents(id: $id) { status message log { stream line } } }",
-                "variables": { "id": id },
-            },
-        }),
+    let mut ws = crate::subscriptions::subscribe(
+        app.addr,
+        "subscription($id: ID!) { providerEvents(id: $id) { status message log { stream line } } }",
+        json!({ "id": id }),
     )
     .await;
     // The first event is the status now: from then on the stream is live.

@@ -58,9 +58,9 @@ pub async fn init(ws: &mut Ws, payload: Value) {
     assert_eq!(next_json(ws).await.unwrap()["type"], "connection_ack");
 }
 
-/// Connects with `graphql-transport-ws`, authenticates and subscribes to
-/// `serverEvents` under id `1`.
-pub async fn subscribe_server_events(addr: std::net::SocketAddr) -> Ws {
+/// Connects with `graphql-transport-ws` as the admin and subscribes to
+/// `query` (with `variables`) under id `1`.
+pub async fn subscribe(addr: std::net::SocketAddr, query: &str, variables: Value) -> Ws {
     let mut ws = connect(addr, "graphql-transport-ws").await;
     init(
         &mut ws,
@@ -69,11 +69,20 @@ pub async fn subscribe_server_events(addr: std::net::SocketAddr) -> Ws {
     .await;
     send(
         &mut ws,
-        json!({"id": "1", "type": "subscribe", "payload": {"query":
-            "subscription { serverEvents { __typename ... on ApiTokenCreated { name tokenId } } }"}}),
+        json!({"id": "1", "type": "subscribe", "payload": {"query": query, "variables": variables}}),
     )
     .await;
     ws
+}
+
+/// [`subscribe`] to `serverEvents`.
+pub async fn subscribe_server_events(addr: std::net::SocketAddr) -> Ws {
+    subscribe(
+        addr,
+        "subscription { serverEvents { __typename ... on ApiTokenCreated { name tokenId } } }",
+        json!({}),
+    )
+    .await
 }
 
 /// Creates API tokens until the subscriber sees one (the subscription may not be
