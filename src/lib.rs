@@ -17,3 +17,16 @@ pub mod web;
 
 /// The crate version, as shown by `corbel --version` and `serverInfo.version`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// An error with its causes, `outer: inner: innermost`, for logs and for
+/// messages that must say why.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

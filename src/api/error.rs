@@ -98,7 +98,7 @@ impl ApiError {
 
     /// Logs `cause` and returns an error that says nothing about it.
     pub fn internal(cause: &(dyn std::error::Error + 'static)) -> Self {
-        tracing::error!(error = %chain(cause), "internal error");
+        tracing::error!(error = %crate::error_chain(cause), "internal error");
         Self::new(ErrorCode::Internal, "internal error")
     }
 }
@@ -193,16 +193,4 @@ impl From<RepositoryError> for ApiError {
             RepositoryError::Db(_) | RepositoryError::Corrupt(_) => Self::internal(&e),
         }
     }
-}
-
-/// `error: cause: cause…`, for logs.
-pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

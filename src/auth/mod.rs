@@ -338,12 +338,19 @@ impl Auth {
 }
 
 fn new_token() -> String {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    format!("{TOKEN_PREFIX}{}", hex::encode(bytes))
+    new_secret(TOKEN_PREFIX)
 }
 
-fn hash_token(token: &str) -> String {
+/// A new random secret (256 bits, hex) with a prefix that says what it is for.
+/// Every token Corbel hands out is made here.
+pub fn new_secret(prefix: &str) -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format!("{prefix}{}", hex::encode(bytes))
+}
+
+/// How a secret is stored: its SHA-256, hex.
+pub fn hash_token(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }
 

@@ -48,7 +48,7 @@ impl Link {
             .connect_timeout(deadline)
             .connect()
             .await
-            .map_err(|e| unreachable(error_chain(&e)))?;
+            .map_err(|e| unreachable(crate::error_chain(&e)))?;
         Ok(Link {
             client: ProviderClient::new(channel.clone())
                 .max_decoding_message_size(64 * 1024 * 1024),
@@ -286,15 +286,4 @@ fn refused(call: &'static str, status: &tonic::Status) -> LinkError {
             status.message().to_owned()
         },
     }
-}
-
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

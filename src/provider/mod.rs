@@ -29,7 +29,6 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sea_orm::{DatabaseConnection, DbErr, IntoActiveModel, Set};
-use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -601,14 +600,11 @@ fn merge(config: &serde_json::Value, secret: &serde_json::Value) -> serde_json::
 }
 
 fn new_token() -> String {
-    use rand::RngCore;
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    format!("cbp_{}", hex::encode(bytes))
+    crate::auth::new_secret("cbp_")
 }
 
 fn token_hash(token: &str) -> String {
-    hex::encode(Sha256::digest(token.as_bytes()))
+    crate::auth::hash_token(token)
 }
 
 /// Equal in constant time (for equal lengths; lengths are not secret here).
