@@ -17,6 +17,7 @@ mod executor;
 mod installations;
 mod plan;
 mod recovery;
+pub mod schedule;
 pub mod strategy;
 pub mod template;
 
