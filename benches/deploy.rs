@@ -198,9 +198,18 @@ async fn run(bin: &Path) {
     }
     let (_, id) = deploy_timed(&deployments, "journal", &source).await;
     // What a crash leaves: every node announced IN_PROGRESS with its entry.
-    rows::set_deployment_state(&db, id, DeploymentState::InProgress.as_str(), None)
-        .await
-        .expect("state");
+    rows::change_deployment(
+        &db,
+        id,
+        rows::DeploymentChange {
+            state: DeploymentState::InProgress.as_str(),
+            phase: Some("DEPLOY"),
+            error: None,
+            operation_id: None,
+        },
+    )
+    .await
+    .expect("state");
     for node in rows::nodes_of(&db, id).await.expect("nodes") {
         rows::begin_call(
             &db,

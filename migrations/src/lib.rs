@@ -8,6 +8,7 @@ mod m20261130_000001_users_and_tokens;
 mod m20261130_000002_repositories;
 mod m20261130_000003_providers;
 mod m20261130_000004_deployments;
+mod m20261201_000005_deployment_operations;
 
 pub struct Migrator;
 
@@ -19,6 +20,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000002_repositories::Migration),
             Box::new(m20261130_000003_providers::Migration),
             Box::new(m20261130_000004_deployments::Migration),
+            Box::new(m20261201_000005_deployment_operations::Migration),
         ]
     }
 }

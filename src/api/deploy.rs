@@ -65,6 +65,14 @@ mirror_enum!(
     }
 );
 mirror_enum!(
+    DeploymentPhase,
+    domain::Phase {
+        Deploy,
+        Rollback,
+        Destroy
+    }
+);
+mirror_enum!(
     NodeState,
     domain::NodeState {
         ToDeploy,
@@ -282,6 +290,11 @@ impl Deployment {
     }
     async fn state(&self) -> DeploymentState {
         self.0.state.into()
+    }
+    /// What the operation under way is doing (deploying, rolling back after
+    /// a failure, destroying); null once the deployment is settled.
+    async fn phase(&self) -> Option<DeploymentPhase> {
+        self.0.phase.map(Into::into)
     }
     async fn on_failure(&self) -> OnFailure {
         self.0.on_failure.into()
@@ -613,25 +626,55 @@ impl DeploySubscription {
         let history = deployments.history(wanted, REPLAY_LIMIT).await?;
         let last = history.last().map_or(0, |e| e.id);
         let replay: Vec<DeploymentEvent> = history.iter().map(Into::into).collect();
-        let live = live.filter_map(move |delivery| {
-            let event = match delivery {
-                Delivery::Event(event) => match &*event {
-                    Event::Deployment(e) if e.deployment_id == wanted && e.id > last => {
-                        Some(DeploymentEvent::from(e.as_ref()))
+        let deployments = deployments.clone();
+        // Events of one deployment are published in id order (the engine
+        // stores and publishes each under the deployment's lock), so the
+        // stream delivers ids in order: live ones past the history, and after
+        // a lag the missed ones read back from the history.
+        let live = futures_util::stream::unfold(
+            (Box::pin(live), last, std::collections::VecDeque::new()),
+            move |(mut live, mut last, mut missed)| {
+                let deployments = deployments.clone();
+                async move {
+                    loop {
+                        if let Some(event) = missed.pop_front() {
+                            return Some((event, (live, last, missed)));
+                        }
+                        match live.next().await? {
+                            Delivery::Event(event) => match &*event {
+                                Event::Deployment(e)
+                                    if e.deployment_id == wanted && e.id > last =>
+                                {
+                                    last = e.id;
+                                    let event = DeploymentEvent::from(e.as_ref());
+                                    return Some((event, (live, last, missed)));
+                                }
+                                Event::Deployment(_)
+                                | Event::UserLoggedIn { .. }
+                                | Event::ApiTokenCreated { .. }
+                                | Event::ApiTokenRevoked { .. }
+                                | Event::RepositorySync { .. }
+                                | Event::ProviderStatus { .. }
+                                | Event::ProviderLog { .. } => {}
+                            },
+                            Delivery::Lagged(_) => {
+                                match deployments.history_after(wanted, last, REPLAY_LIMIT).await {
+                                    Ok(found) => {
+                                        if let Some(e) = found.last() {
+                                            last = e.id;
+                                        }
+                                        missed.extend(found.iter().map(DeploymentEvent::from));
+                                    }
+                                    Err(e) => {
+                                        tracing::warn!(deployment.id = %wanted, error = %e, "cannot read missed events");
+                                    }
+                                }
+                            }
+                        }
                     }
-                    Event::Deployment(_)
-                    | Event::UserLoggedIn { .. }
-                    | Event::ApiTokenCreated { .. }
-                    | Event::ApiTokenRevoked { .. }
-                    | Event::RepositorySync { .. }
-                    | Event::ProviderStatus { .. }
-                    | Event::ProviderLog { .. } => None,
-                },
-                // A lagging subscriber can read `deployment.events` to catch up.
-                Delivery::Lagged(_) => None,
-            };
-            std::future::ready(event)
-        });
+                }
+            },
+        );
         Ok(futures_util::stream::iter(replay).chain(live))
     }
 }

@@ -49,12 +49,13 @@ impl Installations for Deployments {
                 expires_at: None,
             },
             DeploymentState::Pending.as_str(),
+            super::Phase::Deploy.as_str(),
         )
         .await
         .map_err(|e| e.to_string())?;
         let lock = self.lock(row.id, "deploy").map_err(|e| e.to_string())?;
         let waiting = self.waiter(row.id);
-        self.spawn_deploy(lock, Vec::new());
+        self.spawn_deploy(lock);
         match waiting.await {
             Ok(DeploymentState::Complete) => Ok(Some(row.id)),
             Ok(_) => {

@@ -18,6 +18,7 @@ mod installations;
 mod plan;
 mod recovery;
 pub mod schedule;
+mod step;
 pub mod strategy;
 pub mod template;
 
@@ -130,9 +131,29 @@ text_enum!(Intent {
     Destroy = "DESTROY",
 });
 
+// What the operation under way on a deployment is doing; stored, so a run
+// a crash cut short resumes as what it was.
+text_enum!(Phase {
+    Deploy = "DEPLOY",
+    Rollback = "ROLLBACK",
+    Destroy = "DESTROY",
+});
+
 /// Node states that hold (or are about to hold) a resource: they count
 /// against a provider node's capacity.
-const LIVE_NODE_STATES: [&str; 4] = ["TO_DEPLOY", "WAITING", "IN_PROGRESS", "COMPLETE"];
+const LIVE_NODE_STATES: [&str; 6] = [
+    "TO_DEPLOY",
+    "WAITING",
+    "IN_PROGRESS",
+    "COMPLETE",
+    "TO_DESTROY",
+    "DESTROYING",
+];
+
+/// Locks that keep each deployment's events in order: an event's row and its
+/// publication happen under its deployment's stripe, so ids grow in the order
+/// events are published and committed.
+const EVENT_ORDER_STRIPES: usize = 64;
 
 #[derive(Clone, Debug)]
 pub struct StoredBlueprint {
@@ -153,6 +174,8 @@ pub struct Deployment {
     pub element_id: Option<Uuid>,
     pub variables: serde_json::Value,
     pub state: DeploymentState,
+    /// What the operation under way is doing; `None` once settled.
+    pub phase: Option<Phase>,
     pub on_failure: OnFailure,
     pub error: Option<String>,
     pub expires_at: Option<DateTime<Utc>>,
@@ -217,6 +240,8 @@ struct Inner {
     /// never both take the last room on a node. Single-node: replicas would
     /// need a database lock here.
     placing: tokio::sync::Mutex<()>,
+    /// See [`EVENT_ORDER_STRIPES`].
+    event_order: Vec<tokio::sync::Mutex<()>>,
     tasks: TaskTracker,
     stopping: CancellationToken,
 }
@@ -253,6 +278,9 @@ impl Deployments {
                 settings,
                 busy: Mutex::default(),
                 placing: tokio::sync::Mutex::new(()),
+                event_order: (0..EVENT_ORDER_STRIPES)
+                    .map(|_| tokio::sync::Mutex::new(()))
+                    .collect(),
                 tasks: TaskTracker::new(),
                 stopping,
             }),
@@ -389,10 +417,11 @@ impl Deployments {
                 expires_at: new.expires_at,
             },
             DeploymentState::Pending.as_str(),
+            Phase::Deploy.as_str(),
         )
         .await?;
         let lock = self.lock(row.id, "deploy")?;
-        self.spawn_deploy(lock, Vec::new());
+        self.spawn_deploy(lock);
         to_deployment(row)
     }
 
@@ -405,8 +434,14 @@ impl Deployments {
             )));
         }
         let lock = self.lock(id, "destroy")?;
-        self.set_state(id, DeploymentState::Destroying, None)
-            .await?;
+        self.change(
+            id,
+            DeploymentState::Destroying,
+            Some(Phase::Destroy),
+            None,
+            Some(Uuid::now_v7()),
+        )
+        .await?;
         let this = self.clone();
         self.inner.tasks.spawn(async move {
             this.run_destroy(&lock).await;
@@ -442,9 +477,31 @@ impl Deployments {
             }
         }
         let lock = self.lock(id, "redeploy")?;
-        self.set_state(id, DeploymentState::InProgress, None)
-            .await?;
-        self.spawn_deploy(lock, keys);
+        // The keys' nodes are marked in the same transaction as the new
+        // operation: a crash from here on resumes the redeploy.
+        rows::begin_redeploy(
+            &self.inner.db,
+            id,
+            rows::DeploymentChange {
+                state: DeploymentState::InProgress.as_str(),
+                phase: Some(Phase::Deploy.as_str()),
+                error: None,
+                operation_id: Some(Uuid::now_v7()),
+            },
+            &keys,
+            &["COMPLETE", "FAILED"],
+            NodeState::ToDestroy.as_str(),
+        )
+        .await?;
+        self.record(
+            id,
+            EventKind::State,
+            None,
+            Some(DeploymentState::InProgress.as_str()),
+            format!("redeploying {}", keys.join(", ")),
+        )
+        .await;
+        self.spawn_deploy(lock);
         self.get(id).await
     }
 
@@ -491,7 +548,17 @@ impl Deployments {
 
     /// The history, oldest first (at most `limit` entries).
     pub async fn history(&self, id: Uuid, limit: u64) -> Result<Vec<DeploymentEvent>, DeployError> {
-        rows::events_of(&self.inner.db, id, limit)
+        self.history_after(id, 0, limit).await
+    }
+
+    /// The history after event `after`, oldest first (at most `limit`).
+    pub async fn history_after(
+        &self,
+        id: Uuid,
+        after: i64,
+        limit: u64,
+    ) -> Result<Vec<DeploymentEvent>, DeployError> {
+        rows::events_of(&self.inner.db, id, after, limit)
             .await?
             .into_iter()
             .map(to_event)
@@ -510,6 +577,7 @@ impl Deployments {
                 NodeState::InProgress.as_str(),
                 NodeState::Complete.as_str(),
                 NodeState::Failed.as_str(),
+                NodeState::ToDestroy.as_str(),
                 NodeState::Destroying.as_str(),
             ],
         )
@@ -540,21 +608,34 @@ impl Deployments {
         blueprint::parse(&row.source).map_err(|p| DeployError::Corrupt(p.to_string()))
     }
 
-    fn spawn_deploy(&self, lock: Lock, redeploy: Vec<String>) {
+    fn spawn_deploy(&self, lock: Lock) {
         let this = self.clone();
         self.inner.tasks.spawn(async move {
-            this.run_deploy(&lock, redeploy).await;
+            this.run_deploy(&lock).await;
         });
     }
 
-    /// Records the deployment's state, with an event.
-    async fn set_state(
+    /// Records the deployment's state, phase and error (and a new operation),
+    /// with an event.
+    async fn change(
         &self,
         id: Uuid,
         state: DeploymentState,
+        phase: Option<Phase>,
         error: Option<&str>,
+        operation_id: Option<Uuid>,
     ) -> Result<(), DeployError> {
-        rows::set_deployment_state(&self.inner.db, id, state.as_str(), error).await?;
+        rows::change_deployment(
+            &self.inner.db,
+            id,
+            rows::DeploymentChange {
+                state: state.as_str(),
+                phase: phase.map(Phase::as_str),
+                error,
+                operation_id,
+            },
+        )
+        .await?;
         let message = match error {
             Some(e) => format!("deployment {}: {e}", state.as_str()),
             None => format!("deployment {}", state.as_str()),
@@ -562,6 +643,23 @@ impl Deployments {
         self.record(id, EventKind::State, None, Some(state.as_str()), message)
             .await;
         Ok(())
+    }
+
+    /// Ends an operation: the deployment settles in `state`.
+    async fn settle(
+        &self,
+        id: Uuid,
+        state: DeploymentState,
+        error: Option<&str>,
+    ) -> Result<(), DeployError> {
+        self.change(id, state, None, error, None).await
+    }
+
+    /// Holds the stripe that orders `id`'s events while one is stored and
+    /// published.
+    async fn event_order(&self, id: Uuid) -> tokio::sync::MutexGuard<'_, ()> {
+        let stripe = (id.as_u128() % EVENT_ORDER_STRIPES as u128) as usize;
+        self.inner.event_order[stripe].lock().await
     }
 
     /// Stores an event in the history and publishes it. A failure to store is
@@ -580,6 +678,7 @@ impl Deployments {
             state: state.map(str::to_owned),
             message,
         };
+        let _order = self.event_order(id).await;
         match rows::insert_event(&self.inner.db, id, event).await {
             Ok(row) => self.publish(row),
             Err(e) => {
@@ -642,6 +741,7 @@ fn to_deployment(row: rows::DeploymentRow) -> Result<Deployment, DeployError> {
         variables: serde_json::from_str(&row.variables)
             .map_err(|e| DeployError::Corrupt(format!("deployment variables: {e}")))?,
         state: DeploymentState::parse(&row.state)?,
+        phase: row.phase.as_deref().map(Phase::parse).transpose()?,
         on_failure: OnFailure::parse(&row.on_failure)?,
         error: row.error,
         expires_at: row.expires_at,

@@ -194,7 +194,7 @@ impl<'a> Placer<'a> {
     ) -> Result<Vec<NodeInput>, DeployError> {
         if !self.nodes.contains_key(&provider_id) {
             self.deployments
-                .provider_ready(provider_id)
+                .await_provider(provider_id)
                 .await
                 .map_err(|e| {
                     DeployError::Provider(crate::provider::ProviderError::Unavailable(e))

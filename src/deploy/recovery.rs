@@ -1,34 +1,26 @@
 //! Recovery and leases.
 //!
 //! At start every journal entry is settled: the resource is inspected through
-//! its provider (waiting for the provider to connect: an entry is delayed, never
-//! dropped), then adopted into its node or destroyed, per the intent and the
-//! node's state. Deployments the previous process left deploying or destroying
-//! are then resumed. The same settling runs for a call whose outcome was lost
-//! while running (the provider went away mid-call).
+//! its provider (waiting for the provider to connect: an entry is delayed,
+//! never dropped), then adopted into its node or destroyed, per the intent and
+//! the node's state. Deployments the previous process left under way are then
+//! resumed as what they were doing: deploying, rolling back or destroying. The
+//! same settling runs, in the background, for a call a run gave up on.
 //!
 //! The reaper destroys deployments whose lease (`expiresAt`) has passed.
 //!
 //! Single-node: a replica would have to take over only the journal of a dead
 //! replica, under the leader lease.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use chrono::Utc;
 use uuid::Uuid;
 
-use super::executor::{node_change_event, resource_call};
-use super::{DeployError, DeploymentState, Deployments, Intent, NodeState};
+use super::step::{destroyed, node_change_event, resource_call};
+use super::{DeployError, DeploymentState, Deployments, Intent, Lock, NodeState, Phase};
 use crate::store::deployments::{self as rows, JournalRow, NodeChange};
-
-fn destroyed() -> NodeChange {
-    NodeChange {
-        state: NodeState::Destroyed.as_str().to_owned(),
-        outputs: Some(None),
-        ..NodeChange::default()
-    }
-}
 
 /// How long one wait for a provider lasts before the stop signal is checked
 /// again.
@@ -38,7 +30,6 @@ impl Deployments {
     /// Settles the journal and resumes interrupted deployments, in the
     /// background. Returns how many deployments it took up.
     pub async fn recover(&self) -> Result<usize, DeployError> {
-        let entries = rows::journal(&self.inner.db).await?;
         let interrupted = rows::deployments_in(
             &self.inner.db,
             &[
@@ -48,40 +39,20 @@ impl Deployments {
             ],
         )
         .await?;
-        let mut work: BTreeMap<Uuid, Vec<JournalRow>> = BTreeMap::new();
-        for deployment in &interrupted {
-            work.entry(deployment.id).or_default();
-        }
-        for entry in entries {
-            work.entry(entry.deployment_id).or_default().push(entry);
-        }
+        let mut work: BTreeSet<Uuid> = interrupted.iter().map(|d| d.id).collect();
+        work.extend(
+            rows::journal(&self.inner.db)
+                .await?
+                .into_iter()
+                .map(|e| e.deployment_id),
+        );
         let count = work.len();
-        for (id, entries) in work {
+        for id in work {
             let lock = self.lock(id, "recover")?;
             let this = self.clone();
-            self.inner.tasks.spawn(async move {
-                for entry in entries {
-                    if !this.settle(entry).await {
-                        return; // stopping: the rest waits for the next start
-                    }
-                }
-                match this.get(id).await.map(|d| d.state) {
-                    Ok(DeploymentState::Pending | DeploymentState::InProgress) => {
-                        this.record(
-                            id,
-                            super::EventKind::State,
-                            None,
-                            None,
-                            "resuming after a restart".into(),
-                        )
-                        .await;
-                        this.run_deploy(&lock, Vec::new()).await;
-                    }
-                    Ok(DeploymentState::Destroying) => this.run_destroy(&lock).await,
-                    Ok(_) => {}
-                    Err(e) => tracing::error!(deployment.id = %id, error = %e, "cannot resume"),
-                }
-            });
+            self.inner
+                .tasks
+                .spawn(async move { this.resume(lock).await });
         }
         if count > 0 {
             tracing::info!(deployments = count, "recovering interrupted deployments");
@@ -89,49 +60,144 @@ impl Deployments {
         Ok(count)
     }
 
-    /// Settles an entry whose call's outcome is unknown, in the background.
-    pub(super) fn settle_later(&self, entry: Uuid) {
-        let this = self.clone();
-        self.inner.tasks.spawn(async move {
-            let found = rows::journal(&this.inner.db)
-                .await
-                .ok()
-                .and_then(|all| all.into_iter().find(|e| e.id == entry));
-            if let Some(entry) = found {
-                this.settle(entry).await;
+    /// Settles a deployment's journal, then resumes what it was doing.
+    async fn resume(&self, lock: Lock) {
+        let id = lock.id;
+        if !self.settle_entries(id).await {
+            return; // stopping: the rest waits for the next start
+        }
+        let row = match rows::find_deployment(&self.inner.db, id).await {
+            Ok(Some(row)) => row,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::error!(deployment.id = %id, error = %e, "cannot resume");
+                return;
             }
-        });
-    }
-
-    /// Inspects the entry's resource and makes its node tell the truth.
-    /// Returns `false` when the server is stopping first.
-    async fn settle(&self, entry: JournalRow) -> bool {
-        let providers = &self.inner.providers;
-        loop {
-            if self.inner.stopping.is_cancelled() {
-                return false;
+        };
+        let state = DeploymentState::parse(&row.state);
+        let phase = row.phase.as_deref().map(Phase::parse).transpose();
+        match (state, phase) {
+            (
+                Ok(DeploymentState::Pending | DeploymentState::InProgress),
+                Ok(Some(Phase::Rollback)),
+            ) => {
+                self.record(
+                    id,
+                    super::EventKind::State,
+                    None,
+                    None,
+                    "resuming the rollback after a restart".into(),
+                )
+                .await;
+                let error = row.error.unwrap_or_else(|| "the deploy failed".into());
+                self.run_rollback(&lock, error).await;
             }
-            if !providers.wait_connected(entry.provider_id, WAIT_STEP).await {
-                continue;
+            (Ok(DeploymentState::Pending | DeploymentState::InProgress), Ok(_)) => {
+                self.record(
+                    id,
+                    super::EventKind::State,
+                    None,
+                    None,
+                    "resuming after a restart".into(),
+                )
+                .await;
+                self.run_deploy(&lock).await;
             }
-            match self.settle_once(&entry).await {
-                Ok(()) => return true,
-                Err(e) => {
-                    tracing::warn!(
-                        deployment.id = %entry.deployment_id,
-                        error = %e,
-                        "cannot settle a journal entry yet; trying again"
-                    );
-                    tokio::select! {
-                        _ = self.inner.stopping.cancelled() => return false,
-                        _ = tokio::time::sleep(WAIT_STEP) => {}
-                    }
-                }
+            (Ok(DeploymentState::Destroying), Ok(_)) => self.run_destroy(&lock).await,
+            (Ok(_), Ok(_)) => {}
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::error!(deployment.id = %id, error = %e, "cannot resume");
             }
         }
     }
 
-    async fn settle_once(&self, entry: &JournalRow) -> Result<(), String> {
+    /// Settles every journal entry of a deployment, waiting for providers as
+    /// long as it takes. Returns `false` when the server is stopping first.
+    async fn settle_entries(&self, id: Uuid) -> bool {
+        let entries = match rows::journal_of(&self.inner.db, id).await {
+            Ok(entries) => entries,
+            Err(e) => {
+                tracing::error!(deployment.id = %id, error = %e, "cannot read the journal");
+                return true;
+            }
+        };
+        for entry in entries {
+            loop {
+                if self.inner.stopping.is_cancelled() {
+                    return false;
+                }
+                if !self
+                    .inner
+                    .providers
+                    .wait_connected(entry.provider_id, WAIT_STEP)
+                    .await
+                {
+                    continue;
+                }
+                match self.settle_entry(&entry).await {
+                    Ok(()) => break,
+                    Err(e) => {
+                        tracing::warn!(deployment.id = %id, error = %e, "cannot settle a journal entry yet; trying again");
+                        if !self.pause().await {
+                            return false;
+                        }
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// In the background: settles the entries a run left (calls it gave up
+    /// on) once their providers are back, under the deployment's lock. Does
+    /// nothing when there are none.
+    pub(super) fn settle_later(&self, id: Uuid) {
+        let this = self.clone();
+        self.inner.tasks.spawn(async move {
+            loop {
+                let entries = match rows::journal_of(&this.inner.db, id).await {
+                    Ok(entries) if entries.is_empty() => return,
+                    Ok(entries) => entries,
+                    Err(e) => {
+                        tracing::warn!(deployment.id = %id, error = %e, "cannot read the journal");
+                        Vec::new()
+                    }
+                };
+                let providers: BTreeSet<Uuid> = entries.iter().map(|e| e.provider_id).collect();
+                let mut connected = true;
+                for provider in providers {
+                    connected &= this.inner.providers.wait_connected(provider, WAIT_STEP).await;
+                }
+                // A run holding the lock supersedes or settles what it meets.
+                if connected && let Ok(_lock) = this.lock(id, "settle") {
+                    let mut settled = true;
+                    for entry in &entries {
+                        if let Err(e) = this.settle_entry(entry).await {
+                            tracing::warn!(deployment.id = %id, error = %e, "cannot settle a journal entry yet; trying again");
+                            settled = false;
+                        }
+                    }
+                    if settled {
+                        continue;
+                    }
+                }
+                if !this.pause().await {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Waits a step; `false` when the server stops first.
+    async fn pause(&self) -> bool {
+        tokio::select! {
+            _ = self.inner.stopping.cancelled() => false,
+            _ = tokio::time::sleep(WAIT_STEP) => true,
+        }
+    }
+
+    /// Inspects the entry's resource and makes its node tell the truth.
+    async fn settle_entry(&self, entry: &JournalRow) -> Result<(), String> {
         let db = &self.inner.db;
         let Some(node) = rows::find_node(db, entry.node_id)
             .await
@@ -192,11 +258,9 @@ impl Deployments {
         let new_state = NodeState::parse(&change.state).map_err(|e| e.to_string())?;
         let event = (new_state != state)
             .then(|| node_change_event(&node, new_state, "settled after a lost call"));
-        let stored = rows::finish_call(db, &node, entry.id, change, event)
+        self.finish_call(&node, entry.id, change, event)
             .await
-            .map_err(|e| e.to_string())?;
-        stored.into_iter().for_each(|e| self.publish(e));
-        Ok(())
+            .map_err(|e| e.to_string())
     }
 
     /// Destroys deployments whose lease has passed, until the server stops.

@@ -116,7 +116,7 @@ impl Schedule {
 
     /// The next key that may start, with its number of units; it counts as
     /// running from now on.
-    pub fn next(&mut self) -> Option<(usize, usize)> {
+    pub fn start_next(&mut self) -> Option<(usize, usize)> {
         let key = self.ready.pop_front()?;
         let units = self.units[key];
         self.state[key] = KeyState::Running {
@@ -258,7 +258,7 @@ mod tests {
         let mut steps = 0;
         let mut pick = picks.iter().cycle();
         loop {
-            while let Some((key, count)) = schedule.next() {
+            while let Some((key, count)) = schedule.start_next() {
                 assert!(!started.contains(&key), "key {key} started twice");
                 assert_eq!(count, units[key]);
                 for awaited in waits_on(key) {
@@ -361,11 +361,9 @@ mod tests {
             let failed: BTreeSet<usize> = outcome.failed.iter().copied().collect();
             prop_assert!(failed.is_subset(&fails));
             let downstream = reachable_from_failures(&deps, &units, direction, &outcome.failed);
-            for key in 0..deps.len() {
-                if units[key] == 0 { continue; }
+            for (key, _) in units.iter().enumerate().filter(|(_, u)| **u > 0) {
                 if downstream.contains(&key) {
-                    // Waits on a failure: never started, unless failed itself
-                    // cannot be (it waits on it).
+                    // Waits on a failure: never started.
                     prop_assert!(!started.contains(&key), "{} started downstream of a failure", key);
                     prop_assert!(outcome.blocked.contains(&key) || outcome.not_started.contains(&key));
                 } else {
@@ -406,8 +404,8 @@ mod tests {
         let scope = redeploy_scope(&deps, &[3]);
         assert_eq!(scope, BTreeSet::from([3]));
         let mut s = Schedule::new(&deps, &[0, 0, 0, 1], Direction::Deploy);
-        assert_eq!(s.next(), Some((3, 1)));
-        assert_eq!(s.next(), None);
+        assert_eq!(s.start_next(), Some((3, 1)));
+        assert_eq!(s.start_next(), None);
         s.finish(3, true);
         assert!(s.is_over() && s.outcome().is_complete());
 
@@ -415,10 +413,10 @@ mod tests {
         let scope = redeploy_scope(&deps, &[1]);
         assert_eq!(scope, BTreeSet::from([1, 2]));
         let mut s = Schedule::new(&deps, &[0, 1, 1, 0], Direction::Deploy);
-        assert_eq!(s.next(), Some((1, 1)));
-        assert_eq!(s.next(), None, "c waits for b");
+        assert_eq!(s.start_next(), Some((1, 1)));
+        assert_eq!(s.start_next(), None, "c waits for b");
         s.finish(1, true);
-        assert_eq!(s.next(), Some((2, 1)));
+        assert_eq!(s.start_next(), Some((2, 1)));
         s.finish(2, true);
         assert!(s.is_over() && s.outcome().is_complete());
     }
@@ -427,13 +425,13 @@ mod tests {
     fn destroy_waits_for_dependents_and_a_failure_keeps_dependencies() {
         let deps = vec![vec![], vec![0], vec![0]];
         let mut s = Schedule::new(&deps, &[1, 1, 2], Direction::Destroy);
-        let mut first: Vec<usize> = std::iter::from_fn(|| s.next().map(|(k, _)| k)).collect();
+        let mut first: Vec<usize> = std::iter::from_fn(|| s.start_next().map(|(k, _)| k)).collect();
         first.sort();
         assert_eq!(first, [1, 2]);
         s.finish(2, true);
         assert_eq!(s.finish(2, false), [0], "0 stays in place");
         s.finish(1, true);
-        assert_eq!(s.next(), None, "0 stays: a dependent failed to go");
+        assert_eq!(s.start_next(), None, "0 stays: a dependent failed to go");
         assert!(s.is_over());
         assert_eq!(
             s.outcome(),
@@ -449,8 +447,8 @@ mod tests {
     fn a_failed_dependency_blocks_its_dependents_at_once() {
         let deps = vec![vec![], vec![0], vec![1], vec![]];
         let mut s = Schedule::new(&deps, &[2, 1, 1, 1], Direction::Deploy);
-        assert_eq!(s.next(), Some((0, 2)));
-        assert_eq!(s.next(), Some((3, 1)));
+        assert_eq!(s.start_next(), Some((0, 2)));
+        assert_eq!(s.start_next(), Some((3, 1)));
         assert_eq!(s.finish(0, false), vec![1, 2]);
         assert!(s.finish(0, true).is_empty());
         s.finish(3, true);

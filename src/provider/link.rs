@@ -57,12 +57,14 @@ impl Link {
         })
     }
 
-    /// The provider's overall health (`grpc.health.v1`, service "").
-    pub async fn check_health(&self) -> Result<(), LinkError> {
+    /// The provider's overall health (`grpc.health.v1`, service ""), asked
+    /// with its own deadline (`within`; the link's when `None`).
+    pub async fn check_health(&self, within: Option<Duration>) -> Result<(), LinkError> {
         let mut health = self.health.clone();
         let answer = self
-            .call(
+            .call_within(
                 "Health.Check",
+                within.unwrap_or(self.deadline),
                 |request| async move { health.check(request).await },
                 HealthCheckRequest {
                     service: String::new(),
@@ -224,12 +226,27 @@ impl Link {
         F: FnOnce(tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
     {
+        self.call_within(call, self.deadline, send, message).await
+    }
+
+    async fn call_within<Req, Resp, F, Fut>(
+        &self,
+        call: &'static str,
+        deadline: Duration,
+        send: F,
+        message: Req,
+    ) -> Result<Resp, LinkError>
+    where
+        F: FnOnce(tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    {
         let mut request = tonic::Request::new(message);
-        request.set_timeout(self.deadline);
+        request.set_timeout(deadline);
         let started = std::time::Instant::now();
         let result = self.finish(
             call,
-            tokio::time::timeout(self.deadline, send(request)).await,
+            deadline,
+            tokio::time::timeout(deadline, send(request)).await,
         );
         crate::telemetry::record_provider_call(
             call,
@@ -242,18 +259,19 @@ impl Link {
     fn finish<Resp>(
         &self,
         call: &'static str,
+        deadline: Duration,
         answer: Result<Result<tonic::Response<Resp>, tonic::Status>, tokio::time::error::Elapsed>,
     ) -> Result<Resp, LinkError> {
         match answer {
             Ok(Ok(response)) => Ok(response.into_inner()),
             Ok(Err(status)) if is_deadline(&status) => Err(LinkError::Deadline {
                 call,
-                after: self.deadline,
+                after: deadline,
             }),
             Ok(Err(status)) => Err(refused(call, &status)),
             Err(_) => Err(LinkError::Deadline {
                 call,
-                after: self.deadline,
+                after: deadline,
             }),
         }
     }

@@ -31,6 +31,10 @@ use super::{ProviderStatus, Providers, rows, same_secret, token_hash};
 /// The name providers watch in `grpc.health.v1`.
 pub const REGISTRY_SERVICE: &str = "corbel.provider.v1.Registry";
 
+/// The shortest deadline of a health check: a busy machine may take this long
+/// to answer one, and a provider must not be restarted for that.
+const MIN_PROBE: Duration = Duration::from_secs(1);
+
 /// Longest path a unix socket address holds on Linux.
 const MAX_SOCKET_PATH: usize = 107;
 
@@ -197,7 +201,7 @@ impl Providers {
         let link = Link::dial(&endpoint, self.inner.settings.call_timeout)
             .await
             .map_err(|e| refuse(&slot, e.to_string()))?;
-        link.check_health()
+        link.check_health(None)
             .await
             .map_err(|e| refuse(&slot, e.to_string()))?;
         let config = super::merge(
@@ -305,6 +309,10 @@ impl Providers {
 
     /// Health-checks one link until it is replaced, dropped or fails twice in a
     /// row; a failed link is dropped and the provider marked `DISCONNECTED`.
+    ///
+    /// A check waits one interval (at least [`MIN_PROBE`]) for its answer, and a
+    /// failed check is repeated at once: a provider that freezes is declared
+    /// gone within three intervals of its last answer.
     async fn monitor(
         self,
         slot: std::sync::Arc<Slot>,
@@ -313,13 +321,22 @@ impl Providers {
         stop: CancellationToken,
     ) {
         let interval = self.inner.settings.health_interval;
+        let probe = interval
+            .max(MIN_PROBE)
+            .min(self.inner.settings.call_timeout.max(MIN_PROBE));
         let mut failures = 0;
         loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(interval) => {}
+            if failures == 0 {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(interval) => {}
+                }
             }
-            match link.check_health().await {
+            let checked = tokio::select! {
+                _ = stop.cancelled() => return,
+                checked = link.check_health(Some(probe)) => checked,
+            };
+            match checked {
                 Ok(()) => {
                     failures = 0;
                     slot.saw(Utc::now());

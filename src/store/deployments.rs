@@ -99,10 +99,12 @@ pub struct NewDeployment {
     pub expires_at: Option<DateTime<Utc>>,
 }
 
+/// Stores a new deployment with its first operation (`phase`) under way.
 pub async fn insert_deployment(
     db: &DatabaseConnection,
     new: NewDeployment,
     state: &str,
+    phase: &str,
 ) -> Result<DeploymentRow, DbErr> {
     let now = Utc::now();
     deployment::ActiveModel {
@@ -118,6 +120,8 @@ pub async fn insert_deployment(
         expires_at: Set(new.expires_at),
         created_at: Set(now),
         updated_at: Set(now),
+        operation_id: Set(Some(Uuid::now_v7())),
+        phase: Set(Some(phase.to_owned())),
     }
     .insert(db)
     .await
@@ -169,23 +173,77 @@ pub async fn list_deployments(
     Ok((rows, total))
 }
 
-pub async fn set_deployment_state(
+/// A deployment's new state, with its phase and error (both replaced), and
+/// a new operation id when one starts.
+pub struct DeploymentChange<'a> {
+    pub state: &'a str,
+    /// `None` once settled.
+    pub phase: Option<&'a str>,
+    pub error: Option<&'a str>,
+    /// `Some` starts a new operation; `None` keeps the current one.
+    pub operation_id: Option<Uuid>,
+}
+
+pub async fn change_deployment(
     db: &impl ConnectionTrait,
     id: Uuid,
-    state: &str,
-    error: Option<&str>,
+    change: DeploymentChange<'_>,
 ) -> Result<(), DbErr> {
-    deployment::Entity::update_many()
-        .col_expr(deployment::Column::State, Expr::value(state))
+    let mut update = deployment::Entity::update_many()
+        .col_expr(deployment::Column::State, Expr::value(change.state))
+        .col_expr(
+            deployment::Column::Phase,
+            Expr::value(change.phase.map(str::to_owned)),
+        )
         .col_expr(
             deployment::Column::Error,
-            Expr::value(error.map(str::to_owned)),
+            Expr::value(change.error.map(str::to_owned)),
         )
-        .col_expr(deployment::Column::UpdatedAt, Expr::value(Utc::now()))
+        .col_expr(deployment::Column::UpdatedAt, Expr::value(Utc::now()));
+    if let Some(operation) = change.operation_id {
+        update = update.col_expr(deployment::Column::OperationId, Expr::value(operation));
+    }
+    update
         .filter(deployment::Column::Id.eq(id))
         .exec(db)
         .await
         .map(drop)
+}
+
+/// Starts a redeploy in one transaction: the deployment's new operation, and
+/// the nodes of `keys` holding (or maybe holding) a resource marked
+/// `to_destroy`.
+pub async fn begin_redeploy(
+    db: &DatabaseConnection,
+    id: Uuid,
+    deployment: DeploymentChange<'_>,
+    keys: &[String],
+    holding: &[&str],
+    to_destroy: &str,
+) -> Result<(), DbErr> {
+    let txn = db.begin().await?;
+    change_deployment(&txn, id, deployment).await?;
+    mark_nodes(&txn, id, keys, holding, to_destroy).await?;
+    txn.commit().await
+}
+
+/// Moves the nodes of `keys` that are in one of `from` states to `to`.
+pub async fn mark_nodes(
+    db: &impl ConnectionTrait,
+    deployment_id: Uuid,
+    keys: &[String],
+    from: &[&str],
+    to: &str,
+) -> Result<u64, DbErr> {
+    Ok(deployment_node::Entity::update_many()
+        .col_expr(deployment_node::Column::State, Expr::value(to))
+        .col_expr(deployment_node::Column::UpdatedAt, Expr::value(Utc::now()))
+        .filter(deployment_node::Column::DeploymentId.eq(deployment_id))
+        .filter(deployment_node::Column::Key.is_in(keys.iter().cloned()))
+        .filter(deployment_node::Column::State.is_in(from.iter().copied()))
+        .exec(db)
+        .await?
+        .rows_affected)
 }
 
 pub async fn set_expiry(
@@ -266,7 +324,12 @@ pub async fn insert_nodes(
             .exec_without_returning(&txn)
             .await?;
     }
-    set_deployment_state(&txn, deployment_id, deployment_state, None).await?;
+    deployment::Entity::update_many()
+        .col_expr(deployment::Column::State, Expr::value(deployment_state))
+        .col_expr(deployment::Column::UpdatedAt, Expr::value(Utc::now()))
+        .filter(deployment::Column::Id.eq(deployment_id))
+        .exec(&txn)
+        .await?;
     txn.commit().await
 }
 
@@ -359,21 +422,6 @@ pub async fn change_node(
         .map(drop)
 }
 
-/// Moves every node of `deployment_id` in `from` states (all when empty) to
-/// `change.state`.
-pub async fn change_nodes(
-    db: &DatabaseConnection,
-    deployment_id: Uuid,
-    keys: Option<&[String]>,
-    change: NodeChange,
-) -> Result<(), DbErr> {
-    let mut update = apply(change).filter(deployment_node::Column::DeploymentId.eq(deployment_id));
-    if let Some(keys) = keys {
-        update = update.filter(deployment_node::Column::Key.is_in(keys.iter().cloned()));
-    }
-    update.exec(db).await.map(drop)
-}
-
 // ---- the journal ----
 
 /// An event to store with a state change, in the same transaction.
@@ -404,6 +452,8 @@ async fn insert_event_in(
 
 /// The node's state, the journal entry for the call about to be made, and the
 /// event saying so, in one transaction. Returns the entry's id and the event.
+/// Older entries of the node go: the new call supersedes them (calls are
+/// idempotent per resource, and the new one settles whatever they left).
 pub async fn begin_call(
     db: &DatabaseConnection,
     node: &NodeRow,
@@ -414,6 +464,10 @@ pub async fn begin_call(
 ) -> Result<(Uuid, EventRow), DbErr> {
     let txn = db.begin().await?;
     change_node(&txn, node.id, change).await?;
+    journal::Entity::delete_many()
+        .filter(journal::Column::NodeId.eq(node.id))
+        .exec(&txn)
+        .await?;
     let id = Uuid::now_v7();
     journal::ActiveModel {
         id: Set(id),
@@ -465,6 +519,18 @@ pub async fn journal(db: &DatabaseConnection) -> Result<Vec<JournalRow>, DbErr> 
         .await
 }
 
+/// The entries of one deployment, oldest first.
+pub async fn journal_of(
+    db: &DatabaseConnection,
+    deployment_id: Uuid,
+) -> Result<Vec<JournalRow>, DbErr> {
+    journal::Entity::find()
+        .filter(journal::Column::DeploymentId.eq(deployment_id))
+        .order_by_asc(journal::Column::CreatedAt)
+        .all(db)
+        .await
+}
+
 pub async fn journal_len(db: &DatabaseConnection) -> Result<u64, DbErr> {
     journal::Entity::find().count(db).await
 }
@@ -479,13 +545,17 @@ pub async fn insert_event(
     insert_event_in(db, deployment_id, event).await
 }
 
+/// Events of a deployment after `after` (an event id; 0 for all), oldest
+/// first.
 pub async fn events_of(
     db: &DatabaseConnection,
     deployment_id: Uuid,
+    after: i64,
     limit: u64,
 ) -> Result<Vec<EventRow>, DbErr> {
     deployment_event::Entity::find()
         .filter(deployment_event::Column::DeploymentId.eq(deployment_id))
+        .filter(deployment_event::Column::Id.gt(after))
         .order_by_asc(deployment_event::Column::Id)
         .limit(limit)
         .all(db)

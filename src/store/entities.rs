@@ -298,6 +298,12 @@ pub mod deployment {
         pub expires_at: Option<DateTimeUtc>,
         pub created_at: DateTimeUtc,
         pub updated_at: DateTimeUtc,
+        /// The operation under way or last run (deploy, redeploy, destroy);
+        /// nodes it deploys carry it as their `run_id`.
+        pub operation_id: Option<Uuid>,
+        /// What the operation is doing: `DEPLOY`, `ROLLBACK` or `DESTROY`;
+        /// `None` once the deployment is settled.
+        pub phase: Option<String>,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

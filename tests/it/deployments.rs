@@ -806,7 +806,10 @@ async fn provider_faults_fail_the_deployment_with_the_reason() {
     let failed = settled(&app, &id, &["FAILED", "DESTROYED"]).await;
     assert_eq!(failed["state"], "FAILED", "{failed}");
     let error = failed["error"].as_str().unwrap();
-    assert!(error.contains("not connected (waited 1 s)"), "{error}");
+    assert!(
+        error.contains("is not connected (UNLOADED; waited 1 s)"),
+        "{error}"
+    );
     app.stop().await;
 }
 

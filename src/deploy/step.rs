@@ -1,0 +1,474 @@
+//! One step: one provider call for one resource node, journaled.
+//!
+//! [`Deployments::journaled_call`] owns both transactions around the call:
+//! before it, the node's new state, the journal entry and the event; after
+//! it, the result, the entry's end and the event. A call whose outcome is lost
+//! (the provider went away or hung past the deadline) is made again once the
+//! provider is back: `DeployResource` and `DestroyResource` are idempotent per
+//! resource id (the protocol's contract), so a retry settles whatever the lost
+//! call did. Retries are bounded and announced in the deployment's events. A
+//! call given up on keeps its journal entry, and `recovery` settles it when
+//! the provider returns.
+
+use std::fmt;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use super::{Deployments, EventKind, Intent, NodeState};
+use crate::provider::{ProviderError, ProviderStatus, ResourceCall, ResourceProgress};
+use crate::store::deployments::{self as rows, NodeChange, NodeRow};
+
+/// Tries of a deploy call before it fails: the first and two retries.
+const DEPLOY_ATTEMPTS: u32 = 3;
+/// Tries of a destroy call: a rollback or destroy aimed at a provider that is
+/// restarting or hung keeps trying longer than a deploy.
+const DESTROY_ATTEMPTS: u32 = 6;
+
+/// Why a step did not succeed.
+#[derive(Debug)]
+pub(super) enum StepError {
+    /// The provider answered: the work itself failed.
+    Failed(String),
+    /// The provider could not be reached, or the call's outcome was lost,
+    /// every time it was tried.
+    Unavailable(String),
+    /// The node cannot be called: no provider, a config that does not render.
+    Invalid(String),
+    /// Corbel could not store what happened.
+    Store(String),
+    /// The server is stopping: the call was not made, or its outcome is left
+    /// in the journal for the next start.
+    Stopping,
+}
+
+impl fmt::Display for StepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StepError::Failed(m)
+            | StepError::Unavailable(m)
+            | StepError::Invalid(m)
+            | StepError::Store(m) => f.write_str(m),
+            StepError::Stopping => f.write_str("the server is stopping"),
+        }
+    }
+}
+
+/// A provider that is not connected: why, and whether it may come back on
+/// its own (loading, restarting) or not (failed, unloaded).
+struct NotReady {
+    message: String,
+    coming: bool,
+}
+
+/// The call a step makes.
+enum Call {
+    Deploy {
+        config: Value,
+        dependency_outputs: Vec<(String, Value)>,
+        operation: Uuid,
+    },
+    Destroy,
+}
+
+impl Call {
+    fn intent(&self) -> Intent {
+        match self {
+            Call::Deploy { .. } => Intent::Deploy,
+            Call::Destroy => Intent::Destroy,
+        }
+    }
+}
+
+impl Deployments {
+    /// Deploys one node; returns its outputs.
+    pub(super) async fn deploy_node(
+        &self,
+        node: NodeRow,
+        config: Value,
+        dependency_outputs: Vec<(String, Value)>,
+        operation: Uuid,
+    ) -> Result<Value, StepError> {
+        let Some(provider) = node.provider_id else {
+            let error = "no provider was chosen for it".to_owned();
+            self.fail_node(&node, &error).await;
+            return Err(StepError::Invalid(error));
+        };
+        let call = Call::Deploy {
+            config,
+            dependency_outputs,
+            operation,
+        };
+        self.journaled_call(&node, provider, call).await
+    }
+
+    /// Destroys one node's resource. A node that never reached its provider
+    /// is simply marked destroyed.
+    pub(super) async fn destroy_node(&self, node: NodeRow) -> Result<(), StepError> {
+        let state = NodeState::parse(&node.state).map_err(|e| StepError::Store(e.to_string()))?;
+        let never_created = matches!(
+            state,
+            NodeState::ToDeploy | NodeState::Tainted | NodeState::Waiting | NodeState::Destroyed
+        ) || node.run_id.is_none();
+        match node.provider_id.filter(|_| !never_created) {
+            Some(provider) => self
+                .journaled_call(&node, provider, Call::Destroy)
+                .await
+                .map(drop),
+            None => rows::change_node(&self.inner.db, node.id, destroyed())
+                .await
+                .map_err(|e| StepError::Store(format!("cannot store the node: {e}"))),
+        }
+    }
+
+    /// Makes one call, journaled, retrying a lost outcome once the provider
+    /// is back.
+    async fn journaled_call(
+        &self,
+        node: &NodeRow,
+        provider: Uuid,
+        call: Call,
+    ) -> Result<Value, StepError> {
+        let intent = call.intent();
+        let attempts = match intent {
+            Intent::Deploy => DEPLOY_ATTEMPTS,
+            Intent::Destroy => DESTROY_ATTEMPTS,
+        };
+        let mut entry: Option<Uuid> = None;
+        let mut attempt = 1;
+        loop {
+            if self.inner.stopping.is_cancelled() {
+                return Err(StepError::Stopping);
+            }
+            let error = match self.provider_ready(provider).await {
+                Err(not_ready) if !not_ready.coming => {
+                    return Err(self.give_up(node, entry, not_ready.message).await);
+                }
+                Err(not_ready) => not_ready.message,
+                Ok(()) => {
+                    let entry = match entry {
+                        Some(entry) => entry,
+                        None => *entry.insert(self.begin(node, provider, &call).await?),
+                    };
+                    match self.call_provider(node, provider, &call).await {
+                        Ok(outputs) => {
+                            self.finish(node, entry, intent, &outputs).await?;
+                            crate::telemetry::record_deploy_step(intent.as_str(), "complete");
+                            return Ok(outputs);
+                        }
+                        Err(ProviderError::Failed { message, .. }) => {
+                            self.finish_failed(node, entry, &message).await;
+                            crate::telemetry::record_deploy_step(intent.as_str(), "failed");
+                            return Err(StepError::Failed(message));
+                        }
+                        Err(lost) => {
+                            crate::telemetry::record_deploy_step(intent.as_str(), "lost");
+                            format!("{} lost: {lost}", call_name(intent))
+                        }
+                    }
+                }
+            };
+            if attempt >= attempts {
+                return Err(self.give_up(node, entry, error).await);
+            }
+            if self.inner.stopping.is_cancelled() {
+                return Err(StepError::Stopping);
+            }
+            attempt += 1;
+            self.record(
+                node.deployment_id,
+                EventKind::Log,
+                Some(&node_label(node)),
+                None,
+                format!("{error}; trying again (attempt {attempt} of {attempts})"),
+            )
+            .await;
+        }
+    }
+
+    /// Gives up on a call: the node says why. An entry left in the journal
+    /// (the outcome is unknown) is settled once the provider is back.
+    async fn give_up(&self, node: &NodeRow, entry: Option<Uuid>, error: String) -> StepError {
+        self.fail_node(node, &error).await;
+        if entry.is_some() {
+            self.settle_later(node.deployment_id);
+        }
+        StepError::Unavailable(error)
+    }
+
+    /// The transaction before a call.
+    async fn begin(&self, node: &NodeRow, provider: Uuid, call: &Call) -> Result<Uuid, StepError> {
+        let (change, state, message) = match call {
+            Call::Deploy {
+                config, operation, ..
+            } => (
+                NodeChange {
+                    state: NodeState::InProgress.as_str().to_owned(),
+                    config: Some(config.to_string()),
+                    error: Some(None),
+                    run_id: Some(Some(*operation)),
+                    ..NodeChange::default()
+                },
+                NodeState::InProgress,
+                "deploying",
+            ),
+            Call::Destroy => (
+                NodeChange {
+                    state: NodeState::Destroying.as_str().to_owned(),
+                    ..NodeChange::default()
+                },
+                NodeState::Destroying,
+                "destroying",
+            ),
+        };
+        let _order = self.event_order(node.deployment_id).await;
+        let (entry, event) = rows::begin_call(
+            &self.inner.db,
+            node,
+            provider,
+            call.intent().as_str(),
+            change,
+            node_change_event(node, state, message),
+        )
+        .await
+        .map_err(|e| StepError::Store(format!("cannot journal the call: {e}")))?;
+        self.publish(event);
+        Ok(entry)
+    }
+
+    /// The transaction after a call that succeeded.
+    async fn finish(
+        &self,
+        node: &NodeRow,
+        entry: Uuid,
+        intent: Intent,
+        outputs: &Value,
+    ) -> Result<(), StepError> {
+        let (change, state, message) = match intent {
+            Intent::Deploy => (
+                NodeChange {
+                    state: NodeState::Complete.as_str().to_owned(),
+                    outputs: Some(Some(outputs.to_string())),
+                    ..NodeChange::default()
+                },
+                NodeState::Complete,
+                "deployed",
+            ),
+            Intent::Destroy => (destroyed(), NodeState::Destroyed, "destroyed"),
+        };
+        self.finish_call(
+            node,
+            entry,
+            change,
+            Some(node_change_event(node, state, message)),
+        )
+        .await
+        .map_err(|e| StepError::Store(format!("cannot store the result: {e}")))
+    }
+
+    async fn finish_failed(&self, node: &NodeRow, entry: Uuid, error: &str) {
+        let change = NodeChange {
+            state: NodeState::Failed.as_str().to_owned(),
+            error: Some(Some(error.to_owned())),
+            ..NodeChange::default()
+        };
+        let event = node_change_event(node, NodeState::Failed, error);
+        if let Err(e) = self.finish_call(node, entry, change, Some(event)).await {
+            tracing::error!(deployment.id = %node.deployment_id, error = %e, "cannot store a failure");
+        }
+    }
+
+    /// Stores a call's result, ends its journal entry and publishes the event,
+    /// in order with the deployment's other events.
+    pub(super) async fn finish_call(
+        &self,
+        node: &NodeRow,
+        entry: Uuid,
+        change: NodeChange,
+        event: Option<rows::NewEvent>,
+    ) -> Result<(), sea_orm::DbErr> {
+        let _order = self.event_order(node.deployment_id).await;
+        let stored = rows::finish_call(&self.inner.db, node, entry, change, event).await?;
+        stored.into_iter().for_each(|e| self.publish(e));
+        Ok(())
+    }
+
+    /// Makes the call, recording its progress and log events before its
+    /// result is recorded.
+    async fn call_provider(
+        &self,
+        node: &NodeRow,
+        provider: Uuid,
+        call: &Call,
+    ) -> Result<Value, ProviderError> {
+        let (tx, mut rx) = mpsc::unbounded_channel::<ResourceProgress>();
+        let recorder = {
+            let this = self.clone();
+            let node = node.clone();
+            tokio::spawn(async move {
+                while let Some(p) = rx.recv().await {
+                    let (kind, message) = match p {
+                        ResourceProgress::Progress { percent, message } => {
+                            (EventKind::Progress, format!("{percent}% {message}"))
+                        }
+                        ResourceProgress::Log(line) => (EventKind::Log, line),
+                    };
+                    this.record(
+                        node.deployment_id,
+                        kind,
+                        Some(&node_label(&node)),
+                        None,
+                        message,
+                    )
+                    .await;
+                }
+            })
+        };
+        let progress = move |p| {
+            let _ = tx.send(p);
+        };
+        let providers = &self.inner.providers;
+        let result = match call {
+            Call::Deploy {
+                config,
+                dependency_outputs,
+                ..
+            } => {
+                let resource = ResourceCall {
+                    config: config.clone(),
+                    dependency_outputs: dependency_outputs.clone(),
+                    ..resource_call(node)
+                };
+                providers.deploy(provider, resource, progress).await
+            }
+            Call::Destroy => {
+                let outputs: Value = node
+                    .outputs
+                    .as_deref()
+                    .and_then(|o| serde_json::from_str(o).ok())
+                    .unwrap_or_else(|| serde_json::json!({}));
+                providers
+                    .destroy(provider, resource_call(node), &outputs, progress)
+                    .await
+                    .map(|()| serde_json::json!({}))
+            }
+        };
+        let _ = recorder.await;
+        result
+    }
+
+    /// Marks a node failed, with an event.
+    pub(super) async fn fail_node(&self, node: &NodeRow, error: &str) {
+        let change = NodeChange {
+            state: NodeState::Failed.as_str().to_owned(),
+            error: Some(Some(error.to_owned())),
+            ..NodeChange::default()
+        };
+        if let Err(e) = rows::change_node(&self.inner.db, node.id, change).await {
+            tracing::error!(deployment.id = %node.deployment_id, error = %e, "cannot store a failure");
+        }
+        self.record(
+            node.deployment_id,
+            EventKind::Node,
+            Some(&node_label(node)),
+            Some(NodeState::Failed.as_str()),
+            error.to_owned(),
+        )
+        .await;
+    }
+
+    /// Waits (bounded) for a provider that is not connected now: one that is
+    /// restarting, or still loading after a server restart.
+    async fn provider_ready(&self, provider: Uuid) -> Result<(), NotReady> {
+        let wait = self.inner.settings.provider_wait;
+        if self.inner.providers.wait_connected(provider, wait).await {
+            return Ok(());
+        }
+        let (name, status) = match self.inner.providers.get(provider).await {
+            Ok(p) => (format!("`{}`", p.name), Some(p.status)),
+            Err(_) => (provider.to_string(), None),
+        };
+        let coming = status.is_some_and(|s| match s {
+            ProviderStatus::Fetching
+            | ProviderStatus::Building
+            | ProviderStatus::Starting
+            | ProviderStatus::Registering
+            | ProviderStatus::Disconnected
+            | ProviderStatus::Connected => true,
+            ProviderStatus::Unloaded | ProviderStatus::Failed | ProviderStatus::Unloading => false,
+        });
+        Err(NotReady {
+            message: format!(
+                "provider {name} is not connected ({}; waited {} s)",
+                status.map_or("unknown", ProviderStatus::as_str),
+                wait.as_secs()
+            ),
+            coming,
+        })
+    }
+
+    /// Waits for a provider before a run asks it anything: as long as a step
+    /// would, and failing the same way.
+    pub(super) async fn await_provider(&self, provider: Uuid) -> Result<(), String> {
+        let mut attempt = 1;
+        loop {
+            match self.provider_ready(provider).await {
+                Ok(()) => return Ok(()),
+                Err(not_ready) if !not_ready.coming || attempt >= DEPLOY_ATTEMPTS => {
+                    return Err(not_ready.message);
+                }
+                Err(_) if self.inner.stopping.is_cancelled() => {
+                    return Err("the server is stopping".into());
+                }
+                Err(_) => attempt += 1,
+            }
+        }
+    }
+}
+
+fn call_name(intent: Intent) -> &'static str {
+    match intent {
+        Intent::Deploy => "DeployResource",
+        Intent::Destroy => "DestroyResource",
+    }
+}
+
+pub(super) fn destroyed() -> NodeChange {
+    NodeChange {
+        state: NodeState::Destroyed.as_str().to_owned(),
+        outputs: Some(None),
+        ..NodeChange::default()
+    }
+}
+
+/// The call that names a node's resource to its provider.
+pub(super) fn resource_call(node: &NodeRow) -> ResourceCall {
+    ResourceCall {
+        key: node.key.clone(),
+        resource_type: node.resource_type.clone(),
+        config: node
+            .config
+            .as_deref()
+            .and_then(|c| serde_json::from_str(c).ok())
+            .unwrap_or_else(|| serde_json::json!({})),
+        resource_id: node.id.to_string(),
+        node: node.node.clone(),
+        dependency_outputs: Vec::new(),
+    }
+}
+
+/// The event recording a node's new state.
+pub(super) fn node_change_event(node: &NodeRow, state: NodeState, message: &str) -> rows::NewEvent {
+    rows::NewEvent {
+        kind: EventKind::Node.as_str().to_owned(),
+        node_key: Some(node_label(node)),
+        state: Some(state.as_str().to_owned()),
+        message: message.to_owned(),
+    }
+}
+
+/// `web[2]`: a node as events name it.
+pub(super) fn node_label(node: &NodeRow) -> String {
+    format!("{}[{}]", node.key, node.replica)
+}
