@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex as SyncMutex, RwLock};
 use std::time::Duration;
 
-use corbel_provider_sdk::records::DEFAULT_STATE_DIR;
+use corbel_provider_sdk::records::{DEFAULT_STATE_DIR, StateLock};
 use corbel_provider_sdk::serde_json::{Value, json};
 use corbel_provider_sdk::{
     Events, Failure, Provider, ProviderInfo, Status, StepResult, async_trait, proto,
@@ -71,6 +71,29 @@ impl ProcessProvider {
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone()
+    }
+
+    /// Waits until no other process holds `CORBEL_STATE_DIR`, then holds it
+    /// for as long as the lock lives, so two instances (an old one finishing
+    /// its calls after Corbel went away, and its successor) never act on one
+    /// resource at once. `None` when the state directory is not from the
+    /// environment (a configured one may change while running).
+    pub async fn lock_state_dir(&self) -> std::io::Result<Option<StateLock>> {
+        let Some(dir) = self.env_state_dir.clone() else {
+            return Ok(None);
+        };
+        lifecycle::blocking(move || {
+            if let Some(lock) = StateLock::try_acquire(&dir)? {
+                return Ok(Some(lock));
+            }
+            // Before `serve`, so no logging yet: Corbel keeps stderr.
+            eprintln!(
+                "process: another instance holds {}; waiting for it to exit",
+                StateLock::path(&dir).display()
+            );
+            StateLock::acquire(&dir).map(Some)
+        })
+        .await
     }
 
     /// Where records and logs are kept now.

@@ -342,6 +342,85 @@ fn liveness_tells_a_reused_pid_apart() {
     assert_eq!(procfs::liveness(me, stat.start_time ^ 1), Liveness::Reused);
 }
 
+/// The provider binary, started the way Corbel starts it.
+fn binary(registry: &TestRegistry, id: &str, state: &Path) -> tokio::process::Child {
+    binary_with_stderr(registry, id, state, std::process::Stdio::inherit())
+}
+
+fn binary_with_stderr(
+    registry: &TestRegistry,
+    id: &str,
+    state: &Path,
+    stderr: std::process::Stdio,
+) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_corbel-provider-process"))
+        .envs(registry.env(id))
+        .env("CORBEL_STATE_DIR", state)
+        .stdin(std::process::Stdio::null())
+        .stderr(stderr)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+async fn sigterm_and_wait(provider: &mut tokio::process::Child) {
+    kill(
+        Pid::from_raw(provider.id().unwrap() as i32),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = tokio::time::timeout(corbel_provider_sdk::testing::DEADLINE, provider.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+/// A restarted Corbel may start a new instance while the old one still
+/// finishes a call: the new one waits until the old one is gone.
+#[tokio::test]
+async fn a_second_binary_on_one_state_dir_waits_for_the_first_to_exit() {
+    use corbel_provider_sdk::testing::DEADLINE;
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let state = tempfile::tempdir().unwrap();
+    let registry = TestRegistry::start().await;
+    let mut first = binary(&registry, "process-1", state.path());
+    registry
+        .wait_for_registrations(1, DEADLINE)
+        .await
+        .expect("the first registers");
+
+    let mut second = binary_with_stderr(
+        &registry,
+        "process-2",
+        state.path(),
+        std::process::Stdio::piped(),
+    );
+    let mut stderr = BufReader::new(second.stderr.take().unwrap()).lines();
+    let waiting = tokio::time::timeout(DEADLINE, async {
+        while let Some(line) = stderr.next_line().await.unwrap() {
+            if line.contains("waiting for it to exit") {
+                return line;
+            }
+        }
+        panic!("the second exited without waiting");
+    })
+    .await
+    .expect("the second says it waits");
+    assert!(waiting.contains(".lock"), "{waiting}");
+    // It waits before registering.
+    assert_eq!(registry.registrations().len(), 1);
+
+    sigterm_and_wait(&mut first).await;
+    let registered = registry
+        .wait_for_registrations(2, DEADLINE)
+        .await
+        .expect("the second registers once the first is gone");
+    assert_eq!(registered[1].request.id, "process-2");
+    sigterm_and_wait(&mut second).await;
+}
+
 /// The real binary, started the way Corbel starts it: its services outlive
 /// it, and do not inherit its registration.
 #[tokio::test]
@@ -352,13 +431,7 @@ async fn services_outlive_the_provider_binary_and_do_not_inherit_its_registratio
     let state = tempfile::tempdir().unwrap();
     let registry = TestRegistry::start().await;
     let environment = registry.env("process-1");
-    let mut provider = tokio::process::Command::new(env!("CARGO_BIN_EXE_corbel-provider-process"))
-        .envs(environment.clone())
-        .env("CORBEL_STATE_DIR", state.path())
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut provider = binary(&registry, "process-1", state.path());
     let registered = registry
         .wait_for_registrations(1, DEADLINE)
         .await
@@ -413,16 +486,7 @@ async fn services_outlive_the_provider_binary_and_do_not_inherit_its_registratio
         "{seen}"
     );
 
-    kill(
-        Pid::from_raw(provider.id().unwrap() as i32),
-        Signal::SIGTERM,
-    )
-    .unwrap();
-    let status = tokio::time::timeout(DEADLINE, provider.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(status.code(), Some(0));
+    sigterm_and_wait(&mut provider).await;
     assert_eq!(registry.unregistrations().len(), 1);
     assert!(running(pid), "the service died with its provider");
     killpg(Pid::from_raw(pid), Signal::SIGKILL).unwrap();

@@ -43,7 +43,7 @@ pub use error::SdkError;
 pub use provider::{
     Events, Failure, InventorySink, Provider, ProviderInfo, Registration, StepError, StepResult,
 };
-pub use records::Records;
+pub use records::{Records, StateLock};
 pub use serve::{REGISTRY_HEALTH_SERVICE, Stopped, connect, serve, serve_with};
 pub use settings::{
     ENV_PROVIDER_ID, ENV_PROVIDER_TOKEN, ENV_REGISTRY, ENV_SOCKET_DIR, ENV_STATE_DIR, PROVIDER_ENV,

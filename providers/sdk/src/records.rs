@@ -169,6 +169,58 @@ impl Records {
     }
 }
 
+/// One process at a time per state directory: an exclusive advisory lock
+/// (`flock`) on `<state_dir>/.lock`, released when dropped or when the process
+/// dies, however it dies.
+///
+/// Why a provider wants it: when Corbel goes away the SDK lets calls in flight
+/// finish (for `Settings::shutdown_grace`), and a stopped (SIGSTOP) provider
+/// may finish them much later, while a restarted Corbel has already started a
+/// new instance. Two instances acting on one resource could both create it.
+/// Held for the life of the process, this makes the new instance wait for the
+/// old one to be gone.
+#[derive(Debug)]
+pub struct StateLock {
+    /// Holds the lock while open.
+    _file: File,
+}
+
+impl StateLock {
+    /// The file locked in `state_dir`.
+    pub fn path(state_dir: impl AsRef<Path>) -> PathBuf {
+        state_dir.as_ref().join(".lock")
+    }
+
+    /// Waits until this process holds the lock (the directory is created).
+    pub fn acquire(state_dir: impl AsRef<Path>) -> io::Result<StateLock> {
+        let (file, path) = Self::open(state_dir.as_ref())?;
+        file.lock().map_err(|e| named(&path, "cannot lock", e))?;
+        Ok(StateLock { _file: file })
+    }
+
+    /// The lock, or `None` if another process holds it.
+    pub fn try_acquire(state_dir: impl AsRef<Path>) -> io::Result<Option<StateLock>> {
+        let (file, path) = Self::open(state_dir.as_ref())?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(StateLock { _file: file })),
+            Err(fs::TryLockError::WouldBlock) => Ok(None),
+            Err(fs::TryLockError::Error(error)) => Err(named(&path, "cannot lock", error)),
+        }
+    }
+
+    fn open(state_dir: &Path) -> io::Result<(File, PathBuf)> {
+        fs::create_dir_all(state_dir).map_err(|e| named(state_dir, "cannot create", e))?;
+        let path = Self::path(state_dir);
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| named(&path, "cannot open", e))?;
+        Ok((file, path))
+    }
+}
+
 /// A resource id as a file name: bytes outside `[A-Za-z0-9_-]` (and a `.`
 /// that would come first) become `%XX`, so no id can name another directory,
 /// a hidden file, or another id's file. The empty id is `%`.
@@ -321,6 +373,32 @@ mod tests {
         assert_eq!(
             records.read::<Greeting>("a%2Fb").unwrap(),
             Some(greeting("a%2Fb", 2))
+        );
+    }
+
+    #[test]
+    fn a_state_directory_is_locked_by_one_holder_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let held = StateLock::try_acquire(&state)
+            .unwrap()
+            .expect("free at first");
+        // Another open file description is another holder, as another process is.
+        assert!(StateLock::try_acquire(&state).unwrap().is_none());
+        let waiting = std::thread::spawn({
+            let state = state.clone();
+            move || StateLock::acquire(&state).unwrap()
+        });
+        drop(held);
+        let second = waiting.join().unwrap();
+        assert!(StateLock::try_acquire(&state).unwrap().is_none());
+        drop(second);
+        assert!(StateLock::try_acquire(&state).unwrap().is_some());
+        // The lock file sits beside the records, not among them.
+        assert_eq!(StateLock::path(&state), state.join(".lock"));
+        assert_eq!(
+            Records::in_state_dir(&state).ids().unwrap(),
+            Vec::<String>::new()
         );
     }
 
