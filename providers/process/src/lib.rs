@@ -6,7 +6,9 @@
 //! (see [`lifecycle`]). Inspect and destroy find a service by its record (pid
 //! plus start time) or, when a provider died before recording the pid, by its
 //! tag; a deploy adopts such a process instead of starting a second one. So a
-//! restarted provider manages what its predecessor started, or began to.
+//! restarted provider manages what its predecessor started, or began to. The
+//! binary holds a lock on its state directory ([`ProcessProvider::lock_state_dir`])
+//! so that it and its predecessor never run at once.
 
 pub mod config;
 pub mod lifecycle;
