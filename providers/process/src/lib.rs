@@ -1,45 +1,44 @@
 //! The reference Corbel provider: each `process.v1.service` resource is a
 //! local process in its own process group, outliving the provider itself.
 //!
-//! Deploy spawns and records it in the state directory; inspect and destroy
-//! find it again by that record (pid plus start time), so a restarted
-//! provider manages what its predecessor started.
+//! Exactly once: deploy records its intent durably before it spawns, tags the
+//! process with its resource id (`CORBEL_RESOURCE_ID`), then records the pid
+//! (see [`lifecycle`]). Inspect and destroy find a service by its record (pid
+//! plus start time) or, when a provider died before recording the pid, by its
+//! tag; a deploy adopts such a process instead of starting a second one. So a
+//! restarted provider manages what its predecessor started, or began to. The
+//! binary holds a lock on its state directory ([`ProcessProvider::lock_state_dir`])
+//! so that it and its predecessor never run at once.
 
 pub mod config;
+pub mod lifecycle;
 pub mod procfs;
 pub mod state;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex as SyncMutex, RwLock};
 use std::time::Duration;
 
+use corbel_provider_sdk::records::{DEFAULT_STATE_DIR, StateLock};
 use corbel_provider_sdk::serde_json::{Value, json};
 use corbel_provider_sdk::{
     Events, Failure, Provider, ProviderInfo, Status, StepResult, async_trait, proto,
 };
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
-use tokio::process::Command;
 use tokio::sync::Mutex;
 
 use crate::config::{ProviderConfig, ServiceConfig};
+use crate::lifecycle::shell_words;
 use crate::procfs::Liveness;
-use crate::state::{Record, StateDir};
+use crate::state::{Phase, Record, StateDir};
 
 pub const RESOURCE_TYPE: &str = "process.v1.service";
 /// Overrides the `state_dir` configuration key.
-pub const ENV_STATE_DIR: &str = "CORBEL_STATE_DIR";
+pub use corbel_provider_sdk::ENV_STATE_DIR;
 /// A service still running this long after spawn counts as started.
 const STARTUP_CHECK: Duration = Duration::from_millis(200);
-/// How long a SIGKILLed group may take to disappear before destroy gives up.
-const KILL_WAIT: Duration = Duration::from_secs(5);
-/// How often destroy looks whether the group is gone.
-const EXIT_POLL: Duration = Duration::from_millis(20);
-/// Lines of a failed service's output quoted in the failure.
-const LOG_TAIL_LINES: usize = 20;
 
 pub struct ProcessProvider {
     /// `CORBEL_STATE_DIR`, read once at start; wins over the configuration.
@@ -51,7 +50,7 @@ pub struct ProcessProvider {
 
 impl ProcessProvider {
     /// A provider whose state directory is `env_state_dir` if given, else the
-    /// configured `state_dir`, else `./state`.
+    /// configured `state_dir`, else `./state` (the SDK's default).
     pub fn new(env_state_dir: Option<PathBuf>) -> Self {
         ProcessProvider {
             env_state_dir,
@@ -76,12 +75,36 @@ impl ProcessProvider {
             .clone()
     }
 
-    fn state(&self) -> StateDir {
+    /// Waits until no other process holds `CORBEL_STATE_DIR`, then holds it
+    /// for as long as the lock lives, so two instances (an old one finishing
+    /// its calls after Corbel went away, and its successor) never act on one
+    /// resource at once. `None` when the state directory is not from the
+    /// environment (a configured one may change while running).
+    pub async fn lock_state_dir(&self) -> std::io::Result<Option<StateLock>> {
+        let Some(dir) = self.env_state_dir.clone() else {
+            return Ok(None);
+        };
+        lifecycle::blocking(move || {
+            if let Some(lock) = StateLock::try_acquire(&dir)? {
+                return Ok(Some(lock));
+            }
+            // Before `serve`, so no logging yet: Corbel keeps stderr.
+            eprintln!(
+                "process: another instance holds {}; waiting for it to exit",
+                StateLock::path(&dir).display()
+            );
+            StateLock::acquire(&dir).map(Some)
+        })
+        .await
+    }
+
+    /// Where records and logs are kept now.
+    pub fn state(&self) -> StateDir {
         let dir = self
             .env_state_dir
             .clone()
             .or_else(|| self.config().state_dir)
-            .unwrap_or_else(|| PathBuf::from("./state"));
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
         StateDir::new(dir)
     }
 
@@ -112,6 +135,8 @@ impl Provider for ProcessProvider {
         Ok(())
     }
 
+    /// Idempotent per resource id: a running service is returned, a process a
+    /// lost deploy started is adopted, and only otherwise is one started.
     async fn deploy_resource(
         &self,
         request: proto::DeployResourceRequest,
@@ -119,68 +144,115 @@ impl Provider for ProcessProvider {
     ) -> StepResult {
         let resource = request.resource.unwrap_or_default();
         let service = ServiceConfig::parse(&resource.config_json).map_err(Failure::new)?;
-        let lock = self.lock_for(&resource.resource_id);
+        let id = resource.resource_id;
+        let lock = self.lock_for(&id);
         let _held = lock.lock().await;
         let state = self.state();
-        if let Some(record) = read_record(&state, &resource.resource_id)?
-            && procfs::liveness(record.pid, record.start_time) == Liveness::Running
-        {
-            events
-                .progress(100, format!("already running as pid {}", record.pid))
-                .await;
-            return Ok(record.outputs);
+        if let Some(record) = read_record(&state, &id)? {
+            match &record.phase {
+                Phase::Running(running)
+                    if procfs::liveness(running.pid, running.start_time) == Liveness::Running =>
+                {
+                    events
+                        .progress(100, format!("already running as pid {}", running.pid))
+                        .await;
+                    return Ok(running.outputs.clone());
+                }
+                Phase::Running(running) => {
+                    events
+                        .log(format!("pid {} has exited; starting it again", running.pid))
+                        .await;
+                }
+                Phase::Intent => {
+                    if let Some(found) = lifecycle::find_service(&id).await {
+                        events
+                            .progress(
+                                50,
+                                format!("adopting pid {}, started before a restart", found.pid),
+                            )
+                            .await;
+                        let record = lifecycle::record_running(
+                            &state,
+                            record,
+                            found.pid,
+                            found.stat.start_time,
+                        )
+                        .await?;
+                        return Ok(outputs_of(&record));
+                    }
+                    events
+                        .log("an interrupted start left no process; starting it")
+                        .await;
+                }
+            }
+            // Whatever the last run left tagged (children of an exited
+            // service) goes before a new one starts.
+            lifecycle::stop(&record, self.config().grace, &events).await?;
         }
-        Ok(start(&state, &resource.resource_id, service, &events).await?)
+        Ok(start(&state, &id, &service, &events).await?)
     }
 
+    /// Stops the recorded service and anything tagged with its resource id;
+    /// with no record nothing was started (an intent always comes first).
     async fn destroy_resource(
         &self,
         request: proto::DestroyResourceRequest,
         events: Events,
     ) -> StepResult {
-        let resource = request.resource.unwrap_or_default();
-        let lock = self.lock_for(&resource.resource_id);
+        let id = request.resource.unwrap_or_default().resource_id;
+        let lock = self.lock_for(&id);
         let _held = lock.lock().await;
         let state = self.state();
-        let Some(record) = read_record(&state, &resource.resource_id)? else {
+        let Some(record) = read_record(&state, &id)? else {
             events
-                .log(format!(
-                    "nothing recorded for {}; nothing to destroy",
-                    resource.resource_id
-                ))
+                .log(format!("nothing recorded for {id}; nothing to destroy"))
                 .await;
             return Ok(json!({}));
         };
-        stop(&record, self.config().grace, &events).await?;
-        state.remove(&record.resource_id).map_err(|e| {
-            Failure::retryable(format!(
-                "cannot remove the record of {}: {e}",
-                record.resource_id
-            ))
-        })?;
+        lifecycle::stop(&record, self.config().grace, &events).await?;
+        let removed = state.clone();
+        lifecycle::blocking(move || removed.remove(&id))
+            .await
+            .map_err(|e| Failure::retryable(e.to_string()))?;
         events.progress(100, "destroyed").await;
         Ok(json!({}))
     }
 
+    /// Present if the recorded service runs, or if an intent's tagged process
+    /// does (a deploy that was lost after spawning). Changes nothing.
     async fn inspect(
         &self,
         request: proto::InspectRequest,
     ) -> Result<proto::InspectResponse, Status> {
-        let resource = request.resource.unwrap_or_default();
+        let id = request.resource.unwrap_or_default().resource_id;
+        // Waits for a deploy or destroy of this resource in progress, so the
+        // answer is not taken between an intent and its spawn.
+        let lock = self.lock_for(&id);
+        let _held = lock.lock().await;
         let record = self
             .state()
-            .read(&resource.resource_id)
-            .map_err(|e| Status::internal(format!("cannot read the record: {e}")))?;
-        Ok(match record {
-            Some(record)
-                if procfs::liveness(record.pid, record.start_time) == Liveness::Running =>
-            {
-                proto::InspectResponse {
-                    present: true,
-                    outputs_json: record.outputs.to_string(),
+            .read(&id)
+            .map_err(|e| Status::internal(e.to_string()))?;
+        let outputs = match record {
+            None => None,
+            Some(record) => match record.phase {
+                Phase::Running(running)
+                    if procfs::liveness(running.pid, running.start_time) == Liveness::Running =>
+                {
+                    Some(running.outputs)
                 }
-            }
-            _ => proto::InspectResponse::default(),
+                Phase::Running(_) => None,
+                Phase::Intent => lifecycle::find_service(&id)
+                    .await
+                    .map(|found| lifecycle::outputs(found.pid, record.port)),
+            },
+        };
+        Ok(match outputs {
+            Some(outputs) => proto::InspectResponse {
+                present: true,
+                outputs_json: outputs.to_string(),
+            },
+            None => proto::InspectResponse::default(),
         })
     }
 
@@ -194,205 +266,66 @@ impl Provider for ProcessProvider {
 }
 
 fn read_record(state: &StateDir, resource_id: &str) -> Result<Option<Record>, Failure> {
-    state.read(resource_id).map_err(|e| {
-        Failure::retryable(format!(
-            "cannot read the record of {resource_id} in {}: {e}",
-            state.root().display()
-        ))
-    })
+    state
+        .read(resource_id)
+        .map_err(|e| Failure::retryable(e.to_string()))
 }
 
-/// Spawns the service, checks it survives its first moments, records it.
+fn outputs_of(record: &Record) -> Value {
+    match &record.phase {
+        Phase::Running(running) => running.outputs.clone(),
+        Phase::Intent => json!({}),
+    }
+}
+
+/// Starts a service: intent, spawn, running record, then a check that it
+/// survives its first moments (if not, it fails with its output and leaves
+/// neither a process nor a record).
 async fn start(
     state: &StateDir,
     resource_id: &str,
-    service: ServiceConfig,
+    service: &ServiceConfig,
     events: &Events,
 ) -> Result<Value, Failure> {
     let shown = shell_words(&service.command, &service.args);
     events.progress(10, format!("starting `{shown}`")).await;
-    let port = if service.port {
-        Some(free_port().map_err(|e| Failure::retryable(format!("cannot pick a free port: {e}")))?)
-    } else {
-        None
+    let intent = lifecycle::record_intent(state, resource_id, service).await?;
+    let spawned = match lifecycle::spawn_tagged(&intent, service) {
+        Ok(spawned) => spawned,
+        Err(failure) => {
+            forget(state, resource_id).await;
+            return Err(failure);
+        }
     };
-    let log = state
-        .log_path(resource_id)
-        .map_err(|e| Failure::retryable(format!("cannot create the log directory: {e}")))?;
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log)
-        .map_err(|e| Failure::retryable(format!("cannot open {}: {e}", log.display())))?;
-    // Only what this run writes is quoted if it fails at once.
-    let log_offset = out.metadata().map(|m| m.len()).unwrap_or(0);
-    let err = out
-        .try_clone()
-        .map_err(|e| Failure::retryable(format!("cannot open {}: {e}", log.display())))?;
-
-    let mut command = Command::new(&service.command);
-    command
-        .args(&service.args)
-        .envs(&service.env)
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        // Its own group: signals to the provider's group do not reach it, and
-        // destroy can signal everything it started.
-        .process_group(0)
-        .kill_on_drop(false);
-    if let Some(port) = port {
-        command.env("PORT", port.to_string());
-    }
-    if let Some(cwd) = &service.cwd {
-        command.current_dir(cwd);
-    }
-    let mut child = command
-        .spawn()
-        .map_err(|e| Failure::new(format!("cannot start `{shown}`: {e}")))?;
-    let pid = child.id().expect("a just-spawned child has a pid") as i32;
-    // Read before anything can reap it, so the record names this very process.
-    let start_time = procfs::stat(pid).map(|s| s.start_time).unwrap_or_default();
-
-    if let Ok(exited) = tokio::time::timeout(STARTUP_CHECK, child.wait()).await {
-        let status = exited
-            .map(|s| s.to_string())
-            .unwrap_or_else(|e| format!("unknown status: {e}"));
-        let tail = log_tail(&log, log_offset).await;
+    let (pid, log_offset) = (spawned.pid, spawned.log_offset);
+    let record =
+        match lifecycle::record_running(state, intent, spawned.pid, spawned.start_time).await {
+            Ok(record) => record,
+            Err(failure) => {
+                // Not reaped yet, so the group is still ours to kill. The
+                // intent stays: a later deploy or destroy settles it.
+                let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+                return Err(failure);
+            }
+        };
+    if let Some(status) = lifecycle::exited_within(spawned, STARTUP_CHECK).await {
+        let tail = lifecycle::log_tail(&record.log, log_offset).await;
+        // Anything it started before exiting goes with it.
+        lifecycle::kill_tagged(resource_id).await;
+        forget(state, resource_id).await;
         return Err(Failure::new(format!(
             "`{shown}` exited at once ({status}); its last output:\n{tail}"
         )));
     }
-    // Reaped here while the provider lives; adopted by init once it exits.
-    tokio::spawn(async move {
-        let _ = child.wait().await;
-    });
     events.progress(80, format!("started pid {pid}")).await;
-
-    let mut outputs = json!({ "pid": pid });
-    if let Some(port) = port {
-        outputs["port"] = json!(port);
-    }
-    let record = Record {
-        resource_id: resource_id.to_string(),
-        pid,
-        pgid: pid,
-        start_time,
-        command: service.command,
-        args: service.args,
-        port,
-        outputs: outputs.clone(),
-        log,
-    };
-    if let Err(error) = state.write(&record) {
-        // Unrecorded, it could never be destroyed: do not leave it running.
-        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
-        return Err(Failure::retryable(format!(
-            "cannot record pid {pid} in {}: {error}",
-            state.root().display()
-        )));
-    }
-    Ok(outputs)
+    Ok(outputs_of(&record))
 }
 
-/// Stops a recorded service's process group: SIGTERM, `grace`, SIGKILL.
-async fn stop(record: &Record, grace: Duration, events: &Events) -> Result<(), Failure> {
-    let group = Pid::from_raw(record.pgid);
-    match procfs::liveness(record.pid, record.start_time) {
-        Liveness::Running => {}
-        // The leader is gone; members left in its group are still ours (a pid
-        // is not reused while its group exists).
-        Liveness::Gone if !procfs::group_members(record.pgid).is_empty() => {}
-        Liveness::Gone => {
-            events
-                .log(format!("pid {} already gone; nothing to stop", record.pid))
-                .await;
-            return Ok(());
-        }
-        Liveness::Reused => {
-            events
-                .log(format!(
-                    "pid {} now belongs to another process; ours is gone",
-                    record.pid
-                ))
-                .await;
-            return Ok(());
-        }
+/// Removes a record after a start that created nothing lasting. If that
+/// fails the record stays, which is safe: it names nothing that runs.
+async fn forget(state: &StateDir, resource_id: &str) {
+    let (state, id) = (state.clone(), resource_id.to_string());
+    if let Err(error) = lifecycle::blocking(move || state.remove(&id)).await {
+        tracing::warn!(resource.id = resource_id, %error, "cannot remove the record of a failed start");
     }
-    events
-        .progress(
-            20,
-            format!("sending SIGTERM to process group {}", record.pgid),
-        )
-        .await;
-    let _ = killpg(group, Signal::SIGTERM);
-    if group_gone_within(record.pgid, grace).await {
-        return Ok(());
-    }
-    events
-        .progress(
-            60,
-            format!(
-                "still running after {} ms; sending SIGKILL",
-                grace.as_millis()
-            ),
-        )
-        .await;
-    let _ = killpg(group, Signal::SIGKILL);
-    if group_gone_within(record.pgid, KILL_WAIT).await {
-        return Ok(());
-    }
-    Err(Failure::retryable(format!(
-        "process group {} is still alive after SIGKILL",
-        record.pgid
-    )))
-}
-
-/// Polls until no live process is left in group `pgid`, up to `limit`.
-async fn group_gone_within(pgid: i32, limit: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if procfs::group_members(pgid).is_empty() {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(EXIT_POLL).await;
-    }
-}
-
-fn free_port() -> std::io::Result<u16> {
-    // Released at once for the service to bind; another process could take it
-    // in between, which a retry fixes.
-    Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?
-        .local_addr()?
-        .port())
-}
-
-/// The last lines written to `log` from `offset` on.
-async fn log_tail(log: &std::path::Path, offset: u64) -> String {
-    let mut text = String::new();
-    if let Ok(mut file) = tokio::fs::File::open(log).await
-        && file.seek(std::io::SeekFrom::Start(offset)).await.is_ok()
-    {
-        let mut bytes = Vec::new();
-        let _ = file.read_to_end(&mut bytes).await;
-        text = String::from_utf8_lossy(&bytes).into_owned();
-    }
-    let lines: Vec<&str> = text.lines().collect();
-    let tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
-    if tail.is_empty() {
-        "(no output)".to_string()
-    } else {
-        tail
-    }
-}
-
-/// The command line as a person would type it, for messages.
-fn shell_words(command: &str, args: &[String]) -> String {
-    std::iter::once(command)
-        .chain(args.iter().map(String::as_str))
-        .collect::<Vec<_>>()
-        .join(" ")
 }

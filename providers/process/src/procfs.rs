@@ -1,7 +1,11 @@
-//! What `/proc` says about a process: alive, which group, since when.
+//! What `/proc` says about a process: alive, which group, since when, and
+//! which resource it was started for.
 //!
 //! A pid alone is not an identity: after a process exits its pid may be given
 //! to another. A pid plus its start time (field 22 of `/proc/<pid>/stat`) is.
+//! Every service is started with a tag in its environment, `name=value`, which
+//! `/proc/<pid>/environ` shows (for processes of our own user), so a service
+//! can be found even when no record names its pid.
 
 use std::fs;
 
@@ -71,6 +75,64 @@ pub fn group_members(pgid: i32) -> Vec<i32> {
         .collect()
 }
 
+/// The environment `pid` was started with: `NAME=value` entries, each ended
+/// by a NUL. `None` if the process is gone or not ours to read.
+pub fn environ(pid: i32) -> Option<Vec<u8>> {
+    fs::read(format!("/proc/{pid}/environ")).ok()
+}
+
+/// Whether an environment block holds exactly the entry `name=value`.
+pub fn environ_has(environ: &[u8], name: &str, value: &str) -> bool {
+    let entry = format!("{name}={value}");
+    environ
+        .split(|&byte| byte == 0)
+        .any(|found| found == entry.as_bytes())
+}
+
+/// A live process carrying a tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tagged {
+    pub pid: i32,
+    pub stat: Stat,
+}
+
+impl Tagged {
+    /// Whether it leads its process group, as a spawned service does.
+    pub fn leads_its_group(&self) -> bool {
+        self.pid == self.stat.pgrp
+    }
+}
+
+/// Live (non-zombie) processes, this one excepted, started with the
+/// environment entry `name=value`; by pid.
+pub fn tagged(name: &str, value: &str) -> Vec<Tagged> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let me = std::process::id() as i32;
+    let mut found: Vec<Tagged> = entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|&pid| environ(pid).is_some_and(|env| environ_has(&env, name, value)))
+        .filter_map(|pid| {
+            let stat = stat(pid).filter(|s| !s.is_dead())?;
+            Some(Tagged { pid, stat })
+        })
+        .collect();
+    found.sort_by_key(|t| t.pid);
+    found
+}
+
+/// The process-group leader started with `name=value`: the service itself,
+/// not one of its children. The earliest started if a child made itself a
+/// leader too.
+pub fn tagged_leader(name: &str, value: &str) -> Option<Tagged> {
+    tagged(name, value)
+        .into_iter()
+        .filter(Tagged::leads_its_group)
+        .min_by_key(|t| (t.stat.start_time, t.pid))
+}
+
 /// This machine's name, for the one node the provider reports.
 pub fn hostname() -> String {
     fs::read_to_string("/proc/sys/kernel/hostname")
@@ -108,5 +170,88 @@ mod tests {
         assert_eq!(liveness(me, stat.start_time + 1), Liveness::Reused);
         assert!(group_members(stat.pgrp).contains(&me));
         assert!(!hostname().is_empty());
+    }
+
+    #[test]
+    fn an_environment_entry_matches_only_whole() {
+        let env = b"A=1\0CORBEL_RESOURCE_ID=web\0PATH=/bin\0";
+        assert!(environ_has(env, "CORBEL_RESOURCE_ID", "web"));
+        assert!(environ_has(env, "A", "1"));
+        assert!(!environ_has(env, "CORBEL_RESOURCE_ID", "we"));
+        assert!(!environ_has(env, "CORBEL_RESOURCE_ID", "web2"));
+        assert!(!environ_has(env, "RESOURCE_ID", "web"));
+        assert!(!environ_has(b"", "A", "1"));
+    }
+
+    /// A child killed and reaped when dropped, even if the test fails.
+    struct Child(std::process::Child);
+
+    impl Drop for Child {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn sleeper(tag: &str, own_group: bool) -> Child {
+        use std::os::unix::process::CommandExt;
+        let mut command = std::process::Command::new("sleep");
+        command.arg("30").env("CORBEL_TEST_TAG", tag);
+        if own_group {
+            command.process_group(0);
+        }
+        Child(command.spawn().expect("sleep starts"))
+    }
+
+    /// Polls `check` until it holds, for up to ten seconds.
+    fn eventually(what: &str, check: impl Fn() -> bool) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !check() {
+            assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn a_tagged_child_is_found_by_its_tag_and_only_leaders_lead() {
+        let tag = format!("procfs-test-{}", std::process::id());
+        let leader = sleeper(&tag, true);
+        let member = sleeper(&tag, false);
+        let other = sleeper(&format!("{tag}-other"), true);
+        let (leader_pid, member_pid) = (leader.0.id() as i32, member.0.id() as i32);
+        // Until it has exec'd, a child shows its parent's environment.
+        eventually("both children to show the tag", || {
+            tagged("CORBEL_TEST_TAG", &tag).len() == 2
+        });
+        let found: Vec<i32> = tagged("CORBEL_TEST_TAG", &tag)
+            .iter()
+            .map(|t| t.pid)
+            .collect();
+        let mut expected = vec![leader_pid, member_pid];
+        expected.sort();
+        assert_eq!(found, expected);
+        let lead = tagged_leader("CORBEL_TEST_TAG", &tag).expect("the leader");
+        assert_eq!(lead.pid, leader_pid);
+        assert_eq!(lead.stat.pgrp, leader_pid);
+        assert!(tagged("CORBEL_TEST_TAG", &tag[..tag.len() - 1]).is_empty());
+
+        // A killed one is no longer found, even before it is reaped.
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(leader_pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        eventually("the killed leader to be gone", || {
+            tagged_leader("CORBEL_TEST_TAG", &tag).is_none()
+        });
+        assert_eq!(
+            tagged("CORBEL_TEST_TAG", &tag)
+                .iter()
+                .map(|t| t.pid)
+                .collect::<Vec<_>>(),
+            [member_pid]
+        );
+        drop((leader, member, other));
+        assert!(tagged("CORBEL_TEST_TAG", &tag).is_empty());
     }
 }

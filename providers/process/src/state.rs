@@ -1,139 +1,223 @@
-//! The state directory: one JSON record per started service, so that a
-//! restarted provider still knows what it started.
+//! The state directory: one durable record per service, so that a restarted
+//! provider knows what it started, or was about to start.
 //!
-//! Layout: `<dir>/resources/<id>.json` (a [`Record`]) and `<dir>/logs/<id>.log`
-//! (the service's stdout and stderr, appended), where `<id>` is the
-//! resource id with every byte outside `[A-Za-z0-9._-]` written as `%XX`.
+//! Layout: `<dir>/resources/<id>.json` (a [`Record`], kept by the SDK's
+//! [`Records`]) and `<dir>/logs/<id>.log` (the service's stdout and stderr,
+//! appended), where `<id>` is the resource id made a file name by
+//! [`encode_id`].
 
 use std::io;
 use std::path::{Path, PathBuf};
 
+use corbel_provider_sdk::records::{Records, encode_id};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// What this provider remembers about a service it started.
+/// What this provider remembers about a service.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     pub resource_id: String,
+    pub command: String,
+    pub args: Vec<String>,
+    /// The port chosen for it (`port: true`), passed as `PORT`.
+    pub port: Option<u16>,
+    pub log: PathBuf,
+    /// How far its start got; stored flat, as `"phase": "intent" | "running"`.
+    #[serde(flatten)]
+    pub phase: Phase,
+}
+
+/// An intent is written, durably, before the process is spawned; running once
+/// it is known. A provider killed in between leaves an intent, and finds the
+/// process (if it was spawned) by its tag.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "snake_case")]
+pub enum Phase {
+    Intent,
+    Running(Running),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Running {
     pub pid: i32,
     /// The service leads its own process group: `pgid == pid` when started.
     pub pgid: i32,
     /// `/proc/<pid>/stat` field 22, so that a reused pid is not taken for ours.
     pub start_time: u64,
-    pub command: String,
-    pub args: Vec<String>,
-    pub port: Option<u16>,
     /// What the deploy returned, returned again by inspect and repeated deploys.
     pub outputs: Value,
-    pub log: PathBuf,
+}
+
+/// A record as written before phases existed: always a running service.
+/// Read so that services started by an older provider are still managed.
+#[derive(Deserialize)]
+struct LegacyRecord {
+    resource_id: String,
+    pid: i32,
+    pgid: i32,
+    start_time: u64,
+    command: String,
+    args: Vec<String>,
+    port: Option<u16>,
+    outputs: Value,
+    log: PathBuf,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Stored {
+    Current(Record),
+    Legacy(LegacyRecord),
+}
+
+impl From<Stored> for Record {
+    fn from(stored: Stored) -> Self {
+        match stored {
+            Stored::Current(record) => record,
+            Stored::Legacy(old) => Record {
+                resource_id: old.resource_id,
+                command: old.command,
+                args: old.args,
+                port: old.port,
+                log: old.log,
+                phase: Phase::Running(Running {
+                    pid: old.pid,
+                    pgid: old.pgid,
+                    start_time: old.start_time,
+                    outputs: old.outputs,
+                }),
+            },
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
 pub struct StateDir {
     root: PathBuf,
+    records: Records,
 }
 
 impl StateDir {
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        StateDir { root: root.into() }
+        let root = root.into();
+        StateDir {
+            records: Records::in_state_dir(&root),
+            root,
+        }
     }
 
     pub fn root(&self) -> &Path {
         &self.root
     }
 
-    fn record_path(&self, resource_id: &str) -> PathBuf {
-        self.root
-            .join("resources")
-            .join(format!("{}.json", file_name(resource_id)))
-    }
-
     /// The log file of `resource_id`; its directory is created.
     pub fn log_path(&self, resource_id: &str) -> io::Result<PathBuf> {
         let dir = self.root.join("logs");
-        std::fs::create_dir_all(&dir)?;
-        Ok(dir.join(format!("{}.log", file_name(resource_id))))
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot create {}: {e}", dir.display()))
+        })?;
+        Ok(dir.join(format!("{}.log", encode_id(resource_id))))
     }
 
-    /// The record of `resource_id`, if there is one.
+    /// The record of `resource_id`, if there is one. Errors name the file.
     pub fn read(&self, resource_id: &str) -> io::Result<Option<Record>> {
-        match std::fs::read(self.record_path(resource_id)) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
-            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(error) => Err(error),
-        }
+        Ok(self.records.read::<Stored>(resource_id)?.map(Record::from))
     }
 
-    /// Writes `record` atomically (a temporary file renamed over the old one).
+    /// Writes `record`, durably, over any previous one.
     pub fn write(&self, record: &Record) -> io::Result<()> {
-        let path = self.record_path(&record.resource_id);
-        std::fs::create_dir_all(path.parent().expect("records live in a directory"))?;
-        let temporary = path.with_extension("json.tmp");
-        let bytes = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
-        std::fs::write(&temporary, bytes)?;
-        std::fs::rename(&temporary, &path)
+        self.records.write(&record.resource_id, record)
     }
 
+    /// Removes the record of `resource_id`, durably; absent is fine.
     pub fn remove(&self, resource_id: &str) -> io::Result<()> {
-        match std::fs::remove_file(self.record_path(resource_id)) {
-            Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
-            _ => Ok(()),
-        }
+        self.records.remove(resource_id)
     }
-}
 
-/// A resource id made safe as a file name, distinct ids giving distinct names.
-fn file_name(resource_id: &str) -> String {
-    let mut name = String::with_capacity(resource_id.len());
-    for (i, byte) in resource_id.bytes().enumerate() {
-        let plain =
-            byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_' || (byte == b'.' && i > 0);
-        if plain {
-            name.push(byte as char);
-        } else {
-            name.push_str(&format!("%{byte:02X}"));
-        }
+    /// The file the record of `resource_id` is kept in.
+    pub fn record_path(&self, resource_id: &str) -> PathBuf {
+        self.records.path_of(resource_id)
     }
-    if name.is_empty() {
-        name.push('%');
-    }
-    name
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
-    #[test]
-    fn ids_become_safe_distinct_file_names() {
-        assert_eq!(file_name("dep-1/web"), "dep-1%2Fweb");
-        assert_eq!(file_name("../x"), "%2E.%2Fx");
-        assert_eq!(file_name("a%2F"), "a%252F");
-        assert_ne!(file_name("a/b"), file_name("a%2Fb"));
-    }
-
-    #[test]
-    fn records_round_trip() {
-        let dir = tempfile::tempdir().unwrap();
-        let state = StateDir::new(dir.path());
-        assert_eq!(state.read("x/y").unwrap(), None);
-        let record = Record {
+    fn intent(state: &StateDir) -> Record {
+        Record {
             resource_id: "x/y".into(),
-            pid: 1,
-            pgid: 1,
-            start_time: 2,
             command: "sleep".into(),
             args: vec!["1".into()],
             port: Some(80),
-            outputs: serde_json::json!({"pid": 1}),
             log: state.log_path("x/y").unwrap(),
-        };
+            phase: Phase::Intent,
+        }
+    }
+
+    #[test]
+    fn records_round_trip_in_both_phases() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::new(dir.path());
+        assert_eq!(state.read("x/y").unwrap(), None);
+        let mut record = intent(&state);
+        state.write(&record).unwrap();
+        assert_eq!(state.read("x/y").unwrap(), Some(record.clone()));
+        record.phase = Phase::Running(Running {
+            pid: 1,
+            pgid: 1,
+            start_time: 2,
+            outputs: json!({"pid": 1, "port": 80}),
+        });
         state.write(&record).unwrap();
         assert_eq!(state.read("x/y").unwrap(), Some(record));
+        assert_eq!(
+            state.record_path("x/y"),
+            dir.path().join("resources").join("x%2Fy.json")
+        );
+        assert_eq!(
+            state.log_path("x/y").unwrap(),
+            dir.path().join("logs").join("x%2Fy.log")
+        );
         state.remove("x/y").unwrap();
         state.remove("x/y").unwrap();
         assert_eq!(state.read("x/y").unwrap(), None);
+    }
+
+    #[test]
+    fn the_format_on_disk_is_flat_with_a_phase() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::new(dir.path());
+        state.write(&intent(&state)).unwrap();
+        let stored: Value =
+            serde_json::from_slice(&std::fs::read(state.record_path("x/y")).unwrap()).unwrap();
+        assert_eq!(stored["phase"], "intent");
+        assert_eq!(stored["command"], "sleep");
+        assert!(stored.get("pid").is_none());
+    }
+
+    #[test]
+    fn a_record_from_before_phases_reads_as_running() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::new(dir.path());
+        let old = json!({
+            "resource_id": "old", "pid": 7, "pgid": 7, "start_time": 9,
+            "command": "sleep", "args": ["5"], "port": null,
+            "outputs": {"pid": 7}, "log": "/l/old.log",
+        });
+        std::fs::create_dir_all(state.record_path("old").parent().unwrap()).unwrap();
+        std::fs::write(state.record_path("old"), old.to_string()).unwrap();
+        let record = state.read("old").unwrap().unwrap();
+        assert_eq!(
+            record.phase,
+            Phase::Running(Running {
+                pid: 7,
+                pgid: 7,
+                start_time: 9,
+                outputs: json!({"pid": 7}),
+            })
+        );
+        assert_eq!(record.args, ["5"]);
     }
 }

@@ -1,23 +1,32 @@
-//! A complete provider: greetings as resources, kept in memory.
+//! A complete provider: greetings as resources, kept in durable records so
+//! they outlive the provider's own restarts.
 //!
 //! Run by Corbel (it sets the `CORBEL_*` environment); `cargo build --examples`
 //! builds it.
 
-use std::collections::HashMap;
 use std::process::ExitCode;
 use std::sync::Mutex;
 
+use corbel_provider_sdk::records::Records;
 use corbel_provider_sdk::serde_json::{Value, json};
 use corbel_provider_sdk::{
     Events, Failure, Provider, ProviderInfo, Status, StepResult, async_trait, proto,
 };
 
-#[derive(Default)]
 pub struct Hello {
     /// From `Configure`: the word to greet with.
     salutation: Mutex<String>,
-    /// resource_id -> outputs of what was deployed.
-    greetings: Mutex<HashMap<String, Value>>,
+    /// resource_id -> outputs of what was deployed, on disk.
+    greetings: Records,
+}
+
+impl Hello {
+    pub fn new(greetings: Records) -> Self {
+        Hello {
+            salutation: Mutex::new("Hello".to_string()),
+            greetings,
+        }
+    }
 }
 
 #[async_trait]
@@ -44,6 +53,11 @@ impl Provider for Hello {
         events: Events,
     ) -> StepResult {
         let resource = request.resource.unwrap_or_default();
+        // Idempotent: a greeting that exists is returned, not made again.
+        if let Some(outputs) = self.greetings.read(&resource.resource_id).map_err(retry)? {
+            events.log("already deployed").await;
+            return Ok(outputs);
+        }
         let config: Value = serde_json_from(&resource.config_json)?;
         let Some(name) = config.get("name").and_then(Value::as_str) else {
             return Err(Failure::new("config.name: missing").into());
@@ -51,10 +65,10 @@ impl Provider for Hello {
         events.progress(50, format!("greeting {name}")).await;
         let salutation = self.salutation.lock().unwrap().clone();
         let outputs = json!({ "greeting": format!("{salutation}, {name}!") });
+        // Here the record is the resource: this one durable write creates it.
         self.greetings
-            .lock()
-            .unwrap()
-            .insert(resource.resource_id, outputs.clone());
+            .write(&resource.resource_id, &outputs)
+            .map_err(retry)?;
         Ok(outputs)
     }
 
@@ -63,16 +77,12 @@ impl Provider for Hello {
         request: proto::DestroyResourceRequest,
         events: Events,
     ) -> StepResult {
-        let resource = request.resource.unwrap_or_default();
-        if self
-            .greetings
-            .lock()
-            .unwrap()
-            .remove(&resource.resource_id)
-            .is_none()
-        {
+        let id = request.resource.unwrap_or_default().resource_id;
+        if self.greetings.read::<Value>(&id).map_err(retry)?.is_none() {
             events.log("nothing to destroy").await;
         }
+        // Removing what is absent succeeds, as a destroy must.
+        self.greetings.remove(&id).map_err(retry)?;
         Ok(json!({}))
     }
 
@@ -81,7 +91,11 @@ impl Provider for Hello {
         request: proto::InspectRequest,
     ) -> Result<proto::InspectResponse, Status> {
         let id = request.resource.unwrap_or_default().resource_id;
-        Ok(match self.greetings.lock().unwrap().get(&id) {
+        let found: Option<Value> = self
+            .greetings
+            .read(&id)
+            .map_err(|e| Status::internal(e.to_string()))?;
+        Ok(match found {
             Some(outputs) => proto::InspectResponse {
                 present: true,
                 outputs_json: outputs.to_string(),
@@ -96,7 +110,13 @@ fn serde_json_from(text: &str) -> Result<Value, Failure> {
         .map_err(|e| Failure::new(format!("config is not JSON: {e}")))
 }
 
+/// A disk error may pass: the call can be tried again.
+fn retry(error: std::io::Error) -> Failure {
+    Failure::retryable(error.to_string())
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    corbel_provider_sdk::serve(Hello::default()).await
+    // `$CORBEL_STATE_DIR/resources`, a directory Corbel keeps for this provider.
+    corbel_provider_sdk::serve(Hello::new(Records::from_env())).await
 }

@@ -25,6 +25,7 @@
 
 mod error;
 mod provider;
+pub mod records;
 mod serve;
 mod service;
 mod settings;
@@ -42,8 +43,12 @@ pub use error::SdkError;
 pub use provider::{
     Events, Failure, InventorySink, Provider, ProviderInfo, Registration, StepError, StepResult,
 };
+pub use records::{Records, StateLock};
 pub use serve::{REGISTRY_HEALTH_SERVICE, Stopped, connect, serve, serve_with};
-pub use settings::{ENV_PROVIDER_ID, ENV_PROVIDER_TOKEN, ENV_REGISTRY, ENV_SOCKET_DIR, Settings};
+pub use settings::{
+    ENV_PROVIDER_ID, ENV_PROVIDER_TOKEN, ENV_REGISTRY, ENV_SOCKET_DIR, ENV_STATE_DIR, PROVIDER_ENV,
+    Settings,
+};
 
 /// Compiles the README's code blocks as doctests.
 #[cfg(doctest)]

@@ -15,6 +15,19 @@ pub const ENV_PROVIDER_ID: &str = "CORBEL_PROVIDER_ID";
 pub const ENV_PROVIDER_TOKEN: &str = "CORBEL_PROVIDER_TOKEN";
 /// The directory the provider's socket goes in.
 pub const ENV_SOCKET_DIR: &str = "CORBEL_SOCKET_DIR";
+/// The provider's own directory for what it must remember across restarts
+/// (see [`Records`](crate::records::Records)); it outlives the provider.
+pub const ENV_STATE_DIR: &str = "CORBEL_STATE_DIR";
+/// Every variable Corbel sets for a provider. They are the provider's alone: a
+/// provider that starts programs removes them from their environment, so a
+/// workload cannot register as the provider or write to its state.
+pub const PROVIDER_ENV: [&str; 5] = [
+    ENV_REGISTRY,
+    ENV_PROVIDER_ID,
+    ENV_PROVIDER_TOKEN,
+    ENV_SOCKET_DIR,
+    ENV_STATE_DIR,
+];
 
 /// Everything [`serve_with`](crate::serve_with) needs to know.
 #[derive(Clone)]

@@ -1,0 +1,376 @@
+//! Starting and stopping a service, in steps that each leave the state
+//! directory true if the provider dies right after them:
+//!
+//! 1. [`record_intent`] — the intent (command, port, log) is on disk;
+//! 2. [`spawn_tagged`] — the process runs, tagged `CORBEL_RESOURCE_ID=<id>`;
+//! 3. [`record_running`] — its pid and start time are on disk.
+//!
+//! After 1 alone, nothing runs and nothing tagged is found; after 2, the
+//! intent plus the tag find the process ([`find_service`]). The steps are
+//! public so a test can stop between any two, as a killed provider would.
+//! Callers hold the resource's lock.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use corbel_provider_sdk::serde_json::{Value, json};
+use corbel_provider_sdk::{Events, Failure, PROVIDER_ENV};
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio::process::{Child, Command};
+
+use crate::config::ServiceConfig;
+use crate::procfs::{self, Liveness, Tagged};
+use crate::state::{Phase, Record, Running, StateDir};
+
+/// The environment variable every service is started with, naming its
+/// resource id; how a service is found when no record names its pid.
+pub const TAG: &str = "CORBEL_RESOURCE_ID";
+/// How long a SIGKILLed process may take to disappear before a stop gives up.
+const KILL_WAIT: Duration = Duration::from_secs(5);
+/// How often a stop looks whether its processes are gone.
+const EXIT_POLL: Duration = Duration::from_millis(20);
+/// Lines of a failed service's output quoted in the failure.
+const LOG_TAIL_LINES: usize = 20;
+
+/// Step 1: chooses the port and the log file and records the intent, durably,
+/// before anything is created.
+pub async fn record_intent(
+    state: &StateDir,
+    resource_id: &str,
+    service: &ServiceConfig,
+) -> Result<Record, Failure> {
+    let port = if service.port {
+        Some(free_port().map_err(|e| Failure::retryable(format!("cannot pick a free port: {e}")))?)
+    } else {
+        None
+    };
+    let log = state
+        .log_path(resource_id)
+        .map_err(|e| Failure::retryable(e.to_string()))?;
+    let intent = Record {
+        resource_id: resource_id.to_string(),
+        command: service.command.clone(),
+        args: service.args.clone(),
+        port,
+        log,
+        phase: Phase::Intent,
+    };
+    write(state, intent.clone()).await?;
+    Ok(intent)
+}
+
+/// A process [`spawn_tagged`] started.
+#[derive(Debug)]
+pub struct Spawned {
+    /// Ours to reap; dropping it leaves the process running.
+    pub child: Child,
+    pub pid: i32,
+    pub start_time: u64,
+    /// The log's length before the process wrote to it.
+    pub log_offset: u64,
+}
+
+/// Step 2: spawns the intended service in its own process group, tagged with
+/// its resource id, its output appended to the log.
+pub fn spawn_tagged(intent: &Record, service: &ServiceConfig) -> Result<Spawned, Failure> {
+    let log = &intent.log;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|e| Failure::retryable(format!("cannot open {}: {e}", log.display())))?;
+    // Only what this run writes is quoted if it fails at once.
+    let log_offset = out.metadata().map(|m| m.len()).unwrap_or(0);
+    let err = out
+        .try_clone()
+        .map_err(|e| Failure::retryable(format!("cannot open {}: {e}", log.display())))?;
+
+    let mut command = Command::new(&service.command);
+    command.args(&service.args);
+    // The provider's registration is its own: a workload must not be able to
+    // register as the provider or write to its state.
+    for name in PROVIDER_ENV {
+        command.env_remove(name);
+    }
+    command
+        .envs(&service.env)
+        .env(TAG, &intent.resource_id)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        // Its own group: signals to the provider's group do not reach it, and
+        // a stop can signal everything it started.
+        .process_group(0)
+        .kill_on_drop(false);
+    if let Some(port) = intent.port {
+        command.env("PORT", port.to_string());
+    }
+    if let Some(cwd) = &service.cwd {
+        command.current_dir(cwd);
+    }
+    let shown = shell_words(&service.command, &service.args);
+    let child = command
+        .spawn()
+        .map_err(|e| Failure::new(format!("cannot start `{shown}`: {e}")))?;
+    let pid = child.id().expect("a just-spawned child has a pid") as i32;
+    // Read before anything can reap it, so the record names this very process.
+    let start_time = procfs::stat(pid).map(|s| s.start_time).unwrap_or_default();
+    Ok(Spawned {
+        child,
+        pid,
+        start_time,
+        log_offset,
+    })
+}
+
+/// Step 3: records the intended service as running as `pid`, durably, and
+/// returns the record (its outputs are the deploy's).
+pub async fn record_running(
+    state: &StateDir,
+    intent: Record,
+    pid: i32,
+    start_time: u64,
+) -> Result<Record, Failure> {
+    let outputs = outputs(pid, intent.port);
+    let record = Record {
+        phase: Phase::Running(Running {
+            pid,
+            pgid: pid,
+            start_time,
+            outputs,
+        }),
+        ..intent
+    };
+    write(state, record.clone()).await?;
+    Ok(record)
+}
+
+/// What a deploy returns for a service running as `pid`.
+pub fn outputs(pid: i32, port: Option<u16>) -> Value {
+    let mut outputs = json!({ "pid": pid });
+    if let Some(port) = port {
+        outputs["port"] = json!(port);
+    }
+    outputs
+}
+
+/// The service started for `resource_id`, found by its tag: the group leader
+/// carrying it. Reads `/proc` only.
+pub async fn find_service(resource_id: &str) -> Option<Tagged> {
+    let id = resource_id.to_string();
+    blocking(move || procfs::tagged_leader(TAG, &id)).await
+}
+
+/// Waits `limit` for `spawned` to exit: `Some(status)` if it did. If not, it
+/// is left running and reaped (while this provider lives) when it exits.
+pub async fn exited_within(mut spawned: Spawned, limit: Duration) -> Option<String> {
+    match tokio::time::timeout(limit, spawned.child.wait()).await {
+        Ok(status) => Some(
+            status
+                .map(|s| s.to_string())
+                .unwrap_or_else(|e| format!("unknown status: {e}")),
+        ),
+        Err(_) => {
+            tokio::spawn(async move {
+                let _ = spawned.child.wait().await;
+            });
+            None
+        }
+    }
+}
+
+/// Something a stop signals and waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Target {
+    /// A whole process group (a service, or its members left after it).
+    Group(i32),
+    /// One process outside such a group.
+    Process { pid: i32, start_time: u64 },
+}
+
+impl Target {
+    fn alive(self) -> bool {
+        match self {
+            Target::Group(pgid) => !procfs::group_members(pgid).is_empty(),
+            Target::Process { pid, start_time } => {
+                procfs::liveness(pid, start_time) == Liveness::Running
+            }
+        }
+    }
+
+    fn signal(self, signal: Signal) {
+        // A target that is gone meanwhile answers ESRCH, which is the goal.
+        let _ = match self {
+            Target::Group(pgid) => killpg(Pid::from_raw(pgid), signal),
+            Target::Process { pid, .. } => kill(Pid::from_raw(pid), signal),
+        };
+    }
+}
+
+/// Stops the service of `record` and every live process tagged with its
+/// resource id (children it left, a process a lost deploy started):
+/// SIGTERM, `grace`, SIGKILL.
+pub async fn stop(record: &Record, grace: Duration, events: &Events) -> Result<(), Failure> {
+    let mut targets = BTreeSet::new();
+    if let Phase::Running(running) = &record.phase {
+        match procfs::liveness(running.pid, running.start_time) {
+            Liveness::Running => {
+                targets.insert(Target::Group(running.pgid));
+            }
+            // The leader is gone; members left in its group are still ours (a
+            // pid is not reused while its group exists).
+            Liveness::Gone if !procfs::group_members(running.pgid).is_empty() => {
+                targets.insert(Target::Group(running.pgid));
+            }
+            Liveness::Gone => {
+                events
+                    .log(format!("pid {} already gone; nothing to stop", running.pid))
+                    .await;
+            }
+            Liveness::Reused => {
+                events
+                    .log(format!(
+                        "pid {} now belongs to another process; ours is gone",
+                        running.pid
+                    ))
+                    .await;
+            }
+        }
+    }
+    let id = record.resource_id.clone();
+    let tagged = blocking(move || procfs::tagged(TAG, &id)).await;
+    let groups: BTreeSet<i32> = tagged
+        .iter()
+        .filter(|t| t.leads_its_group())
+        .map(|t| t.pid)
+        .collect();
+    for found in &tagged {
+        if groups.contains(&found.stat.pgrp) || targets.contains(&Target::Group(found.stat.pgrp)) {
+            targets.insert(Target::Group(found.stat.pgrp));
+        } else {
+            targets.insert(Target::Process {
+                pid: found.pid,
+                start_time: found.stat.start_time,
+            });
+        }
+    }
+    if targets.is_empty() {
+        return Ok(());
+    }
+    let shown = describe(&targets);
+    events
+        .progress(20, format!("sending SIGTERM to {shown}"))
+        .await;
+    for target in &targets {
+        target.signal(Signal::SIGTERM);
+    }
+    if all_gone_within(&targets, grace).await {
+        return Ok(());
+    }
+    events
+        .progress(
+            60,
+            format!(
+                "still running after {} ms; sending SIGKILL",
+                grace.as_millis()
+            ),
+        )
+        .await;
+    for target in &targets {
+        target.signal(Signal::SIGKILL);
+    }
+    if all_gone_within(&targets, KILL_WAIT).await {
+        return Ok(());
+    }
+    Err(Failure::retryable(format!(
+        "{shown} still alive after SIGKILL"
+    )))
+}
+
+/// Kills, without grace, every live process tagged with `resource_id`: what a
+/// service that failed to start left behind.
+pub async fn kill_tagged(resource_id: &str) {
+    let id = resource_id.to_string();
+    for found in blocking(move || procfs::tagged(TAG, &id)).await {
+        let _ = kill(Pid::from_raw(found.pid), Signal::SIGKILL);
+    }
+}
+
+fn describe(targets: &BTreeSet<Target>) -> String {
+    targets
+        .iter()
+        .map(|target| match target {
+            Target::Group(pgid) => format!("process group {pgid}"),
+            Target::Process { pid, .. } => format!("pid {pid}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Polls until none of `targets` is alive, up to `limit`.
+async fn all_gone_within(targets: &BTreeSet<Target>, limit: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if !targets.iter().any(|t| t.alive()) {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(EXIT_POLL).await;
+    }
+}
+
+/// Writes `record` off the async threads: it waits for an fsync.
+async fn write(state: &StateDir, record: Record) -> Result<(), Failure> {
+    let state = state.clone();
+    blocking(move || state.write(&record))
+        .await
+        .map_err(|e| Failure::retryable(e.to_string()))
+}
+
+/// Runs file-system work (fsyncs, `/proc` walks) on the blocking pool.
+pub(crate) async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|error| std::panic::resume_unwind(error.into_panic()))
+}
+
+fn free_port() -> std::io::Result<u16> {
+    // Released at once for the service to bind; another process could take it
+    // in between, which a retry fixes.
+    Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?
+        .local_addr()?
+        .port())
+}
+
+/// The last lines written to `log` from `offset` on.
+pub async fn log_tail(log: &Path, offset: u64) -> String {
+    let mut text = String::new();
+    if let Ok(mut file) = tokio::fs::File::open(log).await
+        && file.seek(std::io::SeekFrom::Start(offset)).await.is_ok()
+    {
+        let mut bytes = Vec::new();
+        let _ = file.read_to_end(&mut bytes).await;
+        text = String::from_utf8_lossy(&bytes).into_owned();
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
+    if tail.is_empty() {
+        "(no output)".to_string()
+    } else {
+        tail
+    }
+}
+
+/// The command line as a person would type it, for messages.
+pub fn shell_words(command: &str, args: &[String]) -> String {
+    std::iter::once(command)
+        .chain(args.iter().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
