@@ -16,7 +16,7 @@ use crate::support::{TestApp, TestStore, data, error_code, eventually};
 const DEPLOYMENT_FIELDS: &str = "id name state error variables expiresAt nodes { id key replica node state outputs error providerId provider { name } }";
 
 /// A server with the process provider loaded and connected; returns its id.
-async fn with_process_provider(
+pub async fn with_process_provider(
     adjust: impl FnOnce(&mut corbel::config::Config),
 ) -> (TestApp, String, ProviderRepo) {
     let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), |config| {
@@ -35,7 +35,7 @@ async fn with_process_provider(
     (app, id, repo)
 }
 
-async fn create_blueprint(app: &TestApp, name: &str, source: &str) -> String {
+pub async fn create_blueprint(app: &TestApp, name: &str, source: &str) -> String {
     let body = app
         .gql(
             "mutation($input: CreateBlueprintInput!) { createBlueprint(input: $input) { id } }",
@@ -48,7 +48,7 @@ async fn create_blueprint(app: &TestApp, name: &str, source: &str) -> String {
         .to_owned()
 }
 
-async fn deploy(app: &TestApp, blueprint: &str, name: &str, extra: Value) -> String {
+pub async fn deploy(app: &TestApp, blueprint: &str, name: &str, extra: Value) -> String {
     let mut input = json!({ "blueprintId": blueprint, "name": name });
     input
         .as_object_mut()
@@ -66,7 +66,7 @@ async fn deploy(app: &TestApp, blueprint: &str, name: &str, extra: Value) -> Str
         .to_owned()
 }
 
-async fn deployment(app: &TestApp, id: &str) -> Value {
+pub async fn deployment(app: &TestApp, id: &str) -> Value {
     let body = app
         .gql(
             &format!("query($id: ID!) {{ deployment(id: $id) {{ {DEPLOYMENT_FIELDS} }} }}"),
@@ -78,7 +78,7 @@ async fn deployment(app: &TestApp, id: &str) -> Value {
 
 /// Destroys a deployment, waits until it is `DESTROYED` and its processes
 /// are gone.
-async fn destroy_and_wait(app: &TestApp, id: &str, pids: &[i32]) {
+pub async fn destroy_and_wait(app: &TestApp, id: &str, pids: &[i32]) {
     let body = app
         .gql(
             "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
@@ -91,7 +91,7 @@ async fn destroy_and_wait(app: &TestApp, id: &str, pids: &[i32]) {
 }
 
 /// Waits until the deployment reaches one of `states`.
-async fn settled(app: &TestApp, id: &str, states: &[&str]) -> Value {
+pub async fn settled(app: &TestApp, id: &str, states: &[&str]) -> Value {
     eventually(
         Duration::from_secs(60),
         &format!("deployment {states:?}"),
@@ -103,7 +103,7 @@ async fn settled(app: &TestApp, id: &str, states: &[&str]) -> Value {
     .await
 }
 
-fn pids(deployment: &Value) -> Vec<i32> {
+pub fn pids(deployment: &Value) -> Vec<i32> {
     deployment["nodes"]
         .as_array()
         .unwrap()
@@ -113,7 +113,7 @@ fn pids(deployment: &Value) -> Vec<i32> {
         .collect()
 }
 
-fn alive(pid: i32) -> bool {
+pub fn alive(pid: i32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
     let exists = unsafe { libc::kill(pid, 0) } == 0;
     let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -122,7 +122,7 @@ fn alive(pid: i32) -> bool {
     exists && !zombie
 }
 
-async fn all_gone(pids: &[i32]) {
+pub async fn all_gone(pids: &[i32]) {
     eventually(Duration::from_secs(30), "the processes to exit", || async {
         pids.iter().all(|p| !alive(*p)).then_some(())
     })
@@ -967,7 +967,7 @@ async fn a_server_killed_mid_deploy_recovers_without_orphans() {
     served.child.wait().unwrap();
 }
 
-async fn journal_len(store: &TestStore) -> i64 {
+pub async fn journal_len(store: &TestStore) -> i64 {
     use sea_orm::{ConnectionTrait, Database, Statement};
     let url = match &store.database_url {
         Some(url) => url.clone(),

@@ -8,6 +8,7 @@ mod support;
 mod auth;
 mod binary;
 mod deployments;
+mod engine;
 mod http;
 mod providers;
 mod repositories;
