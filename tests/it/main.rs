@@ -9,6 +9,7 @@ mod auth;
 mod binary;
 mod deployments;
 mod http;
+mod lock;
 mod providers;
 mod repositories;
 mod schema;
