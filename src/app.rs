@@ -1,5 +1,6 @@
-//! Building and running one server: connect and migrate the store, bootstrap the
-//! admin, bind the listener, serve until the shutdown future resolves, then drain.
+//! Building and running one server: check the socket paths, take the server
+//! lock, connect and migrate the store, bootstrap the admin, bind the listener,
+//! serve until the shutdown future resolves, then drain and release the lock.
 //!
 //! `App::build` binds (port 0 works), so tests and benchmarks run the real server
 //! in-process; `App::run_until_stopped` serves.
@@ -33,6 +34,7 @@ use crate::repository::Repositories;
 use crate::repository::driver::ProviderSources;
 use crate::repository::installations::InstallationsHandle;
 use crate::store;
+use crate::store::lock::{Holder, ServerLock};
 
 /// How often expired sessions are purged.
 const PURGE_EVERY: Duration = Duration::from_secs(3600);
@@ -57,11 +59,27 @@ pub struct App {
     /// The admin token made at first start, to be shown once.
     new_admin_token: Option<String>,
     facts: ServerFacts,
+    /// This server's hold on its data directory and database, from before
+    /// anything was touched until the very end.
+    lock: ServerLock,
 }
 
 impl App {
     pub async fn build(config: &Config) -> anyhow::Result<App> {
+        let provider_settings = config
+            .provider_settings()
+            .context("resolving the data directory")?;
+        // Nothing is made or removed before these two: a refused server leaves
+        // the data directory, the database and a running server untouched.
+        provider::check_socket_paths(&provider_settings)?;
         let location = config.database()?;
+        let mut lock = ServerLock::acquire(
+            Some(&provider_settings.data_dir),
+            &location,
+            Holder::me("serve", Some(config.listen)),
+        )
+        .await?;
+
         let db = store::connect(&location).await?;
         store::migrate(&db).await?;
 
@@ -73,14 +91,8 @@ impl App {
             .await
             .context("creating the admin user")?;
 
-        let providers = Providers::new(
-            db.clone(),
-            config
-                .provider_settings()
-                .context("resolving the data directory")?,
-            bus.clone(),
-            stopping.clone(),
-        );
+        let providers =
+            Providers::new(db.clone(), provider_settings, bus.clone(), stopping.clone());
         providers
             .reset_after_restart()
             .await
@@ -164,6 +176,9 @@ impl App {
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
+        if let Ok(addr) = listener.local_addr() {
+            lock.set_listen(addr).await;
+        }
         Ok(App {
             listener,
             router,
@@ -180,6 +195,7 @@ impl App {
             shutdown_grace: config.shutdown_grace,
             new_admin_token,
             facts,
+            lock,
         })
     }
 
@@ -259,7 +275,9 @@ impl App {
         let _ = registry.await;
         let _ = background.await;
         let _ = refreshing.await;
-        self.db.close().await.context("closing the database")?;
+        let closed = self.db.close().await.context("closing the database");
+        self.lock.release().await;
+        closed?;
         tracing::info!("stopped");
         Ok(())
     }

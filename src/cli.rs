@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 use crate::app::{App, shutdown_signal};
 use crate::config::{Config, Overrides};
+use crate::store::lock::{Holder, ServerLock};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -64,8 +65,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Migrate => runtime()?.block_on(async {
             crate::telemetry::init_logging(config.log_format, &config.log_filter);
             let location = config.database()?;
-            let db = crate::store::connect(&location).await?;
-            crate::store::migrate(&db).await?;
+            // Not under a running server: it would serve a schema that changes
+            // under it. The database's lock only (the data directory is
+            // not used), released when done.
+            let lock = ServerLock::acquire(None, &location, Holder::me("migrate", None)).await?;
+            let migrated = async {
+                let db = crate::store::connect(&location).await?;
+                crate::store::migrate(&db).await?;
+                db.close().await?;
+                anyhow::Ok(())
+            }
+            .await;
+            lock.release().await;
+            migrated?;
             tracing::info!(database = %location.redacted(), "migrations applied");
             Ok(())
         }),

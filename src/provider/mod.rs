@@ -37,7 +37,7 @@ use uuid::Uuid;
 pub use calls::{ResourceCall, ResourceDescription, ResourceProgress};
 pub use link::LinkError;
 pub use logs::{LogLine, LogStream};
-pub use registry::serve_registry;
+pub use registry::{check_socket_paths, serve_registry};
 
 use crate::events::EventBus;
 use crate::store::providers as rows;

@@ -26,7 +26,7 @@ use uuid::Uuid;
 
 use super::link::Link;
 use super::state::{Connection, Slot};
-use super::{ProviderStatus, Providers, rows, same_secret, token_hash};
+use super::{ProviderSettings, ProviderStatus, Providers, rows, same_secret, token_hash};
 
 /// The name providers watch in `grpc.health.v1`.
 pub const REGISTRY_SERVICE: &str = "corbel.provider.v1.Registry";
@@ -95,12 +95,33 @@ pub async fn serve_registry(
     })
 }
 
-pub fn check_socket_path(path: &Path) -> anyhow::Result<()> {
+fn check_socket_path(path: &Path) -> anyhow::Result<()> {
     let len = path.as_os_str().len();
     if len > MAX_SOCKET_PATH {
         anyhow::bail!(
-            "the socket path {} is {len} bytes long; unix sockets allow {MAX_SOCKET_PATH}: choose a shorter data directory",
+            "the socket path {} is {len} bytes long; unix sockets allow {MAX_SOCKET_PATH}: choose a shorter --data-dir",
             path.display()
+        );
+    }
+    Ok(())
+}
+
+/// Checks every unix socket path the server will bind or hand out, before
+/// anything is made: `registry.sock`, and the longest provider socket, which
+/// the SDK binds at `<CORBEL_SOCKET_DIR>/<CORBEL_PROVIDER_ID>.sock` (a uuid is
+/// always 36 characters).
+pub fn check_socket_paths(settings: &ProviderSettings) -> anyhow::Result<()> {
+    check_socket_path(&settings.registry_socket())?;
+    let example = settings
+        .socket_dir()
+        .join(format!("{}.sock", Uuid::nil().hyphenated()));
+    let len = example.as_os_str().len();
+    if len > MAX_SOCKET_PATH {
+        anyhow::bail!(
+            "provider sockets would be {}/<provider id>.sock, {len} bytes long (such as {}); \
+             unix sockets allow {MAX_SOCKET_PATH}: choose a shorter --data-dir",
+            settings.socket_dir().display(),
+            example.display()
         );
     }
     Ok(())

@@ -1,10 +1,12 @@
-//! The database: connecting, migrating, readiness, and the sea-orm entities.
+//! The database: connecting, migrating, readiness, the sea-orm entities, and the
+//! lock that keeps one server on a data directory and database (`lock`).
 //!
 //! Entities stay inside `store`; areas read and write through the functions their
 //! modules expose and convert rows to their own types at the boundary.
 
 pub mod deployments;
 pub mod entities;
+pub mod lock;
 pub mod providers;
 pub mod repositories;
 pub mod users;

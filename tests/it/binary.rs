@@ -2,6 +2,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
@@ -12,9 +13,13 @@ use crate::support::{ADMIN_TOKEN, TestStore, corbel_bin, eventually};
 pub struct Served {
     pub child: Child,
     pub addr: std::net::SocketAddr,
+    /// Its log lines (JSON) so far.
+    pub log: Arc<Mutex<Vec<String>>>,
 }
 
-pub fn serve(store: &TestStore, extra_env: &[(&str, &str)]) -> Served {
+/// `corbel serve` on `store`, listening on `127.0.0.1:0` unless `extra_env` says
+/// otherwise, logging JSON, with piped output.
+pub fn serve_command(store: &TestStore, extra_env: &[(&str, &str)]) -> Command {
     let mut command = Command::new(corbel_bin());
     command
         .arg("serve")
@@ -23,31 +28,44 @@ pub fn serve(store: &TestStore, extra_env: &[(&str, &str)]) -> Served {
         .env("CORBEL_LISTEN", "127.0.0.1:0")
         .env("CORBEL_DATA_DIR", store.data_dir())
         .env("CORBEL_LOG_FORMAT", "json")
-        .envs(extra_env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let Some(url) = &store.database_url {
         command.env("CORBEL_DATABASE_URL", url);
     }
-    let mut child = command.spawn().expect("corbel starts");
+    command.envs(extra_env.iter().copied());
+    command
+}
+
+pub fn serve(store: &TestStore, extra_env: &[(&str, &str)]) -> Served {
+    let mut child = serve_command(store, extra_env)
+        .spawn()
+        .expect("corbel starts");
     let stderr = child.stderr.take().unwrap();
     let mut lines = BufReader::new(stderr).lines();
+    let log = Arc::new(Mutex::new(Vec::new()));
     let addr = loop {
         let line = lines
             .next()
             .expect("corbel announces its address before exiting")
             .unwrap();
-        let log: serde_json::Value = serde_json::from_str(&line).expect("json log lines");
-        if let Some(url) = log["url"].as_str() {
+        let parsed: serde_json::Value = serde_json::from_str(&line).expect("json log lines");
+        log.lock().unwrap().push(line);
+        if let Some(url) = parsed["url"].as_str() {
             break url.trim_start_matches("http://").parse().unwrap();
         }
     };
     // Keep draining stderr so the child never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Served { child, addr }
+    let kept = log.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            kept.lock().unwrap().push(line);
+        }
+    });
+    Served { child, addr, log }
 }
 
-fn terminate(child: &mut Child) -> std::process::ExitStatus {
+pub fn terminate(child: &mut Child) -> std::process::ExitStatus {
     let pid = i32::try_from(child.id()).unwrap();
     // SAFETY: sending a signal to our own child process.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);

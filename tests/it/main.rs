@@ -10,6 +10,7 @@ mod binary;
 mod deployments;
 mod engine;
 mod http;
+mod lock;
 mod providers;
 mod repositories;
 mod schema;
