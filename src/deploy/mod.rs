@@ -155,6 +155,10 @@ const LIVE_NODE_STATES: [&str; 6] = [
 /// events are published and committed.
 const EVENT_ORDER_STRIPES: usize = 64;
 
+/// How long a request on a settled deployment waits for the run that settled
+/// it to let go of its lock.
+const SETTLED_LOCK_WAIT: Duration = Duration::from_secs(2);
+
 #[derive(Clone, Debug)]
 pub struct StoredBlueprint {
     pub id: Uuid,
@@ -242,6 +246,8 @@ struct Inner {
     placing: tokio::sync::Mutex<()>,
     /// See [`EVENT_ORDER_STRIPES`].
     event_order: Vec<tokio::sync::Mutex<()>>,
+    /// Told whenever a deployment's lock is released.
+    released: tokio::sync::Notify,
     tasks: TaskTracker,
     stopping: CancellationToken,
 }
@@ -259,6 +265,7 @@ impl Drop for Lock {
             .lock()
             .expect("the lock set is never poisoned")
             .remove(&self.id);
+        self.inner.released.notify_waiters();
     }
 }
 
@@ -281,6 +288,7 @@ impl Deployments {
                 event_order: (0..EVENT_ORDER_STRIPES)
                     .map(|_| tokio::sync::Mutex::new(()))
                     .collect(),
+                released: tokio::sync::Notify::new(),
                 tasks: TaskTracker::new(),
                 stopping,
             }),
@@ -302,6 +310,36 @@ impl Deployments {
             inner: self.inner.clone(),
             id,
         })
+    }
+
+    /// The lock, for a request on a deployment in `state`. A run stores its
+    /// last state a moment before it lets go of the lock: a deployment that
+    /// looks settled is waited for (briefly) rather than refused as busy.
+    async fn lock_for_request(
+        &self,
+        id: Uuid,
+        state: DeploymentState,
+        doing: &str,
+    ) -> Result<Lock, DeployError> {
+        let settled = matches!(
+            state,
+            DeploymentState::Complete | DeploymentState::Failed | DeploymentState::Destroyed
+        );
+        let deadline = tokio::time::Instant::now() + SETTLED_LOCK_WAIT;
+        loop {
+            let released = self.inner.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            match self.lock(id, doing) {
+                Ok(lock) => return Ok(lock),
+                Err(busy) if !settled || tokio::time::Instant::now() >= deadline => {
+                    return Err(busy);
+                }
+                Err(_) => {
+                    let _ = tokio::time::timeout_at(deadline, released).await;
+                }
+            }
+        }
     }
 
     // ---- blueprints ----
@@ -433,7 +471,9 @@ impl Deployments {
                 deployment.name
             )));
         }
-        let lock = self.lock(id, "destroy")?;
+        let lock = self
+            .lock_for_request(id, deployment.state, "destroy")
+            .await?;
         self.change(
             id,
             DeploymentState::Destroying,
@@ -476,7 +516,9 @@ impl Deployments {
                 )));
             }
         }
-        let lock = self.lock(id, "redeploy")?;
+        let lock = self
+            .lock_for_request(id, deployment.state, "redeploy")
+            .await?;
         // The keys' nodes are marked in the same transaction as the new
         // operation: a crash from here on resumes the redeploy.
         rows::begin_redeploy(
