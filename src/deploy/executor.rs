@@ -143,8 +143,18 @@ impl Deployments {
 
     async fn deploy_operation(&self, id: Uuid) -> Result<(), Stopped> {
         let row = self.deployment_row(id).await.map_err(Stopped::Failed)?;
-        let Some(operation) = row.operation_id else {
-            return Err(Stopped::Failed("the deployment has no operation".into()));
+        let operation = match row.operation_id {
+            Some(operation) => operation,
+            // Stored before operations were: this run becomes one.
+            None => {
+                let operation = Uuid::now_v7();
+                let state = DeploymentState::parse(&row.state)
+                    .map_err(|e| Stopped::Failed(e.to_string()))?;
+                self.change(id, state, Some(Phase::Deploy), None, Some(operation))
+                    .await
+                    .map_err(|e| Stopped::Failed(e.to_string()))?;
+                operation
+            }
         };
         let (bp, variables) = self.effective(id).await?;
         let nodes = rows::nodes_of(&self.inner.db, id)
