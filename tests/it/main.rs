@@ -7,6 +7,7 @@ mod support;
 
 mod auth;
 mod binary;
+mod crash;
 mod deployments;
 mod engine;
 mod http;

@@ -174,3 +174,28 @@ where
 pub fn corbel_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_corbel"))
 }
+
+/// The deployments of the journal's entries (one per entry), read straight
+/// from the database while a server may be running on it.
+pub async fn journal_deployments(store: &TestStore) -> Result<Vec<uuid::Uuid>, String> {
+    use sea_orm::{ConnectionTrait, Database, Statement};
+    let url = match &store.database_url {
+        Some(url) => url.clone(),
+        None => format!(
+            "sqlite://{}?mode=ro",
+            store.data_dir().join("corbel.db").display()
+        ),
+    };
+    let db = Database::connect(&url).await.map_err(|e| e.to_string())?;
+    let rows = db
+        .query_all_raw(Statement::from_string(
+            db.get_database_backend(),
+            "SELECT deployment_id FROM journal",
+        ))
+        .await;
+    db.close().await.ok();
+    rows.map_err(|e| e.to_string())?
+        .iter()
+        .map(|row| row.try_get("", "deployment_id").map_err(|e| e.to_string()))
+        .collect()
+}
