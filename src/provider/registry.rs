@@ -33,7 +33,7 @@ pub const REGISTRY_SERVICE: &str = "corbel.provider.v1.Registry";
 
 /// The shortest deadline of a health check: a busy machine may take this long
 /// to answer one, and a provider must not be restarted for that.
-const MIN_PROBE: Duration = Duration::from_secs(1);
+const MIN_PROBE: Duration = Duration::from_millis(500);
 
 /// Longest path a unix socket address holds on Linux.
 const MAX_SOCKET_PATH: usize = 107;
@@ -331,9 +331,9 @@ impl Providers {
     /// Health-checks one link until it is replaced, dropped or fails twice in a
     /// row; a failed link is dropped and the provider marked `DISCONNECTED`.
     ///
-    /// A check waits one interval (at least [`MIN_PROBE`]) for its answer, and a
-    /// failed check is repeated at once: a provider that freezes is declared
-    /// gone within three intervals of its last answer.
+    /// A check waits half an interval (at least [`MIN_PROBE`]) for its answer,
+    /// and a failed check is repeated at once: a provider that freezes is
+    /// declared gone about two intervals after its last answer.
     async fn monitor(
         self,
         slot: std::sync::Arc<Slot>,
@@ -342,7 +342,7 @@ impl Providers {
         stop: CancellationToken,
     ) {
         let interval = self.inner.settings.health_interval;
-        let probe = interval
+        let probe = (interval / 2)
             .max(MIN_PROBE)
             .min(self.inner.settings.call_timeout.max(MIN_PROBE));
         let mut failures = 0;
