@@ -24,7 +24,7 @@ use std::time::Duration;
 use rand::Rng;
 use rand::seq::IndexedRandom;
 
-use self::chaos::{Chaos, Knobs};
+use self::chaos::{Chaos, Knobs, violation};
 use self::observe::{Api, Progress, moment};
 use self::requests::prepare;
 use self::world::{Leftovers, provider_process, signal};
@@ -133,19 +133,20 @@ async fn the_server_killed_at_random_moments_converges() {
         let steps = progress.steps(chaos.shape.keys.len());
         let target = chaos.rng.random_range(0..=steps);
         let jitter = Duration::from_millis(chaos.rng.random_range(0..25));
-        let at = match &id {
+        let (at, under_way) = match &id {
             Some(id) => moment(&api, id, &progress, target, jitter).await,
-            None => "the request failed".to_owned(),
+            None => ("the request failed".to_owned(), false),
         };
         server.kill();
-        chaos.kills += 1;
+        chaos.struck(under_way);
         server = Server::start(&store);
         let mut again = String::new();
         if chaos.rng.random_bool(0.3) {
             let delay = chaos.rng.random_range(0..1500);
             tokio::time::sleep(Duration::from_millis(delay)).await;
             server.kill();
-            chaos.kills += 1;
+            // Not counted as mid-run: there may have been nothing to recover.
+            chaos.struck(false);
             server = Server::start(&store);
             again = format!(", and again {delay} ms into the recovery");
         }
@@ -210,12 +211,14 @@ async fn the_provider_killed_or_frozen_mid_deploy_converges() {
         let steps = progress.steps(chaos.shape.keys.len());
         let target = chaos.rng.random_range(0..=steps);
         let jitter = Duration::from_millis(chaos.rng.random_range(0..25));
-        let at = match &id {
+        let (at, under_way) = match &id {
             Some(id) => moment(&api, id, &progress, target, jitter).await,
-            None => "the request failed".to_owned(),
+            None => ("the request failed".to_owned(), false),
         };
         let Some((pid, _)) = provider_process(&store, &provider) else {
-            panic!("{when}: the provider's process is not running before the fault");
+            let found = violation("the provider's process", "is not running before a fault");
+            chaos.report(&when, vec![found]);
+            continue;
         };
         let mut held = String::new();
         match fault {
@@ -232,7 +235,7 @@ async fn the_provider_killed_or_frozen_mid_deploy_converges() {
                 }
             }
         }
-        chaos.kills += 1;
+        chaos.struck(under_way);
         println!(
             "chaos: {when}: {what}; provider {pid}: {fault:?}{held} at {target}/{steps} steps ({at})"
         );

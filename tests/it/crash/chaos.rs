@@ -100,6 +100,9 @@ pub struct Chaos {
     /// Faults injected: SIGKILLs of the server, or kills and freezes of the
     /// provider.
     pub kills: usize,
+    /// Faults that struck while a request's run was under way: if none did,
+    /// the run tested nothing.
+    under_way: usize,
     started: Instant,
 }
 
@@ -125,6 +128,7 @@ impl Chaos {
             seen: BTreeSet::new(),
             violations: 0,
             kills: 0,
+            under_way: 0,
             started: Instant::now(),
         }
     }
@@ -138,13 +142,20 @@ impl Chaos {
             .collect()
     }
 
+    /// Counts a fault; `under_way`: it struck while a request's run was.
+    pub fn struck(&mut self, under_way: bool) {
+        self.kills += 1;
+        self.under_way += usize::from(under_way);
+    }
+
     fn summary(&self) -> String {
         format!(
-            "chaos: seed={} kills={} violations={} elapsed={:.1}s test={}",
+            "chaos: seed={} kills={} violations={} elapsed={:.1}s mid-run={} test={}",
             self.knobs.seed,
             self.kills,
             self.violations,
             self.started.elapsed().as_secs_f64(),
+            self.under_way,
             self.test
         )
     }
@@ -172,10 +183,16 @@ impl Chaos {
         }
     }
 
-    /// Prints the summary line, and fails if anything was found.
+    /// Prints the summary line, and fails if anything was found, or if no
+    /// fault struck while work was under way.
     pub fn finish(&self) {
         println!("{}", self.summary());
         assert_eq!(self.violations, 0, "{}", self.summary());
+        assert!(
+            self.knobs.kills == 0 || self.under_way > 0,
+            "no fault struck while work was under way: nothing was tested; {}",
+            self.summary()
+        );
     }
 
     /// Waits until the world has settled and checks it. Returns the views, or
@@ -279,18 +296,25 @@ impl Chaos {
                     format!("appears {count} times"),
                 ));
             }
-            let unlike = |n: &&observe::NodeView| match v.state.as_str() {
-                "COMPLETE" => n.state != "COMPLETE" || n.pid.is_none(),
-                "DESTROYED" => n.state != "DESTROYED",
-                _ => false,
-            };
-            for n in v.nodes.iter().filter(unlike) {
-                found.push(violation(
-                    format!("{} node {}", t.name, n.key),
+            let unlike: Vec<String> = v
+                .nodes
+                .iter()
+                .filter(|n| match v.state.as_str() {
+                    "COMPLETE" => n.state != "COMPLETE" || n.pid.is_none(),
+                    "DESTROYED" => n.state != "DESTROYED",
+                    _ => false,
+                })
+                .map(|n| {
                     format!(
-                        "is {} (pid {:?}, error {:?}) in a {} deployment",
-                        n.state, n.pid, n.error, v.state
-                    ),
+                        "{} {} (pid {:?}, error {:?})",
+                        n.key, n.state, n.pid, n.error
+                    )
+                })
+                .collect();
+            if !unlike.is_empty() {
+                found.push(violation(
+                    format!("{} nodes unlike their {} deployment", t.name, v.state),
+                    format!("{}: {}", unlike.len(), unlike.join("; ")),
                 ));
             }
             if v.state == "COMPLETE" {

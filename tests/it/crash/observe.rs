@@ -393,24 +393,25 @@ impl Progress {
 
 /// Polls deployment `id` until it has made `target` steps of `progress` (or
 /// its run is over, or a minute passes), then waits `jitter`: the moment to
-/// strike. Returns what it saw.
+/// strike. Returns what it saw, and whether the run was still under way.
 pub async fn moment(
     api: &Api,
     id: &str,
     progress: &Progress,
     target: usize,
     jitter: Duration,
-) -> String {
+) -> (String, bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     let seen = loop {
         if let Ok(v) = view(api, id).await {
             let score = progress.score(&v);
-            if score >= target || progress.over(&v.state) {
-                break format!("{score} steps made, {}", v.state);
+            let over = progress.over(&v.state);
+            if score >= target || over {
+                break (format!("{score} steps made, {}", v.state), !over);
             }
         }
         if Instant::now() > deadline {
-            break "not reached in 60 s".to_owned();
+            break ("not reached in 60 s".to_owned(), true);
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
