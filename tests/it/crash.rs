@@ -18,6 +18,7 @@ mod requests;
 mod shape;
 mod world;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,9 +26,9 @@ use rand::Rng;
 use rand::seq::IndexedRandom;
 
 use self::chaos::{Chaos, Knobs, violation};
-use self::observe::{Api, Progress, moment};
+use self::observe::{Api, Progress, identities, moment};
 use self::requests::prepare;
-use self::world::{Leftovers, provider_process, signal};
+use self::world::{Leftovers, provider_process, signal, world};
 use crate::binary::Served;
 use crate::providers::{ProviderRepo, process_metadata, quick};
 use crate::support::{ADMIN_TOKEN, TestApp, TestStore};
@@ -94,14 +95,28 @@ async fn the_server_killed_at_random_moments_converges() {
 
     let mut server = Server::start(&store);
     let mut api = server.api();
-    chaos
+    let mut views = chaos
         .settle_and_check(&api, &store, &provider, "at the start")
-        .await;
+        .await
+        .unwrap_or_default();
     for round in 1..=chaos.knobs.kills {
         let when = format!("round {round}");
         // Deployments that did not settle (soak mode) count against the cap,
         // but get no new request until they settle, unless only they are left.
         let (open, live) = (chaos.open(true), chaos.open(false));
+        // What runs now: deployments this round does not touch must keep it.
+        let running = world(&chaos.mark);
+        let bystanders: Vec<(String, String, _)> = live
+            .iter()
+            .map(|i| &chaos.tracked[*i])
+            .filter_map(|t| {
+                Some((
+                    t.id.clone(),
+                    t.name.clone(),
+                    identities(views.get(&t.id)?, &running),
+                ))
+            })
+            .collect();
         let roll = chaos.rng.random_range(0..100);
         let mut redeployed = None;
         let (id, progress, what) = if open.len() < MAX_LIVE && (live.is_empty() || roll < 40) {
@@ -152,11 +167,20 @@ async fn the_server_killed_at_random_moments_converges() {
         }
         api = server.api();
         println!("chaos: {when}: {what}; killed at {target}/{steps} steps ({at}){again}");
-        let settled = chaos.settle_and_check(&api, &store, &provider, &when).await;
-        if let (Some(views), Some(r)) = (settled, redeployed) {
-            let found = chaos.check_redeploy(&r, &views);
-            chaos.report(&when, found);
+        let Some(settled) = chaos.settle_and_check(&api, &store, &provider, &when).await else {
+            views.clear(); // no bystanders to compare with next round
+            continue;
+        };
+        views = settled;
+        let mut found = Vec::new();
+        for (other, name, before) in bystanders.iter().filter(|b| Some(&b.0) != id.as_ref()) {
+            let what = format!("{name}, untouched by {when}");
+            found.extend(chaos.check_replaced(other, &what, before, &BTreeSet::new(), &views));
         }
+        if let Some(r) = &redeployed {
+            found.extend(chaos.check_redeploy(r, &views));
+        }
+        chaos.report(&when, found);
     }
     chaos.destroy_everything(&api, &store, &provider).await;
     server.kill();
@@ -188,10 +212,15 @@ async fn the_provider_killed_or_frozen_mid_deploy_converges() {
     let api = Api::at(app.addr);
     let store = app.store.clone();
 
-    chaos.deploy(&api, &blueprint).await;
-    chaos
+    let resident = chaos.deploy(&api, &blueprint).await.expect("a deployment");
+    let views = chaos
         .settle_and_check(&api, &store, &provider, "at the start")
-        .await;
+        .await
+        .unwrap_or_default();
+    let untouched = views
+        .get(&resident)
+        .map(|v| identities(v, &world(&chaos.mark)))
+        .unwrap_or_default();
     let mut victim: Option<usize> = None;
     for round in 1..=chaos.knobs.kills {
         let when = format!("round {round}");
@@ -239,7 +268,12 @@ async fn the_provider_killed_or_frozen_mid_deploy_converges() {
         println!(
             "chaos: {when}: {what}; provider {pid}: {fault:?}{held} at {target}/{steps} steps ({at})"
         );
-        chaos.settle_and_check(&api, &store, &provider, &when).await;
+        let settled = chaos.settle_and_check(&api, &store, &provider, &when).await;
+        if let Some(views) = settled {
+            let what = "the resident deployment";
+            let found = chaos.check_replaced(&resident, what, &untouched, &BTreeSet::new(), &views);
+            chaos.report(&when, found);
+        }
     }
     chaos.destroy_everything(&api, &store, &provider).await;
     app.stop().await;

@@ -374,26 +374,37 @@ impl Chaos {
     /// After a settled redeploy: its key and the key's dependents run as new
     /// processes, every other resource as before.
     pub fn check_redeploy(&self, r: &Redeploy, views: &BTreeMap<String, View>) -> Vec<Violation> {
-        let Some(v) = views.get(&r.id) else {
+        let what = format!("{} redeploy of {}", r.name, r.key);
+        self.check_replaced(&r.id, &what, &r.before, &r.affected, views)
+    }
+
+    /// Which resources of deployment `id` run as new processes since
+    /// `before` (pid and start time): exactly those in `replaced`.
+    pub fn check_replaced(
+        &self,
+        id: &str,
+        what: &str,
+        before: &BTreeMap<String, (i32, u64)>,
+        replaced: &BTreeSet<String>,
+        views: &BTreeMap<String, View>,
+    ) -> Vec<Violation> {
+        let Some(v) = views.get(id) else {
             return Vec::new();
         };
         let now = identities(v, &world(&self.mark));
         let mut found = Vec::new();
         for key in &self.shape.keys {
-            let (before, after) = (r.before.get(key), now.get(key));
-            let should = r.affected.contains(key);
-            if should == (before != after) {
+            let (was, is) = (before.get(key), now.get(key));
+            let should = replaced.contains(key);
+            if should == (was != is) {
                 continue;
             }
             let detail = if should {
-                format!("depends on it, but was not replaced (still {after:?})")
+                format!("should run anew, but was not replaced (still {is:?})")
             } else {
-                format!("does not depend on it, but was replaced ({before:?} -> {after:?})")
+                format!("should be untouched, but was replaced ({was:?} -> {is:?})")
             };
-            found.push(violation(
-                format!("{} redeploy of {}: {key}", r.name, r.key),
-                detail,
-            ));
+            found.push(violation(format!("{what}: {key}"), detail));
         }
         found
     }
