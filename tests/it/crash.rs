@@ -61,7 +61,8 @@ impl Server {
     }
 
     fn api(&self) -> Api {
-        Api::at(self.served.as_ref().expect("running").addr)
+        let served = self.served.as_ref().expect("running");
+        Api::at(served.addr, served.child.id())
     }
 
     fn kill(&mut self) {
@@ -209,7 +210,7 @@ async fn the_provider_killed_or_frozen_mid_deploy_converges() {
     let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), quick).await;
     let repo = ProviderRepo::new(&process_metadata(), &[]);
     let (provider, blueprint) = prepare(&app, &repo, &chaos.shape).await;
-    let api = Api::at(app.addr);
+    let api = Api::at(app.addr, std::process::id());
     let store = app.store.clone();
 
     let resident = chaos.deploy(&api, &blueprint).await.expect("a deployment");
