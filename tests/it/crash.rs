@@ -18,16 +18,17 @@ mod requests;
 mod shape;
 mod world;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rand::Rng;
 use rand::seq::IndexedRandom;
 
-use self::chaos::{Chaos, Knobs};
-use self::observe::{Api, Progress, moment};
+use self::chaos::{Chaos, Knobs, violation};
+use self::observe::{Api, Progress, identities, moment};
 use self::requests::prepare;
-use self::world::{Leftovers, provider_process, signal};
+use self::world::{Leftovers, provider_process, signal, world};
 use crate::binary::Served;
 use crate::providers::{ProviderRepo, process_metadata, quick};
 use crate::support::{ADMIN_TOKEN, TestApp, TestStore};
@@ -60,7 +61,8 @@ impl Server {
     }
 
     fn api(&self) -> Api {
-        Api::at(self.served.as_ref().expect("running").addr)
+        let served = self.served.as_ref().expect("running");
+        Api::at(served.addr, served.child.id())
     }
 
     fn kill(&mut self) {
@@ -94,14 +96,28 @@ async fn the_server_killed_at_random_moments_converges() {
 
     let mut server = Server::start(&store);
     let mut api = server.api();
-    chaos
+    let mut views = chaos
         .settle_and_check(&api, &store, &provider, "at the start")
-        .await;
+        .await
+        .unwrap_or_default();
     for round in 1..=chaos.knobs.kills {
         let when = format!("round {round}");
         // Deployments that did not settle (soak mode) count against the cap,
         // but get no new request until they settle, unless only they are left.
         let (open, live) = (chaos.open(true), chaos.open(false));
+        // What runs now: deployments this round does not touch must keep it.
+        let running = world(&chaos.mark);
+        let bystanders: Vec<(String, String, _)> = live
+            .iter()
+            .map(|i| &chaos.tracked[*i])
+            .filter_map(|t| {
+                Some((
+                    t.id.clone(),
+                    t.name.clone(),
+                    identities(views.get(&t.id)?, &running),
+                ))
+            })
+            .collect();
         let roll = chaos.rng.random_range(0..100);
         let mut redeployed = None;
         let (id, progress, what) = if open.len() < MAX_LIVE && (live.is_empty() || roll < 40) {
@@ -133,29 +149,39 @@ async fn the_server_killed_at_random_moments_converges() {
         let steps = progress.steps(chaos.shape.keys.len());
         let target = chaos.rng.random_range(0..=steps);
         let jitter = Duration::from_millis(chaos.rng.random_range(0..25));
-        let at = match &id {
+        let (at, under_way) = match &id {
             Some(id) => moment(&api, id, &progress, target, jitter).await,
-            None => "the request failed".to_owned(),
+            None => ("the request failed".to_owned(), false),
         };
         server.kill();
-        chaos.kills += 1;
+        chaos.struck(under_way);
         server = Server::start(&store);
         let mut again = String::new();
         if chaos.rng.random_bool(0.3) {
             let delay = chaos.rng.random_range(0..1500);
             tokio::time::sleep(Duration::from_millis(delay)).await;
             server.kill();
-            chaos.kills += 1;
+            // Not counted as mid-run: there may have been nothing to recover.
+            chaos.struck(false);
             server = Server::start(&store);
             again = format!(", and again {delay} ms into the recovery");
         }
         api = server.api();
         println!("chaos: {when}: {what}; killed at {target}/{steps} steps ({at}){again}");
-        let settled = chaos.settle_and_check(&api, &store, &provider, &when).await;
-        if let (Some(views), Some(r)) = (settled, redeployed) {
-            let found = chaos.check_redeploy(&r, &views);
-            chaos.report(&when, found);
+        let Some(settled) = chaos.settle_and_check(&api, &store, &provider, &when).await else {
+            views.clear(); // no bystanders to compare with next round
+            continue;
+        };
+        views = settled;
+        let mut found = Vec::new();
+        for (other, name, before) in bystanders.iter().filter(|b| Some(&b.0) != id.as_ref()) {
+            let what = format!("{name}, untouched by {when}");
+            found.extend(chaos.check_replaced(other, &what, before, &BTreeSet::new(), &views));
         }
+        if let Some(r) = &redeployed {
+            found.extend(chaos.check_redeploy(r, &views));
+        }
+        chaos.report(&when, found);
     }
     chaos.destroy_everything(&api, &store, &provider).await;
     server.kill();
@@ -184,13 +210,18 @@ async fn the_provider_killed_or_frozen_mid_deploy_converges() {
     let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), quick).await;
     let repo = ProviderRepo::new(&process_metadata(), &[]);
     let (provider, blueprint) = prepare(&app, &repo, &chaos.shape).await;
-    let api = Api::at(app.addr);
+    let api = Api::at(app.addr, std::process::id());
     let store = app.store.clone();
 
-    chaos.deploy(&api, &blueprint).await;
-    chaos
+    let resident = chaos.deploy(&api, &blueprint).await.expect("a deployment");
+    let views = chaos
         .settle_and_check(&api, &store, &provider, "at the start")
-        .await;
+        .await
+        .unwrap_or_default();
+    let untouched = views
+        .get(&resident)
+        .map(|v| identities(v, &world(&chaos.mark)))
+        .unwrap_or_default();
     let mut victim: Option<usize> = None;
     for round in 1..=chaos.knobs.kills {
         let when = format!("round {round}");
@@ -210,12 +241,14 @@ async fn the_provider_killed_or_frozen_mid_deploy_converges() {
         let steps = progress.steps(chaos.shape.keys.len());
         let target = chaos.rng.random_range(0..=steps);
         let jitter = Duration::from_millis(chaos.rng.random_range(0..25));
-        let at = match &id {
+        let (at, under_way) = match &id {
             Some(id) => moment(&api, id, &progress, target, jitter).await,
-            None => "the request failed".to_owned(),
+            None => ("the request failed".to_owned(), false),
         };
         let Some((pid, _)) = provider_process(&store, &provider) else {
-            panic!("{when}: the provider's process is not running before the fault");
+            let found = violation("the provider's process", "is not running before a fault");
+            chaos.report(&when, vec![found]);
+            continue;
         };
         let mut held = String::new();
         match fault {
@@ -232,11 +265,16 @@ async fn the_provider_killed_or_frozen_mid_deploy_converges() {
                 }
             }
         }
-        chaos.kills += 1;
+        chaos.struck(under_way);
         println!(
             "chaos: {when}: {what}; provider {pid}: {fault:?}{held} at {target}/{steps} steps ({at})"
         );
-        chaos.settle_and_check(&api, &store, &provider, &when).await;
+        let settled = chaos.settle_and_check(&api, &store, &provider, &when).await;
+        if let Some(views) = settled {
+            let what = "the resident deployment";
+            let found = chaos.check_replaced(&resident, what, &untouched, &BTreeSet::new(), &views);
+            chaos.report(&when, found);
+        }
     }
     chaos.destroy_everything(&api, &store, &provider).await;
     app.stop().await;

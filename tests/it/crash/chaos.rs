@@ -100,6 +100,9 @@ pub struct Chaos {
     /// Faults injected: SIGKILLs of the server, or kills and freezes of the
     /// provider.
     pub kills: usize,
+    /// Faults that struck while a request's run was under way: if none did,
+    /// the run tested nothing.
+    under_way: usize,
     started: Instant,
 }
 
@@ -125,6 +128,7 @@ impl Chaos {
             seen: BTreeSet::new(),
             violations: 0,
             kills: 0,
+            under_way: 0,
             started: Instant::now(),
         }
     }
@@ -138,13 +142,20 @@ impl Chaos {
             .collect()
     }
 
+    /// Counts a fault; `under_way`: it struck while a request's run was.
+    pub fn struck(&mut self, under_way: bool) {
+        self.kills += 1;
+        self.under_way += usize::from(under_way);
+    }
+
     fn summary(&self) -> String {
         format!(
-            "chaos: seed={} kills={} violations={} elapsed={:.1}s test={}",
+            "chaos: seed={} kills={} violations={} elapsed={:.1}s mid-run={} test={}",
             self.knobs.seed,
             self.kills,
             self.violations,
             self.started.elapsed().as_secs_f64(),
+            self.under_way,
             self.test
         )
     }
@@ -172,10 +183,16 @@ impl Chaos {
         }
     }
 
-    /// Prints the summary line, and fails if anything was found.
+    /// Prints the summary line, and fails if anything was found, or if no
+    /// fault struck while work was under way.
     pub fn finish(&self) {
         println!("{}", self.summary());
         assert_eq!(self.violations, 0, "{}", self.summary());
+        assert!(
+            self.knobs.kills == 0 || self.under_way > 0,
+            "no fault struck while work was under way: nothing was tested; {}",
+            self.summary()
+        );
     }
 
     /// Waits until the world has settled and checks it. Returns the views, or
@@ -279,18 +296,25 @@ impl Chaos {
                     format!("appears {count} times"),
                 ));
             }
-            let unlike = |n: &&observe::NodeView| match v.state.as_str() {
-                "COMPLETE" => n.state != "COMPLETE" || n.pid.is_none(),
-                "DESTROYED" => n.state != "DESTROYED",
-                _ => false,
-            };
-            for n in v.nodes.iter().filter(unlike) {
-                found.push(violation(
-                    format!("{} node {}", t.name, n.key),
+            let unlike: Vec<String> = v
+                .nodes
+                .iter()
+                .filter(|n| match v.state.as_str() {
+                    "COMPLETE" => n.state != "COMPLETE" || n.pid.is_none(),
+                    "DESTROYED" => n.state != "DESTROYED",
+                    _ => false,
+                })
+                .map(|n| {
                     format!(
-                        "is {} (pid {:?}, error {:?}) in a {} deployment",
-                        n.state, n.pid, n.error, v.state
-                    ),
+                        "{} {} (pid {:?}, error {:?})",
+                        n.key, n.state, n.pid, n.error
+                    )
+                })
+                .collect();
+            if !unlike.is_empty() {
+                found.push(violation(
+                    format!("{} nodes unlike their {} deployment", t.name, v.state),
+                    format!("{}: {}", unlike.len(), unlike.join("; ")),
                 ));
             }
             if v.state == "COMPLETE" {
@@ -350,26 +374,37 @@ impl Chaos {
     /// After a settled redeploy: its key and the key's dependents run as new
     /// processes, every other resource as before.
     pub fn check_redeploy(&self, r: &Redeploy, views: &BTreeMap<String, View>) -> Vec<Violation> {
-        let Some(v) = views.get(&r.id) else {
+        let what = format!("{} redeploy of {}", r.name, r.key);
+        self.check_replaced(&r.id, &what, &r.before, &r.affected, views)
+    }
+
+    /// Which resources of deployment `id` run as new processes since
+    /// `before` (pid and start time): exactly those in `replaced`.
+    pub fn check_replaced(
+        &self,
+        id: &str,
+        what: &str,
+        before: &BTreeMap<String, (i32, u64)>,
+        replaced: &BTreeSet<String>,
+        views: &BTreeMap<String, View>,
+    ) -> Vec<Violation> {
+        let Some(v) = views.get(id) else {
             return Vec::new();
         };
         let now = identities(v, &world(&self.mark));
         let mut found = Vec::new();
         for key in &self.shape.keys {
-            let (before, after) = (r.before.get(key), now.get(key));
-            let should = r.affected.contains(key);
-            if should == (before != after) {
+            let (was, is) = (before.get(key), now.get(key));
+            let should = replaced.contains(key);
+            if should == (was != is) {
                 continue;
             }
             let detail = if should {
-                format!("depends on it, but was not replaced (still {after:?})")
+                format!("should run anew, but was not replaced (still {is:?})")
             } else {
-                format!("does not depend on it, but was replaced ({before:?} -> {after:?})")
+                format!("should be untouched, but was replaced ({was:?} -> {is:?})")
             };
-            found.push(violation(
-                format!("{} redeploy of {}: {key}", r.name, r.key),
-                detail,
-            ));
+            found.push(violation(format!("{what}: {key}"), detail));
         }
         found
     }

@@ -7,24 +7,30 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::world::{Proc, provider_process};
+use super::world::{Proc, parent, provider_process};
 use crate::support::{ADMIN_TOKEN, TestStore, journal_deployments};
 
 /// How long a settle may take before it counts as stuck. Generous: a correct
 /// engine settles in seconds, but CI machines are slow and shared.
 pub const SETTLE_LIMIT: Duration = Duration::from_secs(120);
 
+/// A server's API.
 #[derive(Clone)]
 pub struct Api {
     client: reqwest::Client,
     url: String,
+    /// The server's process: the provider it runs is its child. (A killed
+    /// server's provider may linger, and its status row may still say
+    /// CONNECTED, until the new server loads it again.)
+    server: u32,
 }
 
 impl Api {
-    pub fn at(addr: std::net::SocketAddr) -> Api {
+    pub fn at(addr: std::net::SocketAddr, server: u32) -> Api {
         Api {
             client: reqwest::Client::new(),
             url: format!("http://{addr}/graphql"),
+            server,
         }
     }
 
@@ -212,6 +218,11 @@ async fn settled_now(
     }
     let (pid, state) = provider_process(store, provider)
         .ok_or_else(|| alone("the provider's process is not running".into()))?;
+    if parent(pid) != i32::try_from(api.server).ok() {
+        return Err(alone(format!(
+            "the provider's process {pid} is not the server's (yet)"
+        )));
+    }
     if state == 'T' {
         return Err(alone(format!(
             "the provider is CONNECTED, but its process {pid} is stopped"
@@ -393,24 +404,25 @@ impl Progress {
 
 /// Polls deployment `id` until it has made `target` steps of `progress` (or
 /// its run is over, or a minute passes), then waits `jitter`: the moment to
-/// strike. Returns what it saw.
+/// strike. Returns what it saw, and whether the run was still under way.
 pub async fn moment(
     api: &Api,
     id: &str,
     progress: &Progress,
     target: usize,
     jitter: Duration,
-) -> String {
+) -> (String, bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     let seen = loop {
         if let Ok(v) = view(api, id).await {
             let score = progress.score(&v);
-            if score >= target || progress.over(&v.state) {
-                break format!("{score} steps made, {}", v.state);
+            let over = progress.over(&v.state);
+            if score >= target || over {
+                break (format!("{score} steps made, {}", v.state), !over);
             }
         }
         if Instant::now() > deadline {
-            break "not reached in 60 s".to_owned();
+            break ("not reached in 60 s".to_owned(), true);
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     };

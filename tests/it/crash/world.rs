@@ -63,12 +63,28 @@ pub fn world(mark: &str) -> BTreeMap<i32, Proc> {
 
 /// A process's state letter and start time, from `/proc/<pid>/stat`.
 pub fn stat(pid: i32) -> Option<(char, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat.rsplit_once(") ")?.1.split(' ').collect();
+    let fields = stat_fields(pid)?;
     let state = fields.first()?.chars().next()?;
     // Field 22 of proc_pid_stat(5), the 20th after the name.
     let start = fields.get(19)?.parse().ok()?;
     Some((state, start))
+}
+
+/// A process's parent.
+pub fn parent(pid: i32) -> Option<i32> {
+    stat_fields(pid)?.get(1)?.parse().ok()
+}
+
+/// The fields of `/proc/<pid>/stat` after the name (which may hold spaces).
+fn stat_fields(pid: i32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(
+        stat.rsplit_once(") ")?
+            .1
+            .split(' ')
+            .map(str::to_owned)
+            .collect(),
+    )
 }
 
 pub fn signal(pid: i32, signal: libc::c_int) {
