@@ -142,6 +142,7 @@ impl Deployments {
                 return Err(StepError::Stopping);
             }
             let error = match self.provider_ready(provider).await {
+                Err(_) if self.inner.stopping.is_cancelled() => return Err(StepError::Stopping),
                 Err(not_ready) if !not_ready.coming => {
                     return Err(self.give_up(node, entry, not_ready.message).await);
                 }
@@ -382,7 +383,12 @@ impl Deployments {
     /// restarting, or still loading after a server restart.
     async fn provider_ready(&self, provider: Uuid) -> Result<(), NotReady> {
         let wait = self.inner.settings.provider_wait;
-        if self.inner.providers.wait_connected(provider, wait).await {
+        let connected = tokio::select! {
+            connected = self.inner.providers.wait_connected(provider, wait) => connected,
+            // The caller sees the server stopping and ends its step there.
+            _ = self.inner.stopping.cancelled() => false,
+        };
+        if connected {
             return Ok(());
         }
         let (name, status) = match self.inner.providers.get(provider).await {
