@@ -15,6 +15,7 @@
 mod chaos;
 mod observe;
 mod requests;
+mod rollback;
 mod shape;
 mod world;
 
@@ -55,8 +56,14 @@ struct Server {
 
 impl Server {
     fn start(store: &TestStore) -> Server {
+        Self::start_with(store, &[])
+    }
+
+    /// With more environment on top of [`SERVER_ENV`].
+    fn start_with(store: &TestStore, extra: &[(&str, &str)]) -> Server {
+        let env: Vec<(&str, &str)> = SERVER_ENV.iter().chain(extra).copied().collect();
         Server {
-            served: Some(crate::binary::serve(store, &SERVER_ENV)),
+            served: Some(crate::binary::serve(store, &env)),
         }
     }
 
