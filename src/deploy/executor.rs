@@ -21,7 +21,7 @@ use super::blueprint::{self, Blueprint};
 use super::schedule::{self, Direction, Schedule};
 use super::step::StepError;
 use super::template;
-use super::{DeploymentState, Deployments, EventKind, Lock, NodeState, OnFailure, Phase};
+use super::{DeploymentState, Deployments, EventKind, Lock, NodeState, OnFailure, Phase, REPLACED};
 use crate::provider::ResourceCall;
 use crate::store::deployments::{self as rows, NodeChange, NodeRow};
 
@@ -44,9 +44,6 @@ enum Scope {
     /// Nodes the operation deployed (a rollback).
     Operation(Uuid),
 }
-
-/// Node states a redeploy replaces: those that hold, or may hold, a resource.
-const REPLACED: [&str; 2] = ["COMPLETE", "FAILED"];
 
 impl Deployments {
     /// Runs a deploy (or redeploy) to its end: complete, failed (rolled back

@@ -150,6 +150,9 @@ const LIVE_NODE_STATES: [&str; 6] = [
     "DESTROYING",
 ];
 
+/// Node states a redeploy replaces: those that hold, or may hold, a resource.
+const REPLACED: [&str; 2] = ["COMPLETE", "FAILED"];
+
 /// Locks that keep each deployment's events in order: an event's row and its
 /// publication happen under its deployment's stripe, so ids grow in the order
 /// events are published and committed.
@@ -531,7 +534,7 @@ impl Deployments {
                 operation_id: Some(Uuid::now_v7()),
             },
             &keys,
-            &["COMPLETE", "FAILED"],
+            &REPLACED,
             NodeState::ToDestroy.as_str(),
         )
         .await?;
