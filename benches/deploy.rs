@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use corbel::config::Config;
 use corbel::deploy::{DeploySettings, DeploymentState, Deployments, NewDeployment, OnFailure};
-use corbel::events::EventBus;
+use corbel::events::Bus;
 use corbel::provider::{NewProvider, ProviderStatus, Providers, ResourceCall};
 use corbel::store::deployments as rows;
 use serde_json::json;
@@ -96,11 +96,10 @@ async fn run(bin: &Path) {
         .expect("store");
     corbel::store::migrate(&db).await.expect("migrations");
     let stopping = CancellationToken::new();
-    let bus = EventBus::new(65_536, stopping.clone());
     let providers = Providers::new(
         db.clone(),
         config.provider_settings().expect("settings"),
-        bus.clone(),
+        Bus::new(4096, stopping.clone()),
         stopping.clone(),
     );
     let registry_stop = CancellationToken::new();
@@ -112,7 +111,7 @@ async fn run(bin: &Path) {
     let deployments = Deployments::new(
         db.clone(),
         providers.clone(),
-        bus,
+        Bus::new(65_536, stopping.clone()),
         DeploySettings::default(),
         stopping.clone(),
     );

@@ -16,7 +16,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use corbel::config::Config;
-use corbel::events::EventBus;
+use corbel::events::Bus;
 use corbel::provider::{NewProvider, ProviderStatus, Providers, ResourceCall};
 use corbel_proto::v1::provider_client::ProviderClient;
 use serde_json::json;
@@ -108,7 +108,7 @@ fn provider_repo(root: &Path, name: &str, bin: &Path, env: &str) -> String {
 async fn run(bins: &Path) {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut config = Config::for_data_dir(dir.path().join("data"));
-    config.provider_health_interval_ms = 5_000;
+    config.provider.health_interval = std::time::Duration::from_secs(5);
     let db = corbel::store::connect(&config.database().expect("database"))
         .await
         .expect("store");
@@ -117,7 +117,7 @@ async fn run(bins: &Path) {
     let providers = Providers::new(
         db,
         config.provider_settings().expect("settings"),
-        EventBus::new(4096, stopping.clone()),
+        Bus::new(4096, stopping.clone()),
         stopping.clone(),
     );
     let registry_stop = CancellationToken::new();

@@ -28,7 +28,7 @@ use crate::api::{self, ServerFacts};
 use crate::auth::Auth;
 use crate::config::Config;
 use crate::deploy::Deployments;
-use crate::events::EventBus;
+use crate::events::Bus;
 use crate::provider::{self, Providers};
 use crate::repository::Repositories;
 use crate::repository::driver::ProviderSources;
@@ -84,15 +84,25 @@ impl App {
         store::migrate(&db).await?;
 
         let stopping = CancellationToken::new();
-        let bus = EventBus::new(1024, stopping.clone());
-        let auth = Auth::new(db.clone(), config.session_ttl, bus.clone());
+        // One bus per area, each of this many events: a subscriber further
+        // behind is told how many it missed.
+        const BUS_CAPACITY: usize = 1024;
+        let auth = Auth::new(
+            db.clone(),
+            config.session_ttl,
+            Bus::new(BUS_CAPACITY, stopping.clone()),
+        );
         let new_admin_token = auth
             .bootstrap(config.admin_token.as_ref())
             .await
             .context("creating the admin user")?;
 
-        let providers =
-            Providers::new(db.clone(), provider_settings, bus.clone(), stopping.clone());
+        let providers = Providers::new(
+            db.clone(),
+            provider_settings,
+            Bus::new(BUS_CAPACITY, stopping.clone()),
+            stopping.clone(),
+        );
         providers
             .reset_after_restart()
             .await
@@ -105,19 +115,19 @@ impl App {
         let deployments = Deployments::new(
             db.clone(),
             providers.clone(),
-            bus.clone(),
-            config.deploy_settings(),
+            Bus::new(BUS_CAPACITY, stopping.clone()),
+            config.deploy.clone(),
             stopping.clone(),
         );
 
-        let mut repository_settings = config.repository_settings();
+        let mut repository_settings = config.repository.clone();
         repository_settings.providers = ProviderSources(Some(Arc::new(providers.clone())));
         repository_settings.installations =
             InstallationsHandle(Some(Arc::new(deployments.clone())));
         let repositories = Repositories::new(
             db.clone(),
             repository_settings,
-            bus.clone(),
+            Bus::new(BUS_CAPACITY, stopping.clone()),
             stopping.clone(),
         );
         repositories
@@ -136,7 +146,6 @@ impl App {
             .data(repositories.clone())
             .data(providers.clone())
             .data(deployments.clone())
-            .data(bus)
             .finish();
 
         let ws_close = CancellationToken::new();

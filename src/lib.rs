@@ -11,6 +11,8 @@ pub mod events;
 pub mod provider;
 pub mod repository;
 pub mod resolve;
+pub mod secret;
+pub mod settings;
 pub mod store;
 pub mod telemetry;
 pub mod web;

@@ -8,7 +8,24 @@ use std::sync::OnceLock;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
-use crate::config::LogFormat;
+/// How log lines are written.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Pretty,
+    Json,
+}
 
 /// Name of the GraphQL request counter, labelled by `operation` and `outcome`.
 pub const GRAPHQL_REQUESTS: &str = "corbel_graphql_requests_total";

@@ -11,7 +11,7 @@ use super::{ApiError, ErrorCode, parse_id, principal, state};
 use crate::deploy::blueprint::{self, Replicas};
 use crate::deploy::strategy::Strategy;
 use crate::deploy::{self as domain, DeployError, Deployments};
-use crate::events::{Delivery, Event, EventBus};
+use crate::events::Delivery;
 
 /// How much history `deploymentEvents` replays before following live.
 const REPLAY_LIMIT: u64 = 10_000;
@@ -620,8 +620,8 @@ impl DeploySubscription {
         let wanted = parse_id(&id, "id")?;
         // Subscribe first, then read the history: an event stored in between
         // is in both, and the id filter drops the second copy.
-        let live = state::<EventBus>(ctx)?.subscribe();
         let deployments = state::<Deployments>(ctx)?;
+        let live = deployments.events().subscribe();
         deployments.get(wanted).await?;
         let history = deployments.history(wanted, REPLAY_LIMIT).await?;
         let last = history.last().map_or(0, |e| e.id);
@@ -641,22 +641,13 @@ impl DeploySubscription {
                             return Some((event, (live, last, missed)));
                         }
                         match live.next().await? {
-                            Delivery::Event(event) => match &*event {
-                                Event::Deployment(e)
-                                    if e.deployment_id == wanted && e.id > last =>
-                                {
+                            Delivery::Event(e) => {
+                                if e.deployment_id == wanted && e.id > last {
                                     last = e.id;
                                     let event = DeploymentEvent::from(e.as_ref());
                                     return Some((event, (live, last, missed)));
                                 }
-                                Event::Deployment(_)
-                                | Event::UserLoggedIn { .. }
-                                | Event::ApiTokenCreated { .. }
-                                | Event::ApiTokenRevoked { .. }
-                                | Event::RepositorySync { .. }
-                                | Event::ProviderStatus { .. }
-                                | Event::ProviderLog { .. } => {}
-                            },
+                            }
                             Delivery::Lagged(_) => {
                                 match deployments.history_after(wanted, last, REPLAY_LIMIT).await {
                                     Ok(found) => {

@@ -1,10 +1,16 @@
-//! `serverEvents`: the event bus, live, over the websocket.
+//! `serverEvents` and `repositoryEvents`: the areas' event buses, live, over
+//! the websocket.
 
 use async_graphql::{Context, ID, SimpleObject, Subscription, Union};
 use futures_util::{Stream, StreamExt};
 
 use super::{ApiError, principal, state};
-use crate::events::{Delivery, Event, EventBus};
+use std::future::ready;
+
+use crate::auth::{Auth, AuthEvent};
+use crate::events::Delivery;
+use crate::provider::{ProviderEvent, Providers};
+use crate::repository::{Repositories, SyncEvent};
 
 #[derive(SimpleObject)]
 pub struct UserLoggedIn {
@@ -62,22 +68,16 @@ pub struct ProviderStatusChanged {
     message: Option<String>,
 }
 
-impl ServerEvent {
-    /// The server-wide view of a delivery; provider log lines stay on
-    /// `providerEvents`, where one asks for them.
-    fn of(delivery: Delivery) -> Option<Self> {
-        let event = match delivery {
-            Delivery::Lagged(missed) => {
-                return Some(ServerEvent::EventsMissed(EventsMissed { missed }));
+impl From<&AuthEvent> for ServerEvent {
+    fn from(event: &AuthEvent) -> Self {
+        match event {
+            AuthEvent::UserLoggedIn { user_id, username } => {
+                ServerEvent::UserLoggedIn(UserLoggedIn {
+                    user_id: ID(user_id.to_string()),
+                    username: username.clone(),
+                })
             }
-            Delivery::Event(event) => event,
-        };
-        Some(match &*event {
-            Event::UserLoggedIn { user_id, username } => ServerEvent::UserLoggedIn(UserLoggedIn {
-                user_id: ID(user_id.to_string()),
-                username: username.clone(),
-            }),
-            Event::ApiTokenCreated {
+            AuthEvent::ApiTokenCreated {
                 user_id,
                 token_id,
                 name,
@@ -86,36 +86,38 @@ impl ServerEvent {
                 token_id: ID(token_id.to_string()),
                 name: name.clone(),
             }),
-            Event::ApiTokenRevoked { user_id, token_id } => {
+            AuthEvent::ApiTokenRevoked { user_id, token_id } => {
                 ServerEvent::ApiTokenRevoked(ApiTokenRevoked {
                     user_id: ID(user_id.to_string()),
                     token_id: ID(token_id.to_string()),
                 })
             }
-            Event::RepositorySync {
-                repository_id,
-                status,
-                message,
-                seen,
-                stored,
-            } => ServerEvent::RepositorySync(RepositorySync {
-                repository_id: ID(repository_id.to_string()),
-                status: (*status).to_owned(),
-                message: message.clone(),
-                seen: (*seen >= 0).then_some(*seen),
-                stored: (*stored >= 0).then_some(*stored),
-            }),
-            Event::ProviderStatus {
-                provider_id,
-                status,
-                message,
-            } => ServerEvent::ProviderStatusChanged(ProviderStatusChanged {
-                provider_id: ID(provider_id.to_string()),
-                status: status.as_str().to_owned(),
-                message: message.clone(),
-            }),
-            Event::ProviderLog { .. } | Event::Deployment(_) => return None,
-        })
+        }
+    }
+}
+
+impl From<&SyncEvent> for RepositorySync {
+    fn from(e: &SyncEvent) -> Self {
+        RepositorySync {
+            repository_id: ID(e.repository_id.to_string()),
+            status: e.status.as_str().to_owned(),
+            message: e.message.clone(),
+            seen: (e.seen >= 0).then_some(e.seen),
+            stored: (e.stored >= 0).then_some(e.stored),
+        }
+    }
+}
+
+/// The server-wide view of one area's delivery: a lag becomes `EventsMissed`,
+/// and `view` picks what the server-wide stream shows of an event (provider log
+/// lines stay on `providerEvents`, where one asks for them).
+fn server_view<E>(
+    delivery: Delivery<E>,
+    view: impl Fn(&E) -> Option<ServerEvent>,
+) -> Option<ServerEvent> {
+    match delivery {
+        Delivery::Lagged(missed) => Some(ServerEvent::EventsMissed(EventsMissed { missed })),
+        Delivery::Event(event) => view(&event),
     }
 }
 
@@ -124,16 +126,47 @@ pub struct EventSubscription;
 
 #[Subscription]
 impl EventSubscription {
-    /// Server-wide events (sign-ins, tokens made and revoked) as they happen.
-    /// Secrets are never part of an event. Ends when the server shuts down.
+    /// Server-wide events (sign-ins, tokens made and revoked, repository syncs,
+    /// provider status changes) as they happen. Secrets are never part of an
+    /// event. Ends when the server shuts down.
     async fn server_events(
         &self,
         ctx: &Context<'_>,
     ) -> Result<impl Stream<Item = ServerEvent> + use<>, ApiError> {
         principal(ctx)?;
-        Ok(state::<EventBus>(ctx)?
+        let auth = state::<Auth>(ctx)?
+            .events()
             .subscribe()
-            .filter_map(|delivery| std::future::ready(ServerEvent::of(delivery))))
+            .filter_map(|d| ready(server_view(d, |e| Some(e.into()))));
+        let syncs = state::<Repositories>(ctx)?
+            .events()
+            .subscribe()
+            .filter_map(|d| {
+                ready(server_view(d, |e| {
+                    Some(ServerEvent::RepositorySync(e.into()))
+                }))
+            });
+        let providers = state::<Providers>(ctx)?
+            .events()
+            .subscribe()
+            .filter_map(|d| {
+                ready(server_view(d, |e| match e {
+                    ProviderEvent::Status {
+                        provider_id,
+                        status,
+                        message,
+                    } => Some(ServerEvent::ProviderStatusChanged(ProviderStatusChanged {
+                        provider_id: ID(provider_id.to_string()),
+                        status: status.as_str().to_owned(),
+                        message: message.clone(),
+                    })),
+                    ProviderEvent::Log { .. } => None,
+                }))
+            });
+        Ok(futures_util::stream::select(
+            auth,
+            futures_util::stream::select(syncs, providers),
+        ))
     }
 
     /// One repository's sync progress, live: an event when a sync starts, one
@@ -145,22 +178,16 @@ impl EventSubscription {
     ) -> Result<impl Stream<Item = RepositorySync> + use<>, ApiError> {
         principal(ctx)?;
         let wanted = id.0.clone();
-        Ok(state::<EventBus>(ctx)?
+        Ok(state::<Repositories>(ctx)?
+            .events()
             .subscribe()
             .filter_map(move |delivery| {
-                let event = match ServerEvent::of(delivery) {
-                    Some(ServerEvent::RepositorySync(e)) if e.repository_id.0 == wanted => Some(e),
-                    None => None,
-                    Some(
-                        ServerEvent::RepositorySync(_)
-                        | ServerEvent::UserLoggedIn(_)
-                        | ServerEvent::ApiTokenCreated(_)
-                        | ServerEvent::ApiTokenRevoked(_)
-                        | ServerEvent::ProviderStatusChanged(_)
-                        | ServerEvent::EventsMissed(_),
-                    ) => None,
-                };
-                std::future::ready(event)
+                ready(match delivery {
+                    Delivery::Event(e) if e.repository_id.to_string() == wanted => {
+                        Some(RepositorySync::from(&*e))
+                    }
+                    Delivery::Event(_) | Delivery::Lagged(_) => None,
+                })
             }))
     }
 }

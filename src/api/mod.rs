@@ -12,14 +12,15 @@ pub mod pagination;
 mod provider;
 mod repository;
 mod server;
+mod settings;
 
 use async_graphql::{MergedObject, MergedSubscription, Schema, SchemaBuilder};
 use chrono::{DateTime, Utc};
 
 pub use error::{ApiError, ErrorCode};
+pub use settings::{GraphqlFlags, GraphqlLimits};
 
 use crate::auth::Principal;
-use crate::config::GraphqlLimits;
 
 #[derive(MergedObject, Default)]
 pub struct Query(

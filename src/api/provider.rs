@@ -10,7 +10,7 @@ use futures_util::{Stream, StreamExt};
 
 use super::pagination::{Page, page_of, window};
 use super::{ApiError, parse_id, principal, state};
-use crate::events::{Delivery, Event, EventBus};
+use crate::events::Delivery;
 use crate::provider::{self as domain, Providers};
 
 #[derive(Enum, Clone, Copy, PartialEq, Eq)]
@@ -412,7 +412,7 @@ impl ProviderSubscription {
         principal(ctx)?;
         let wanted = parse_id(&id, "id")?;
         // Subscribe before reading the status, so nothing falls in between.
-        let live = state::<EventBus>(ctx)?.subscribe();
+        let live = state::<Providers>(ctx)?.events().subscribe();
         let now = state::<Providers>(ctx)?.get(wanted).await?;
         let first = ProviderEvent {
             provider_id: ID(wanted.to_string()),
@@ -431,7 +431,7 @@ impl ProviderSubscription {
                     missed: Some(missed),
                 }),
                 Delivery::Event(event) => match &*event {
-                    Event::ProviderStatus {
+                    domain::ProviderEvent::Status {
                         provider_id,
                         status,
                         message,
@@ -442,7 +442,7 @@ impl ProviderSubscription {
                         log: None,
                         missed: None,
                     }),
-                    Event::ProviderLog { provider_id, line } if *provider_id == wanted => {
+                    domain::ProviderEvent::Log { provider_id, line } if *provider_id == wanted => {
                         Some(ProviderEvent {
                             provider_id: ID(provider_id.to_string()),
                             status: None,
@@ -451,13 +451,9 @@ impl ProviderSubscription {
                             missed: None,
                         })
                     }
-                    Event::ProviderStatus { .. }
-                    | Event::ProviderLog { .. }
-                    | Event::UserLoggedIn { .. }
-                    | Event::ApiTokenCreated { .. }
-                    | Event::ApiTokenRevoked { .. }
-                    | Event::RepositorySync { .. }
-                    | Event::Deployment(_) => None,
+                    domain::ProviderEvent::Status { .. } | domain::ProviderEvent::Log { .. } => {
+                        None
+                    }
                 },
             };
             std::future::ready(event)

@@ -10,13 +10,11 @@ mod password;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use rand::RngCore;
 use sea_orm::{DatabaseConnection, DbErr};
-use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::config::Secret;
-use crate::events::{Event, EventBus};
+use crate::events::Bus;
+use crate::secret::{Secret, hash_token};
 use crate::store::{self, users};
 
 /// The name of the user the first start creates.
@@ -124,20 +122,40 @@ pub enum AuthError {
     Hash(String),
 }
 
+/// What the auth area publishes on its bus (a secret is never part of one).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AuthEvent {
+    /// A user signed in and got a session.
+    UserLoggedIn { user_id: Uuid, username: String },
+    /// An API token was made.
+    ApiTokenCreated {
+        user_id: Uuid,
+        token_id: Uuid,
+        name: String,
+    },
+    /// An API token was revoked.
+    ApiTokenRevoked { user_id: Uuid, token_id: Uuid },
+}
+
 #[derive(Clone)]
 pub struct Auth {
     db: DatabaseConnection,
     session_ttl: Duration,
-    bus: EventBus,
+    bus: Bus<AuthEvent>,
 }
 
 impl Auth {
-    pub fn new(db: DatabaseConnection, session_ttl: Duration, bus: EventBus) -> Self {
+    pub fn new(db: DatabaseConnection, session_ttl: Duration, bus: Bus<AuthEvent>) -> Self {
         Self {
             db,
             session_ttl,
             bus,
         }
+    }
+
+    /// Sign-ins and tokens made or revoked, as they happen.
+    pub fn events(&self) -> &Bus<AuthEvent> {
+        &self.bus
     }
 
     /// On a store with no users, creates `admin` with a token and returns the token
@@ -242,7 +260,7 @@ impl Auth {
         )
         .await?;
         let user = to_user(row)?;
-        self.bus.publish(Event::UserLoggedIn {
+        self.bus.publish(AuthEvent::UserLoggedIn {
             user_id: user.id,
             username: user.username.clone(),
         });
@@ -304,7 +322,7 @@ impl Auth {
         )
         .await?;
         let info = to_token_info(row)?;
-        self.bus.publish(Event::ApiTokenCreated {
+        self.bus.publish(AuthEvent::ApiTokenCreated {
             user_id: who.user.id,
             token_id: info.id,
             name: info.name.clone(),
@@ -324,7 +342,7 @@ impl Auth {
         if !users::delete_token(&self.db, who.user.id, token_id).await? {
             return Err(AuthError::TokenNotFound(token_id));
         }
-        self.bus.publish(Event::ApiTokenRevoked {
+        self.bus.publish(AuthEvent::ApiTokenRevoked {
             user_id: who.user.id,
             token_id,
         });
@@ -338,20 +356,7 @@ impl Auth {
 }
 
 fn new_token() -> String {
-    new_secret(TOKEN_PREFIX)
-}
-
-/// A new random secret (256 bits, hex) with a prefix that says what it is for.
-/// Every token Corbel hands out is made here.
-pub fn new_secret(prefix: &str) -> String {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    format!("{prefix}{}", hex::encode(bytes))
-}
-
-/// How a secret is stored: its SHA-256, hex.
-pub fn hash_token(token: &str) -> String {
-    hex::encode(Sha256::digest(token.as_bytes()))
+    crate::secret::new_token(TOKEN_PREFIX)
 }
 
 fn parse_kind(raw: &str) -> Result<TokenKind, AuthError> {

@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use super::blueprint;
 use super::{DeployError, DeploymentState, Deployments, EventKind, OnFailure};
-use crate::events::{Delivery, Event};
+use crate::events::Delivery;
 use crate::repository::installations::Installations;
 use crate::store::deployments as rows;
 
@@ -116,9 +116,8 @@ impl Deployments {
         async move {
             while let Some(delivery) = events.next().await {
                 match delivery {
-                    Delivery::Event(event) => {
-                        if let Event::Deployment(e) = &*event
-                            && e.deployment_id == id
+                    Delivery::Event(e) => {
+                        if e.deployment_id == id
                             && e.kind == EventKind::State
                             && let Some(state) = e.state.as_deref()
                             && let Ok(state) = DeploymentState::parse(state)

@@ -18,6 +18,7 @@ mod installations;
 mod plan;
 mod recovery;
 pub mod schedule;
+mod settings;
 mod step;
 pub mod strategy;
 pub mod template;
@@ -32,34 +33,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-use crate::events::{Event, EventBus};
+use crate::events::Bus;
 use crate::provider::{ProviderError, Providers};
 use crate::store::deployments as rows;
 
 pub use rows::DeploymentFilter;
-
-/// How the engine runs; configurable.
-#[derive(Clone, Debug)]
-pub struct DeploySettings {
-    /// Provider calls in flight at once, per deployment.
-    pub concurrency: usize,
-    /// How often expired leases are looked for.
-    pub reaper_interval: Duration,
-    /// How long a step waits for its provider to (re)connect before failing:
-    /// a provider restarting after a crash, or loading after a server restart,
-    /// delays the work rather than failing it.
-    pub provider_wait: Duration,
-}
-
-impl Default for DeploySettings {
-    fn default() -> Self {
-        Self {
-            concurrency: 16,
-            reaper_interval: Duration::from_secs(10),
-            provider_wait: Duration::from_secs(60),
-        }
-    }
-}
+pub use settings::{DeployFlags, DeploySettings};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
@@ -239,7 +218,7 @@ pub struct Deployments {
 struct Inner {
     db: DatabaseConnection,
     providers: Providers,
-    bus: EventBus,
+    bus: Bus<DeploymentEvent>,
     settings: DeploySettings,
     /// Deployments something is working on in this process: the lock.
     busy: Mutex<HashSet<Uuid>>,
@@ -276,7 +255,7 @@ impl Deployments {
     pub fn new(
         db: DatabaseConnection,
         providers: Providers,
-        bus: EventBus,
+        bus: Bus<DeploymentEvent>,
         settings: DeploySettings,
         stopping: CancellationToken,
     ) -> Self {
@@ -592,6 +571,11 @@ impl Deployments {
     }
 
     /// The history, oldest first (at most `limit` entries).
+    /// Every deployment's events as they are stored.
+    pub fn events(&self) -> &Bus<DeploymentEvent> {
+        &self.inner.bus
+    }
+
     pub async fn history(&self, id: Uuid, limit: u64) -> Result<Vec<DeploymentEvent>, DeployError> {
         self.history_after(id, 0, limit).await
     }
@@ -736,7 +720,7 @@ impl Deployments {
     fn publish(&self, row: rows::EventRow) {
         let id = row.deployment_id;
         match to_event(row) {
-            Ok(event) => self.inner.bus.publish(Event::Deployment(Arc::new(event))),
+            Ok(event) => self.inner.bus.publish(event),
             Err(e) => tracing::error!(deployment.id = %id, error = %e, "bad event row"),
         }
     }

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::events::{Event, EventBus};
+use super::ProviderEvent;
+use crate::events::Bus;
 
 /// Longest line kept; a provider printing megabytes on one line is cut, not
 /// buffered whole.
@@ -77,11 +78,11 @@ impl LogRing {
 pub struct LogSink {
     provider_id: Uuid,
     ring: Arc<Mutex<LogRing>>,
-    bus: EventBus,
+    bus: Bus<ProviderEvent>,
 }
 
 impl LogSink {
-    pub fn new(provider_id: Uuid, ring: Arc<Mutex<LogRing>>, bus: EventBus) -> Self {
+    pub fn new(provider_id: Uuid, ring: Arc<Mutex<LogRing>>, bus: Bus<ProviderEvent>) -> Self {
         Self {
             provider_id,
             ring,
@@ -113,7 +114,7 @@ impl LogSink {
             .lock()
             .expect("the log ring is never poisoned")
             .push(line.clone());
-        self.bus.publish(Event::ProviderLog {
+        self.bus.publish(ProviderEvent::Log {
             provider_id: self.provider_id,
             line,
         });
@@ -159,7 +160,7 @@ mod tests {
 
     #[test]
     fn long_lines_are_cut_on_a_char_boundary() {
-        let bus = EventBus::new(4, tokio_util::sync::CancellationToken::new());
+        let bus = Bus::new(4, tokio_util::sync::CancellationToken::new());
         let sink = LogSink::new(Uuid::nil(), Arc::new(Mutex::new(LogRing::new(4))), bus);
         sink.line(LogStream::Stdout, &"é".repeat(MAX_LINE_BYTES));
         let tail = sink.tail(1);

@@ -18,12 +18,12 @@ pub mod metadata;
 mod registry;
 mod repository;
 mod runtime;
+mod settings;
 pub mod source;
 mod state;
 mod supervisor;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -38,56 +38,11 @@ pub use calls::{ResourceCall, ResourceDescription, ResourceProgress};
 pub use link::LinkError;
 pub use logs::{LogLine, LogStream};
 pub use registry::{check_socket_paths, serve_registry};
+pub use settings::{ProviderFlags, ProviderSettings};
 
-use crate::events::EventBus;
+use crate::events::Bus;
 use crate::store::providers as rows;
 use state::Slot;
-
-/// Where providers live on disk, and the timings of their lifecycle.
-#[derive(Clone, Debug)]
-pub struct ProviderSettings {
-    /// Absolute; holds `registry.sock`, `sockets/` and `providers/<id>/`.
-    pub data_dir: PathBuf,
-    pub git_schemes: Vec<String>,
-    pub git_submodules: bool,
-    pub fetch_timeout: Duration,
-    pub build_timeout: Duration,
-    /// From start to registration.
-    pub start_timeout: Duration,
-    /// Deadline of each call to a provider.
-    pub call_timeout: Duration,
-    /// Between SIGTERM and SIGKILL.
-    pub stop_grace: Duration,
-    pub health_interval: Duration,
-    pub backoff_initial: Duration,
-    pub backoff_max: Duration,
-    /// Providers fetched and built at once.
-    pub load_concurrency: usize,
-    /// Lines of output kept per provider.
-    pub log_lines: usize,
-}
-
-impl ProviderSettings {
-    pub fn registry_socket(&self) -> PathBuf {
-        self.data_dir.join("registry.sock")
-    }
-
-    pub fn socket_dir(&self) -> PathBuf {
-        self.data_dir.join("sockets")
-    }
-
-    fn provider_dir(&self, id: Uuid) -> PathBuf {
-        self.data_dir.join("providers").join(id.to_string())
-    }
-
-    fn source(&self) -> source::SourceSettings {
-        source::SourceSettings {
-            allowed_schemes: self.git_schemes.clone(),
-            timeout: self.fetch_timeout,
-            submodules: self.git_submodules,
-        }
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProviderError {
@@ -217,6 +172,19 @@ pub struct ProviderPatch {
     pub auto_load: Option<bool>,
 }
 
+/// What the provider area publishes on its bus.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProviderEvent {
+    /// A provider's status changed (or its status message, e.g. fetch progress).
+    Status {
+        provider_id: Uuid,
+        status: ProviderStatus,
+        message: Option<String>,
+    },
+    /// A provider printed a line (build or run output, or Corbel's note on it).
+    Log { provider_id: Uuid, line: LogLine },
+}
+
 #[derive(Clone)]
 pub struct Providers {
     inner: Arc<Inner>,
@@ -225,7 +193,7 @@ pub struct Providers {
 struct Inner {
     db: DatabaseConnection,
     settings: ProviderSettings,
-    bus: EventBus,
+    bus: Bus<ProviderEvent>,
     /// Cancelled when the server stops.
     stopping: CancellationToken,
     /// In-memory state of every provider touched since start.
@@ -240,7 +208,7 @@ impl Providers {
     pub fn new(
         db: DatabaseConnection,
         settings: ProviderSettings,
-        bus: EventBus,
+        bus: Bus<ProviderEvent>,
         stopping: CancellationToken,
     ) -> Self {
         let loading = Semaphore::new(settings.load_concurrency.max(1));
@@ -259,6 +227,11 @@ impl Providers {
 
     pub fn settings(&self) -> &ProviderSettings {
         &self.inner.settings
+    }
+
+    /// Status changes and output lines of every provider, as they happen.
+    pub fn events(&self) -> &Bus<ProviderEvent> {
+        &self.inner.bus
     }
 
     /// At boot nothing runs yet: statuses left by the previous run are reset.
@@ -600,11 +573,11 @@ fn merge(config: &serde_json::Value, secret: &serde_json::Value) -> serde_json::
 }
 
 fn new_token() -> String {
-    crate::auth::new_secret("cbp_")
+    crate::secret::new_token("cbp_")
 }
 
 fn token_hash(token: &str) -> String {
-    crate::auth::hash_token(token)
+    crate::secret::hash_token(token)
 }
 
 /// Equal in constant time (for equal lengths; lengths are not secret here).

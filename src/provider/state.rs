@@ -11,8 +11,7 @@ use uuid::Uuid;
 
 use super::link::Link;
 use super::logs::{LogLine, LogRing, LogSink, LogStream};
-use super::{Provider, ProviderStatus, Providers, rows};
-use crate::events::Event;
+use super::{Provider, ProviderEvent, ProviderStatus, Providers, rows};
 
 /// What a supervisor can be told.
 pub(super) enum Command {
@@ -221,7 +220,7 @@ impl Providers {
             "provider status"
         );
         slot.set_status(status, message.clone());
-        self.inner.bus.publish(Event::ProviderStatus {
+        self.inner.bus.publish(ProviderEvent::Status {
             provider_id: slot.id,
             status,
             message: message.clone(),
@@ -237,7 +236,7 @@ impl Providers {
     pub(super) fn set_message(&self, slot: &Slot, message: String) {
         let status = slot.status();
         slot.set_status(status, Some(message.clone()));
-        self.inner.bus.publish(Event::ProviderStatus {
+        self.inner.bus.publish(ProviderEvent::Status {
             provider_id: slot.id,
             status,
             message: Some(message),

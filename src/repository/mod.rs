@@ -10,11 +10,11 @@ mod elements;
 pub mod installations;
 pub mod inventory;
 pub mod manifest;
+mod settings;
 mod sync;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sea_orm::{DatabaseConnection, DbErr};
@@ -24,39 +24,11 @@ use uuid::Uuid;
 
 pub use driver::DriverSpec;
 pub use elements::{InstallPlan, PlannedElement};
+pub use settings::{RepositoryFlags, RepositorySettings};
 
+use crate::events::Bus;
 use crate::resolve::ResolveError;
 use crate::store::repositories as rows;
-
-/// Limits and timings of repository work; configurable.
-#[derive(Clone, Debug)]
-pub struct RepositorySettings {
-    pub max_inventory_bytes: u64,
-    pub max_manifest_bytes: usize,
-    pub http_timeout: Duration,
-    /// How often due refreshes are looked for.
-    pub refresh_check: Duration,
-    /// How many manifests a COPY sync fetches at once.
-    pub fetch_concurrency: usize,
-    /// The provider host, for repositories read through providers.
-    pub providers: driver::ProviderSources,
-    /// The deployment engine, which runs installed elements' blueprints.
-    pub installations: installations::InstallationsHandle,
-}
-
-impl Default for RepositorySettings {
-    fn default() -> Self {
-        Self {
-            max_inventory_bytes: 512 * 1024 * 1024,
-            max_manifest_bytes: 1024 * 1024,
-            http_timeout: Duration::from_secs(30),
-            refresh_check: Duration::from_secs(5),
-            fetch_concurrency: 8,
-            providers: driver::ProviderSources::default(),
-            installations: installations::InstallationsHandle::default(),
-        }
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum RepositoryError {
@@ -194,6 +166,19 @@ pub struct RepositoryPatch {
 
 pub use rows::ElementFilter;
 
+/// Where a repository's sync stands: published when it starts, per stored
+/// batch, and when it ends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SyncEvent {
+    pub repository_id: Uuid,
+    pub status: RepositoryStatus,
+    pub message: Option<String>,
+    /// Entries read so far; `-1` when unknown (a failed sync).
+    pub seen: i64,
+    /// Elements stored; `-1` when unknown.
+    pub stored: i64,
+}
+
 #[derive(Clone)]
 pub struct Repositories {
     db: DatabaseConnection,
@@ -202,14 +187,14 @@ pub struct Repositories {
     syncing: Arc<Mutex<HashSet<Uuid>>>,
     tasks: TaskTracker,
     stopping: CancellationToken,
-    bus: crate::events::EventBus,
+    bus: Bus<SyncEvent>,
 }
 
 impl Repositories {
     pub fn new(
         db: DatabaseConnection,
         settings: RepositorySettings,
-        bus: crate::events::EventBus,
+        bus: Bus<SyncEvent>,
         stopping: CancellationToken,
     ) -> Self {
         Self {
@@ -220,6 +205,11 @@ impl Repositories {
             stopping,
             bus,
         }
+    }
+
+    /// Sync progress of every repository, as it happens.
+    pub fn events(&self) -> &Bus<SyncEvent> {
+        &self.bus
     }
 
     pub async fn create(&self, new: NewRepository) -> Result<Repository, RepositoryError> {

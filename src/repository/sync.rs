@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use super::driver::{self, Listed};
-use super::{Repositories, RepositoryError, RepositoryStatus, SyncMode};
+use super::{Repositories, RepositoryError, RepositoryStatus, SyncEvent, SyncMode};
 use crate::store::repositories as rows;
 
 /// Elements written per transaction.
@@ -98,9 +98,9 @@ fn publish(
     seen: i64,
     stored: i64,
 ) {
-    repos.bus.publish(crate::events::Event::RepositorySync {
+    repos.bus.publish(SyncEvent {
         repository_id: id,
-        status: status.as_str(),
+        status,
         message,
         seen,
         stored,

@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::config::DatabaseLocation;
+use super::DatabaseLocation;
 
 /// The PostgreSQL advisory lock key held by the one server on a database:
 /// the ASCII bytes of `corbel` (0x636f7262656c). Advisory locks are per

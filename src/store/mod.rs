@@ -6,6 +6,7 @@
 
 pub mod deployments;
 pub mod entities;
+mod location;
 pub mod lock;
 pub mod providers;
 pub mod repositories;
@@ -16,7 +17,7 @@ use std::time::Duration;
 use migration::{Migrator, MigratorTrait};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr};
 
-use crate::config::DatabaseLocation;
+pub use location::{DatabaseLocation, InvalidDatabaseUrl};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -21,7 +21,7 @@ pub async fn with_process_provider(
 ) -> (TestApp, String, ProviderRepo) {
     let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), |config| {
         quick(config);
-        config.deploy_reaper_interval_ms = 100;
+        config.deploy.reaper_interval = Duration::from_millis(100);
         adjust(config);
     })
     .await;
@@ -741,8 +741,8 @@ async fn fixture_with_blueprint(
 async fn provider_faults_fail_the_deployment_with_the_reason() {
     let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), |config| {
         quick(config);
-        config.provider_call_timeout_ms = 3_000;
-        config.deploy_provider_wait_ms = 1_000;
+        config.provider.call_timeout = Duration::from_millis(3_000);
+        config.deploy.provider_wait = Duration::from_millis(1_000);
     })
     .await;
     let (_, blueprint, _hang) = fixture_with_blueprint(&app, "hang", "hang-deploy").await;

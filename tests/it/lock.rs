@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use corbel::app::App;
-use corbel::config::Secret;
+use corbel::secret::Secret;
 use serde_json::json;
 
 use crate::binary::{Served, serve, serve_command, terminate};

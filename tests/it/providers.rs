@@ -141,12 +141,12 @@ pub fn fixture_metadata(mode: &str) -> String {
 
 /// Fast timings for tests; the defaults suit production.
 pub fn quick(config: &mut corbel::config::Config) {
-    config.provider_start_timeout_seconds = 20;
-    config.provider_call_timeout_ms = 10_000;
-    config.provider_health_interval_ms = 200;
-    config.provider_backoff_initial_ms = 50;
-    config.provider_backoff_max_ms = 1_000;
-    config.provider_stop_grace_ms = 3_000;
+    config.provider.start_timeout = Duration::from_secs(20);
+    config.provider.call_timeout = Duration::from_millis(10_000);
+    config.provider.health_interval = Duration::from_millis(200);
+    config.provider.backoff_initial = Duration::from_millis(50);
+    config.provider.backoff_max = Duration::from_millis(1_000);
+    config.provider.stop_grace = Duration::from_millis(3_000);
 }
 
 pub async fn spawn_quick() -> TestApp {
@@ -451,8 +451,8 @@ async fn a_crashed_provider_is_restarted_and_its_link_replaced() {
 async fn a_frozen_provider_fails_health_checks_and_is_restarted() {
     let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), |config| {
         quick(config);
-        config.provider_call_timeout_ms = 1_000;
-        config.provider_stop_grace_ms = 300;
+        config.provider.call_timeout = Duration::from_millis(1_000);
+        config.provider.stop_grace = Duration::from_millis(300);
     })
     .await;
     let repo = ProviderRepo::new(&process_metadata(), &[]);
@@ -573,8 +573,8 @@ async fn fails(app: &TestApp, name: &str, url: &str, reference: &str) -> (Value,
 async fn broken_providers_fail_with_the_reason() {
     let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), |config| {
         quick(config);
-        config.provider_start_timeout_seconds = 4;
-        config.provider_build_timeout_seconds = 1;
+        config.provider.start_timeout = Duration::from_secs(4);
+        config.provider.build_timeout = Duration::from_secs(1);
     })
     .await;
 
@@ -698,7 +698,7 @@ async fn refused_git_urls_and_bad_input_are_validation_errors() {
 async fn a_hanging_provider_gets_a_deadline() {
     let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), |config| {
         quick(config);
-        config.provider_call_timeout_ms = 1_500;
+        config.provider.call_timeout = Duration::from_millis(1_500);
         // Health checks answer (the fixture hangs only on resource calls).
     })
     .await;

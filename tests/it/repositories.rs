@@ -523,7 +523,7 @@ async fn bad_sources_put_the_repository_in_error_and_keep_elements() {
 
     // A too-large inventory, with a small limit.
     let store = std::sync::Arc::new(TestStore::fresh().await);
-    let small = TestApp::spawn_with(store, |c| c.repo_max_inventory_bytes = 64).await;
+    let small = TestApp::spawn_with(store, |c| c.repository.max_inventory_bytes = 64).await;
     write_inventory(
         root,
         &[
@@ -807,7 +807,10 @@ async fn a_silent_source_times_out() {
         }
     });
     let store = std::sync::Arc::new(TestStore::fresh().await);
-    let app = TestApp::spawn_with(store, |c| c.repo_http_timeout = Duration::from_secs(1)).await;
+    let app = TestApp::spawn_with(store, |c| {
+        c.repository.http_timeout = Duration::from_secs(1)
+    })
+    .await;
     let id = create_id(
         &app,
         json!({"name": "silent", "driver": {"http": {"url": format!("http://127.0.0.1:{port}")}}}),

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use corbel::app::App;
-use corbel::config::{Config, Secret};
+use corbel::config::Config;
+use corbel::secret::Secret;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 use tokio::sync::oneshot;

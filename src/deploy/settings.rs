@@ -1,0 +1,74 @@
+//! The deployment engine's settings: the `[deploy]` section of the config file
+//! and the `--deploy-*` flags (`CORBEL_DEPLOY_*`). Defaults live in `Default`.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::settings::{at_least, millis};
+
+/// How the engine runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DeploySettings {
+    /// Provider calls in flight at once, per deployment.
+    pub concurrency: usize,
+    /// How often expired leases are looked for.
+    #[serde(rename = "reaper_interval_ms", with = "millis")]
+    pub reaper_interval: Duration,
+    /// How long a step waits for its provider to (re)connect before failing:
+    /// a provider restarting after a crash, or loading after a server restart,
+    /// delays the work rather than failing it.
+    #[serde(rename = "provider_wait_ms", with = "millis")]
+    pub provider_wait: Duration,
+}
+
+impl Default for DeploySettings {
+    fn default() -> Self {
+        Self {
+            concurrency: 16,
+            reaper_interval: Duration::from_secs(10),
+            provider_wait: Duration::from_secs(60),
+        }
+    }
+}
+
+impl DeploySettings {
+    /// The settings with every value raised to what keeps the engine sane.
+    pub fn bounded(self) -> Self {
+        Self {
+            concurrency: at_least(self.concurrency, 1),
+            reaper_interval: at_least(self.reaper_interval, Duration::from_millis(10)),
+            ..self
+        }
+    }
+}
+
+/// The `--deploy-*` flags; each overrides its key of `[deploy]`.
+#[derive(Clone, Debug, Default, Serialize, clap::Args)]
+pub struct DeployFlags {
+    /// Provider calls in flight at once per deployment.
+    #[arg(
+        long = "deploy-concurrency",
+        env = "CORBEL_DEPLOY_CONCURRENCY",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<usize>,
+    /// How often expired deployment leases are looked for, in milliseconds.
+    #[arg(
+        long = "deploy-reaper-interval-ms",
+        env = "CORBEL_DEPLOY_REAPER_INTERVAL_MS",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reaper_interval_ms: Option<u64>,
+    /// How long a deploy step waits for its provider to connect, in milliseconds.
+    #[arg(
+        long = "deploy-provider-wait-ms",
+        env = "CORBEL_DEPLOY_PROVIDER_WAIT_MS",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider_wait_ms: Option<u64>,
+}

@@ -1,0 +1,207 @@
+//! The provider area's settings: the `[provider]` section of the config file and
+//! the `--provider-*` flags (`CORBEL_PROVIDER_*`). Defaults live in `Default`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::settings::{at_least, millis, seconds};
+
+/// Where providers live on disk, and the timings of their lifecycle.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProviderSettings {
+    /// Absolute; holds `registry.sock`, `sockets/` and `providers/<id>/`. Set
+    /// from the server's data directory, not configured here.
+    #[serde(skip)]
+    pub data_dir: PathBuf,
+    /// Git URL schemes allowed (`file` covers local paths).
+    pub git_schemes: Vec<String>,
+    /// Whether fetches update git submodules.
+    pub git_submodules: bool,
+    /// Deadline of a git fetch.
+    #[serde(rename = "fetch_timeout_seconds", with = "seconds")]
+    pub fetch_timeout: Duration,
+    /// Deadline of the build command.
+    #[serde(rename = "build_timeout_seconds", with = "seconds")]
+    pub build_timeout: Duration,
+    /// From start to registration.
+    #[serde(rename = "start_timeout_seconds", with = "seconds")]
+    pub start_timeout: Duration,
+    /// Deadline of each call to a provider.
+    #[serde(rename = "call_timeout_ms", with = "millis")]
+    pub call_timeout: Duration,
+    /// Between SIGTERM and SIGKILL.
+    #[serde(rename = "stop_grace_ms", with = "millis")]
+    pub stop_grace: Duration,
+    /// How often a connected provider's health is checked.
+    #[serde(rename = "health_interval_ms", with = "millis")]
+    pub health_interval: Duration,
+    /// First restart delay of a crashed provider; it doubles.
+    #[serde(rename = "backoff_initial_ms", with = "millis")]
+    pub backoff_initial: Duration,
+    /// Longest restart delay.
+    #[serde(rename = "backoff_max_ms", with = "millis")]
+    pub backoff_max: Duration,
+    /// Providers fetched and built at once.
+    pub load_concurrency: usize,
+    /// Lines of output kept per provider.
+    #[serde(skip)]
+    pub log_lines: usize,
+}
+
+impl Default for ProviderSettings {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::new(),
+            git_schemes: ["https", "http", "git", "ssh", "file"]
+                .map(String::from)
+                .to_vec(),
+            git_submodules: false,
+            fetch_timeout: Duration::from_secs(300),
+            build_timeout: Duration::from_secs(1800),
+            start_timeout: Duration::from_secs(30),
+            call_timeout: Duration::from_secs(30),
+            stop_grace: Duration::from_secs(5),
+            health_interval: Duration::from_secs(5),
+            backoff_initial: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(60),
+            load_concurrency: 8,
+            log_lines: 2_000,
+        }
+    }
+}
+
+impl ProviderSettings {
+    /// The settings with every value raised to what keeps the server sane (a
+    /// zero timeout or interval would fail at once or spin).
+    pub fn bounded(self) -> Self {
+        Self {
+            fetch_timeout: at_least(self.fetch_timeout, Duration::from_secs(1)),
+            build_timeout: at_least(self.build_timeout, Duration::from_secs(1)),
+            start_timeout: at_least(self.start_timeout, Duration::from_secs(1)),
+            call_timeout: at_least(self.call_timeout, Duration::from_millis(10)),
+            health_interval: at_least(self.health_interval, Duration::from_millis(10)),
+            backoff_initial: at_least(self.backoff_initial, Duration::from_millis(1)),
+            backoff_max: at_least(self.backoff_max, Duration::from_millis(1)),
+            load_concurrency: at_least(self.load_concurrency, 1),
+            ..self
+        }
+    }
+
+    pub fn registry_socket(&self) -> PathBuf {
+        self.data_dir.join("registry.sock")
+    }
+
+    pub fn socket_dir(&self) -> PathBuf {
+        self.data_dir.join("sockets")
+    }
+
+    pub(super) fn provider_dir(&self, id: Uuid) -> PathBuf {
+        self.data_dir.join("providers").join(id.to_string())
+    }
+
+    pub(super) fn source(&self) -> super::source::SourceSettings {
+        super::source::SourceSettings {
+            allowed_schemes: self.git_schemes.clone(),
+            timeout: self.fetch_timeout,
+            submodules: self.git_submodules,
+        }
+    }
+}
+
+/// The `--provider-*` flags; each overrides its key of `[provider]`.
+#[derive(Clone, Debug, Default, Serialize, clap::Args)]
+pub struct ProviderFlags {
+    /// Provider git URL schemes allowed, comma-separated (`file` covers local paths).
+    #[arg(
+        long = "provider-git-schemes",
+        env = "CORBEL_PROVIDER_GIT_SCHEMES",
+        global = true,
+        value_delimiter = ','
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub git_schemes: Option<Vec<String>>,
+    /// Update git submodules when fetching providers.
+    #[arg(
+        long = "provider-git-submodules",
+        env = "CORBEL_PROVIDER_GIT_SUBMODULES",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub git_submodules: Option<bool>,
+    /// Deadline of a provider's git fetch, in seconds.
+    #[arg(
+        long = "provider-fetch-timeout-seconds",
+        env = "CORBEL_PROVIDER_FETCH_TIMEOUT_SECONDS",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fetch_timeout_seconds: Option<u64>,
+    /// Deadline of a provider's build command, in seconds.
+    #[arg(
+        long = "provider-build-timeout-seconds",
+        env = "CORBEL_PROVIDER_BUILD_TIMEOUT_SECONDS",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub build_timeout_seconds: Option<u64>,
+    /// How long a started provider has to register, in seconds.
+    #[arg(
+        long = "provider-start-timeout-seconds",
+        env = "CORBEL_PROVIDER_START_TIMEOUT_SECONDS",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_timeout_seconds: Option<u64>,
+    /// Deadline of each call to a provider, in milliseconds.
+    #[arg(
+        long = "provider-call-timeout-ms",
+        env = "CORBEL_PROVIDER_CALL_TIMEOUT_MS",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub call_timeout_ms: Option<u64>,
+    /// Between SIGTERM and SIGKILL when stopping a provider, in milliseconds.
+    #[arg(
+        long = "provider-stop-grace-ms",
+        env = "CORBEL_PROVIDER_STOP_GRACE_MS",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_grace_ms: Option<u64>,
+    /// How often a provider's health is checked, in milliseconds.
+    #[arg(
+        long = "provider-health-interval-ms",
+        env = "CORBEL_PROVIDER_HEALTH_INTERVAL_MS",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health_interval_ms: Option<u64>,
+    /// First restart delay of a crashed provider, in milliseconds.
+    #[arg(
+        long = "provider-backoff-initial-ms",
+        env = "CORBEL_PROVIDER_BACKOFF_INITIAL_MS",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backoff_initial_ms: Option<u64>,
+    /// Longest restart delay of a crashed provider, in milliseconds.
+    #[arg(
+        long = "provider-backoff-max-ms",
+        env = "CORBEL_PROVIDER_BACKOFF_MAX_MS",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backoff_max_ms: Option<u64>,
+    /// Providers fetched and built at once.
+    #[arg(
+        long = "provider-load-concurrency",
+        env = "CORBEL_PROVIDER_LOAD_CONCURRENCY",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load_concurrency: Option<usize>,
+}

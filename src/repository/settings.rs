@@ -1,0 +1,98 @@
+//! The repository area's settings: the `[repository]` section of the config
+//! file and the `--repo-*` flags (`CORBEL_REPO_*`). Defaults live in `Default`.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::driver::ProviderSources;
+use super::installations::InstallationsHandle;
+use crate::settings::{at_least, millis, seconds};
+
+/// Limits and timings of repository work.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RepositorySettings {
+    /// Largest `inventory.json` a sync accepts, in bytes.
+    pub max_inventory_bytes: u64,
+    /// Largest element manifest accepted, in bytes.
+    pub max_manifest_bytes: usize,
+    /// Deadline of each request to a repository's source.
+    #[serde(rename = "http_timeout_seconds", with = "seconds")]
+    pub http_timeout: Duration,
+    /// How often due refreshes are looked for.
+    #[serde(rename = "refresh_check_ms", with = "millis")]
+    pub refresh_check: Duration,
+    /// How many manifests a COPY sync fetches at once.
+    #[serde(skip)]
+    pub fetch_concurrency: usize,
+    /// The provider host, for repositories read through providers (wired by
+    /// the app, not configured).
+    #[serde(skip)]
+    pub providers: ProviderSources,
+    /// The deployment engine, which runs installed elements' blueprints (wired
+    /// by the app, not configured).
+    #[serde(skip)]
+    pub installations: InstallationsHandle,
+}
+
+impl Default for RepositorySettings {
+    fn default() -> Self {
+        Self {
+            max_inventory_bytes: 512 * 1024 * 1024,
+            max_manifest_bytes: 1024 * 1024,
+            http_timeout: Duration::from_secs(30),
+            refresh_check: Duration::from_secs(5),
+            fetch_concurrency: 8,
+            providers: ProviderSources::default(),
+            installations: InstallationsHandle::default(),
+        }
+    }
+}
+
+impl RepositorySettings {
+    /// The settings with every value raised to what keeps the server sane.
+    pub fn bounded(self) -> Self {
+        Self {
+            refresh_check: at_least(self.refresh_check, Duration::from_millis(10)),
+            ..self
+        }
+    }
+}
+
+/// The `--repo-*` flags; each overrides its key of `[repository]`.
+#[derive(Clone, Debug, Default, Serialize, clap::Args)]
+pub struct RepositoryFlags {
+    /// Largest repository inventory accepted, in bytes.
+    #[arg(
+        long = "repo-max-inventory-bytes",
+        env = "CORBEL_REPO_MAX_INVENTORY_BYTES",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_inventory_bytes: Option<u64>,
+    /// Largest element manifest accepted, in bytes.
+    #[arg(
+        long = "repo-max-manifest-bytes",
+        env = "CORBEL_REPO_MAX_MANIFEST_BYTES",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_manifest_bytes: Option<usize>,
+    /// Deadline of each request to a repository source, in seconds.
+    #[arg(
+        long = "repo-http-timeout-seconds",
+        env = "CORBEL_REPO_HTTP_TIMEOUT_SECONDS",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_timeout_seconds: Option<u64>,
+    /// How often due repository refreshes are looked for, in milliseconds.
+    #[arg(
+        long = "repo-refresh-check-ms",
+        env = "CORBEL_REPO_REFRESH_CHECK_MS",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refresh_check_ms: Option<u64>,
+}

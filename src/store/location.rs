@@ -1,0 +1,112 @@
+//! Where the store lives: a SQLite file or a PostgreSQL URL, parsed and checked
+//! once, shown without credentials.
+
+use std::path::PathBuf;
+
+/// A database URL that cannot be used; the message never holds the URL itself
+/// (it may carry a password).
+#[derive(Debug, thiserror::Error)]
+#[error("invalid database URL: {0}")]
+pub struct InvalidDatabaseUrl(String);
+
+/// Where the store lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DatabaseLocation {
+    Sqlite(PathBuf),
+    Postgres(url::Url),
+}
+
+impl DatabaseLocation {
+    pub fn parse(raw: &str) -> Result<Self, InvalidDatabaseUrl> {
+        let url = url::Url::parse(raw).map_err(|e| {
+            // The raw text may hold a password: name the problem, not the value.
+            InvalidDatabaseUrl(format!("not a URL ({e})"))
+        })?;
+        match url.scheme() {
+            "sqlite" => {
+                let path = raw
+                    .trim_start_matches("sqlite://")
+                    .trim_start_matches("sqlite:");
+                let path = path.split('?').next().unwrap_or_default();
+                if path.is_empty() {
+                    return Err(InvalidDatabaseUrl(
+                        "sqlite URL names no file (sqlite://PATH)".into(),
+                    ));
+                }
+                Ok(Self::Sqlite(PathBuf::from(path)))
+            }
+            "postgres" | "postgresql" => {
+                if url.host_str().is_none_or(str::is_empty) {
+                    return Err(InvalidDatabaseUrl("postgres URL names no host".into()));
+                }
+                Ok(Self::Postgres(url))
+            }
+            other => Err(InvalidDatabaseUrl(format!(
+                "unsupported scheme `{other}` (use sqlite:// or postgres://)"
+            ))),
+        }
+    }
+
+    /// `"sqlite"` or `"postgres"`, as `serverInfo.database` reports it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Sqlite(_) => "sqlite",
+            Self::Postgres(_) => "postgres",
+        }
+    }
+
+    /// The URL sea-orm connects with (it holds the password, if any).
+    pub fn connect_url(&self) -> String {
+        match self {
+            Self::Sqlite(path) => format!("sqlite://{}?mode=rwc", path.display()),
+            Self::Postgres(url) => url.to_string(),
+        }
+    }
+
+    /// The location without credentials, fit for logs and `corbel config`.
+    pub fn redacted(&self) -> String {
+        match self {
+            Self::Sqlite(path) => format!("sqlite://{}", path.display()),
+            Self::Postgres(url) => {
+                let mut url = url.clone();
+                if url.password().is_some() {
+                    let _ = url.set_password(Some("<redacted>"));
+                }
+                url.to_string()
+            }
+        }
+    }
+
+    /// What identifies the store itself, independent of credentials and of how a
+    /// replica spells a relative path: hashed into `serverInfo.instanceId`, so
+    /// replicas on one store share it.
+    pub fn identity(&self) -> String {
+        match self {
+            Self::Sqlite(path) => {
+                let absolute = std::path::absolute(path).unwrap_or_else(|_| path.clone());
+                format!("sqlite:{}", absolute.display())
+            }
+            Self::Postgres(url) => format!(
+                "postgres:{}:{}{}",
+                url.host_str().unwrap_or_default(),
+                url.port().unwrap_or(5432),
+                url.path()
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_urls_are_checked() {
+        assert!(DatabaseLocation::parse("mysql://x/y").is_err());
+        assert!(DatabaseLocation::parse("not a url").is_err());
+        let pg = DatabaseLocation::parse("postgres://u:p@db.example:6543/c").unwrap();
+        assert_eq!(pg.identity(), "postgres:db.example:6543/c");
+        let other_creds = DatabaseLocation::parse("postgres://v:q@db.example:6543/c").unwrap();
+        assert_eq!(pg.identity(), other_creds.identity());
+    }
+}
