@@ -10,11 +10,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::store::Db as DatabaseConnection;
 use anyhow::Context as _;
 use axum::Router;
 use axum::routing::get;
 use chrono::Utc;
-use sea_orm::DatabaseConnection;
 use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -154,7 +154,13 @@ impl App {
             schema,
             auth: auth.clone(),
             repositories: repositories.clone(),
-            db: db.clone(),
+            readiness: {
+                let db = db.clone();
+                Arc::new(move || {
+                    let db = db.clone();
+                    Box::pin(async move { store::readiness(&db).await })
+                })
+            },
             max_body_bytes: config.graphql.max_body_bytes,
             documents: Arc::new(DocumentCache::new(512, 16 * 1024)),
             ws_close: ws_close.clone(),

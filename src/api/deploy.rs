@@ -7,29 +7,14 @@ use chrono::{DateTime, Utc};
 use futures_util::{Stream, StreamExt};
 
 use super::pagination::{Page, page_of, window};
-use super::{ApiError, ErrorCode, parse_id, principal, state};
+use super::{ApiError, parse_id, principal, state};
 use crate::deploy::blueprint::{self, Replicas};
 use crate::deploy::strategy::Strategy;
-use crate::deploy::{self as domain, DeployError, Deployments};
+use crate::deploy::{self as domain, Deployments};
 use crate::events::Delivery;
 
 /// How much history `deploymentEvents` replays before following live.
 const REPLAY_LIMIT: u64 = 10_000;
-
-impl From<DeployError> for ApiError {
-    fn from(e: DeployError) -> Self {
-        match e {
-            DeployError::Invalid(m) => ApiError::validation(m),
-            DeployError::NotFound(m) => ApiError::new(ErrorCode::NotFound, m),
-            DeployError::Conflict(m) => ApiError::new(ErrorCode::Conflict, m),
-            DeployError::Provider(p) => p.into(),
-            DeployError::Db(ref db) if crate::store::is_conflict(db) => {
-                ApiError::new(ErrorCode::Conflict, "the change conflicts with stored data")
-            }
-            DeployError::Db(_) | DeployError::Corrupt(_) => ApiError::internal(&e),
-        }
-    }
-}
 
 macro_rules! mirror_enum {
     ($name:ident, $domain:path { $($variant:ident),+ $(,)? }) => {

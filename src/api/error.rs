@@ -10,6 +10,7 @@
 use async_graphql::ErrorExtensions;
 
 use crate::auth::AuthError;
+use crate::deploy::DeployError;
 use crate::provider::ProviderError;
 use crate::repository::RepositoryError;
 use crate::resolve::ResolveError;
@@ -120,10 +121,7 @@ impl From<AuthError> for ApiError {
             AuthError::InvalidCredentials => Self::new(ErrorCode::Unauthenticated, e.to_string()),
             AuthError::Invalid(message) => Self::validation(message),
             AuthError::TokenNotFound(_) => Self::new(ErrorCode::NotFound, e.to_string()),
-            AuthError::Db(ref db) if crate::store::is_conflict(db) => Self::new(
-                ErrorCode::Conflict,
-                "that conflicts with an existing record",
-            ),
+            AuthError::Conflict(m) => Self::new(ErrorCode::Conflict, m),
             AuthError::Db(_) | AuthError::Hash(_) | AuthError::Corrupt(_) => Self::internal(&e),
         }
     }
@@ -137,9 +135,6 @@ impl From<ProviderError> for ApiError {
             ProviderError::Conflict(m) => Self::new(ErrorCode::Conflict, m),
             ProviderError::Unavailable(m) => Self::new(ErrorCode::ProviderUnavailable, m),
             ProviderError::Failed { message, .. } => Self::new(ErrorCode::ProviderFailed, message),
-            ProviderError::Db(ref db) if crate::store::is_conflict(db) => {
-                Self::new(ErrorCode::Conflict, "the change conflicts with stored data")
-            }
             ProviderError::Db(_) | ProviderError::Corrupt(_) => Self::internal(&e),
         }
     }
@@ -186,11 +181,19 @@ impl From<RepositoryError> for ApiError {
             }
             RepositoryError::Source(m) => Self::new(ErrorCode::SourceUnavailable, m),
             RepositoryError::Deployment(m) => Self::new(ErrorCode::DeploymentFailed, m),
-            RepositoryError::Db(ref db) if crate::store::is_conflict(db) => Self::new(
-                ErrorCode::Conflict,
-                "that conflicts with an existing record",
-            ),
             RepositoryError::Db(_) | RepositoryError::Corrupt(_) => Self::internal(&e),
+        }
+    }
+}
+
+impl From<DeployError> for ApiError {
+    fn from(e: DeployError) -> Self {
+        match e {
+            DeployError::Invalid(m) => Self::validation(m),
+            DeployError::NotFound(m) => Self::new(ErrorCode::NotFound, m),
+            DeployError::Conflict(m) => Self::new(ErrorCode::Conflict, m),
+            DeployError::Provider(p) => p.into(),
+            DeployError::Db(_) | DeployError::Corrupt(_) => Self::internal(&e),
         }
     }
 }

@@ -11,7 +11,6 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use futures_util::{SinkExt, StreamExt};
-use sea_orm::DatabaseConnection;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -23,13 +22,17 @@ use super::{ApiError, Caller, CorbelSchema, ErrorCode};
 use crate::auth::{Auth, Principal};
 use crate::repository::Repositories;
 
+/// Whether the server can serve now (`/readyz`); the app wires it to the store.
+pub type Readiness =
+    Arc<dyn Fn() -> futures_util::future::BoxFuture<'static, Result<(), String>> + Send + Sync>;
+
 /// What the handlers share.
 #[derive(Clone)]
 pub struct HttpState {
     pub schema: CorbelSchema,
     pub auth: Auth,
     pub repositories: Repositories,
-    pub db: DatabaseConnection,
+    pub readiness: Readiness,
     pub max_body_bytes: usize,
     pub documents: Arc<DocumentCache>,
     /// Cancelled once the HTTP server has drained: open websockets then close.
@@ -463,7 +466,7 @@ pub async fn healthz() -> &'static str {
 }
 
 pub async fn readyz(State(state): State<HttpState>) -> Response {
-    match crate::store::readiness(&state.db).await {
+    match (state.readiness)().await {
         Ok(()) => (StatusCode::OK, "ready\n").into_response(),
         Err(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,

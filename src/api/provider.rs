@@ -320,17 +320,9 @@ impl ProviderMutation {
     /// deployments hold resources on it.
     async fn delete_provider(&self, ctx: &Context<'_>, id: ID) -> Result<bool, ApiError> {
         principal(ctx)?;
-        let id = parse_id(&id, "id")?;
-        let held = state::<crate::deploy::Deployments>(ctx)?
-            .resources_on(id)
+        state::<Providers>(ctx)?
+            .delete(parse_id(&id, "id")?)
             .await?;
-        if held > 0 {
-            return Err(ApiError::new(
-                super::ErrorCode::Conflict,
-                format!("the provider holds {held} resource(s) of deployments; destroy them first"),
-            ));
-        }
-        state::<Providers>(ctx)?.delete(id).await?;
         Ok(true)
     }
 

@@ -9,8 +9,8 @@ mod password;
 
 use std::time::Duration;
 
+use crate::store::{Db, DbErr};
 use chrono::{DateTime, Utc};
-use sea_orm::{DatabaseConnection, DbErr};
 use uuid::Uuid;
 
 use crate::events::Bus;
@@ -114,12 +114,25 @@ pub enum AuthError {
     Invalid(String),
     #[error("no token {0} belongs to you")]
     TokenNotFound(Uuid),
+    #[error("{0}")]
+    Conflict(String),
     #[error("a stored row is not valid: {0}")]
     Corrupt(String),
     #[error(transparent)]
-    Db(#[from] DbErr),
+    Db(DbErr),
     #[error("password hashing failed: {0}")]
     Hash(String),
+}
+
+impl From<DbErr> for AuthError {
+    /// A unique or foreign key the store refused is a conflict, not a fault.
+    fn from(e: DbErr) -> Self {
+        if crate::store::is_conflict(&e) {
+            Self::Conflict("that conflicts with an existing record".into())
+        } else {
+            Self::Db(e)
+        }
+    }
 }
 
 /// What the auth area publishes on its bus (a secret is never part of one).
@@ -139,13 +152,13 @@ pub enum AuthEvent {
 
 #[derive(Clone)]
 pub struct Auth {
-    db: DatabaseConnection,
+    db: Db,
     session_ttl: Duration,
     bus: Bus<AuthEvent>,
 }
 
 impl Auth {
-    pub fn new(db: DatabaseConnection, session_ttl: Duration, bus: Bus<AuthEvent>) -> Self {
+    pub fn new(db: Db, session_ttl: Duration, bus: Bus<AuthEvent>) -> Self {
         Self {
             db,
             session_ttl,

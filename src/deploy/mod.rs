@@ -27,8 +27,8 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::store::{Db, DbErr};
 use chrono::{DateTime, Utc};
-use sea_orm::{DatabaseConnection, DbErr, IntoActiveModel, Set};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
@@ -53,7 +53,18 @@ pub enum DeployError {
     #[error("a stored row is not valid: {0}")]
     Corrupt(String),
     #[error(transparent)]
-    Db(#[from] DbErr),
+    Db(DbErr),
+}
+
+impl From<DbErr> for DeployError {
+    /// A unique or foreign key the store refused is a conflict, not a fault.
+    fn from(e: DbErr) -> Self {
+        if crate::store::is_conflict(&e) {
+            Self::Conflict("the change conflicts with stored data".into())
+        } else {
+            Self::Db(e)
+        }
+    }
 }
 
 macro_rules! text_enum {
@@ -216,7 +227,7 @@ pub struct Deployments {
 }
 
 struct Inner {
-    db: DatabaseConnection,
+    db: Db,
     providers: Providers,
     bus: Bus<DeploymentEvent>,
     settings: DeploySettings,
@@ -253,7 +264,7 @@ impl Drop for Lock {
 
 impl Deployments {
     pub fn new(
-        db: DatabaseConnection,
+        db: Db,
         providers: Providers,
         bus: Bus<DeploymentEvent>,
         settings: DeploySettings,
@@ -348,19 +359,18 @@ impl Deployments {
         source: Option<String>,
     ) -> Result<StoredBlueprint, DeployError> {
         let row = self.blueprint_row(id).await?;
-        let mut active = row.into_active_model();
-        if let Some(name) = name {
-            check_name(&name)?;
-            active.name = Set(name);
+        if let Some(name) = &name {
+            check_name(name)?;
         }
-        if let Some(description) = description {
-            active.description = Set(Some(description));
+        if let Some(source) = &source {
+            parse_checked(source)?;
         }
-        if let Some(source) = source {
-            parse_checked(&source)?;
-            active.source = Set(source);
-        }
-        let row = rows::update_blueprint(&self.inner.db, active)
+        let change = rows::BlueprintChange {
+            name,
+            description,
+            source,
+        };
+        let row = rows::update_blueprint(&self.inner.db, row, change)
             .await
             .map_err(|e| conflict_or(e, || "another blueprint has that name".to_owned()))?;
         to_blueprint(row)
@@ -592,25 +602,6 @@ impl Deployments {
             .into_iter()
             .map(to_event)
             .collect()
-    }
-
-    /// How many resource nodes a provider holds or may hold: a provider with
-    /// any cannot be deleted without orphaning them.
-    pub async fn resources_on(&self, provider_id: Uuid) -> Result<u64, DeployError> {
-        Ok(rows::count_provider_nodes(
-            &self.inner.db,
-            provider_id,
-            &[
-                NodeState::ToDeploy.as_str(),
-                NodeState::Waiting.as_str(),
-                NodeState::InProgress.as_str(),
-                NodeState::Complete.as_str(),
-                NodeState::Failed.as_str(),
-                NodeState::ToDestroy.as_str(),
-                NodeState::Destroying.as_str(),
-            ],
-        )
-        .await?)
     }
 
     /// Entries left in the journal: work in flight (or a crash's leftovers).

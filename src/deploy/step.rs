@@ -288,7 +288,7 @@ impl Deployments {
         entry: Uuid,
         change: NodeChange,
         event: Option<rows::NewEvent>,
-    ) -> Result<(), sea_orm::DbErr> {
+    ) -> Result<(), crate::store::DbErr> {
         let _order = self.event_order(node.deployment_id).await;
         let stored = rows::finish_call(&self.inner.db, node, entry, change, event).await?;
         stored.into_iter().for_each(|e| self.publish(e));

@@ -27,8 +27,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::store::{Db, DbErr};
 use chrono::{DateTime, Utc};
-use sea_orm::{DatabaseConnection, DbErr, IntoActiveModel, Set};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -61,7 +61,18 @@ pub enum ProviderError {
     #[error("a stored row is not valid: {0}")]
     Corrupt(String),
     #[error(transparent)]
-    Db(#[from] DbErr),
+    Db(DbErr),
+}
+
+impl From<DbErr> for ProviderError {
+    /// A unique or foreign key the store refused is a conflict, not a fault.
+    fn from(e: DbErr) -> Self {
+        if crate::store::is_conflict(&e) {
+            Self::Conflict("the change conflicts with stored data".into())
+        } else {
+            Self::Db(e)
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,7 +202,7 @@ pub struct Providers {
 }
 
 struct Inner {
-    db: DatabaseConnection,
+    db: Db,
     settings: ProviderSettings,
     bus: Bus<ProviderEvent>,
     /// Cancelled when the server stops.
@@ -206,7 +217,7 @@ struct Inner {
 
 impl Providers {
     pub fn new(
-        db: DatabaseConnection,
+        db: Db,
         settings: ProviderSettings,
         bus: Bus<ProviderEvent>,
         stopping: CancellationToken,
@@ -292,23 +303,23 @@ impl Providers {
 
     pub async fn update(&self, id: Uuid, patch: ProviderPatch) -> Result<Provider, ProviderError> {
         let row = self.row(id).await?;
-        let mut active = row.into_active_model();
-        if let Some(name) = patch.name {
-            check_name(&name)?;
-            active.name = Set(name);
+        if let Some(name) = &patch.name {
+            check_name(name)?;
         }
-        if let Some(url) = patch.git_url {
-            self.check_git_url(&url)?;
-            active.git_url = Set(url);
+        if let Some(url) = &patch.git_url {
+            self.check_git_url(url)?;
         }
-        if let Some(reference) = patch.git_ref {
-            check_ref(&reference)?;
-            active.git_ref = Set(reference);
+        if let Some(reference) = &patch.git_ref {
+            check_ref(reference)?;
         }
-        if let Some(auto_load) = patch.auto_load {
-            active.auto_load = Set(auto_load);
-        }
-        rows::update(&self.inner.db, active)
+        let change = rows::ProviderChange {
+            name: patch.name,
+            git_url: patch.git_url,
+            git_ref: patch.git_ref,
+            auto_load: patch.auto_load,
+            ..Default::default()
+        };
+        rows::update(&self.inner.db, row, change)
             .await
             .map_err(|e| conflict_or(e, || "another provider has that name".to_owned()))?;
         self.get(id).await
@@ -325,7 +336,17 @@ impl Providers {
                 slot.status().as_str()
             )));
         }
-        rows::delete(&self.inner.db, id).await?;
+        match rows::delete_unless_holding(&self.inner.db, id).await? {
+            rows::Deletion::Deleted => {}
+            rows::Deletion::NotFound => {
+                return Err(ProviderError::NotFound(format!("no provider with id {id}")));
+            }
+            rows::Deletion::Holding(held) => {
+                return Err(ProviderError::Conflict(format!(
+                    "the provider holds {held} resource(s) of deployments; destroy them first"
+                )));
+            }
+        }
         self.inner
             .slots
             .lock()
@@ -344,9 +365,11 @@ impl Providers {
     pub async fn rotate_token(&self, id: Uuid) -> Result<(Provider, String), ProviderError> {
         let row = self.row(id).await?;
         let token = new_token();
-        let mut active = row.into_active_model();
-        active.token_hash = Set(token_hash(&token));
-        rows::update(&self.inner.db, active).await?;
+        let change = rows::ProviderChange {
+            token_hash: Some(token_hash(&token)),
+            ..Default::default()
+        };
+        rows::update(&self.inner.db, row, change).await?;
         Ok((self.get(id).await?, token))
     }
 
@@ -370,10 +393,12 @@ impl Providers {
                 .await
                 .map_err(|e| ProviderError::Unavailable(e.to_string()))?;
         }
-        let mut active = row.into_active_model();
-        active.config = Set(config.to_string());
-        active.secret_config = Set(secret.to_string());
-        rows::update(&self.inner.db, active).await?;
+        let change = rows::ProviderChange {
+            config: Some(config.to_string()),
+            secret_config: Some(secret.to_string()),
+            ..Default::default()
+        };
+        rows::update(&self.inner.db, row, change).await?;
         self.get(id).await
     }
 

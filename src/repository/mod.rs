@@ -16,8 +16,8 @@ mod sync;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
+use crate::store::{Db, DbErr};
 use chrono::{DateTime, Utc};
-use sea_orm::{DatabaseConnection, DbErr};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
@@ -59,7 +59,18 @@ pub enum RepositoryError {
     #[error("a stored row is not valid: {0}")]
     Corrupt(String),
     #[error(transparent)]
-    Db(#[from] DbErr),
+    Db(DbErr),
+}
+
+impl From<DbErr> for RepositoryError {
+    /// A unique or foreign key the store refused is a conflict, not a fault.
+    fn from(e: DbErr) -> Self {
+        if crate::store::is_conflict(&e) {
+            Self::Conflict("that conflicts with an existing record".into())
+        } else {
+            Self::Db(e)
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -181,7 +192,7 @@ pub struct SyncEvent {
 
 #[derive(Clone)]
 pub struct Repositories {
-    db: DatabaseConnection,
+    db: Db,
     settings: RepositorySettings,
     /// Repositories with a sync running in this process.
     syncing: Arc<Mutex<HashSet<Uuid>>>,
@@ -192,7 +203,7 @@ pub struct Repositories {
 
 impl Repositories {
     pub fn new(
-        db: DatabaseConnection,
+        db: Db,
         settings: RepositorySettings,
         bus: Bus<SyncEvent>,
         stopping: CancellationToken,
@@ -240,31 +251,27 @@ impl Repositories {
         id: Uuid,
         patch: RepositoryPatch,
     ) -> Result<Repository, RepositoryError> {
-        use sea_orm::{IntoActiveModel, Set};
         let row = self.repository_row(id).await?;
         let resync = patch.driver.is_some() || patch.sync_mode.is_some();
-        let mut active = row.into_active_model();
-        if let Some(name) = patch.name {
-            check_repository_name(&name)?;
-            active.name = Set(name);
+        if let Some(name) = &patch.name {
+            check_repository_name(name)?;
         }
-        if let Some(driver) = patch.driver {
+        if let Some(driver) = &patch.driver {
             driver.validate()?;
-            active.driver_kind = Set(driver.kind().to_owned());
-            active.driver_spec = Set(spec_json(&driver));
-        }
-        if let Some(mode) = patch.sync_mode {
-            active.sync_mode = Set(mode.as_str().to_owned());
-        }
-        if let Some(priority) = patch.priority {
-            active.priority = Set(priority);
         }
         if let Some(seconds) = patch.refresh_interval_seconds {
             check_interval(seconds)?;
-            active.refresh_interval_seconds = Set(seconds);
         }
-        active.updated_at = Set(Utc::now());
-        let row = rows::update_repository(&self.db, active)
+        let change = rows::RepositoryChange {
+            name: patch.name,
+            driver: patch
+                .driver
+                .map(|driver| (driver.kind().to_owned(), spec_json(&driver))),
+            sync_mode: patch.sync_mode.map(|mode| mode.as_str().to_owned()),
+            priority: patch.priority,
+            refresh_interval_seconds: patch.refresh_interval_seconds,
+        };
+        let row = rows::update_repository(&self.db, row, change)
             .await
             .map_err(|e| conflict_or(e, || "a repository with that name exists".to_owned()))?;
         if resync {

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
-    PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Set, TransactionTrait,
+    IntoActiveModel, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Set, TransactionTrait,
 };
 use uuid::Uuid;
 
@@ -58,12 +58,31 @@ pub async fn list_blueprints(db: &DatabaseConnection) -> Result<Vec<BlueprintRow
         .await
 }
 
+/// Columns of a blueprint to change; `None` leaves one as it is.
+#[derive(Default)]
+pub struct BlueprintChange {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub source: Option<String>,
+}
+
 pub async fn update_blueprint(
     db: &DatabaseConnection,
-    mut row: blueprint::ActiveModel,
+    row: BlueprintRow,
+    change: BlueprintChange,
 ) -> Result<BlueprintRow, DbErr> {
-    row.updated_at = Set(Utc::now());
-    row.update(db).await
+    let mut active = row.into_active_model();
+    if let Some(v) = change.name {
+        active.name = Set(v);
+    }
+    if let Some(v) = change.description {
+        active.description = Set(Some(v));
+    }
+    if let Some(v) = change.source {
+        active.source = Set(v);
+    }
+    active.updated_at = Set(Utc::now());
+    active.update(db).await
 }
 
 pub async fn delete_blueprint(db: &DatabaseConnection, id: Uuid) -> Result<bool, DbErr> {
@@ -369,8 +388,20 @@ pub async fn placement_counts(
 }
 
 /// Nodes of a provider that hold (or may hold) a resource.
+/// Node states that hold, or may hold, a resource on their provider: a
+/// provider with such nodes cannot be deleted.
+pub const HOLDING_STATES: [&str; 7] = [
+    "TO_DEPLOY",
+    "WAITING",
+    "IN_PROGRESS",
+    "COMPLETE",
+    "FAILED",
+    "TO_DESTROY",
+    "DESTROYING",
+];
+
 pub async fn count_provider_nodes(
-    db: &DatabaseConnection,
+    db: &impl ConnectionTrait,
     provider_id: Uuid,
     holding: &[&str],
 ) -> Result<u64, DbErr> {

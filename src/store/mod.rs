@@ -15,9 +15,15 @@ pub mod users;
 use std::time::Duration;
 
 use migration::{Migrator, MigratorTrait};
-use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr};
+use sea_orm::{ConnectOptions, Database, DatabaseConnection};
 
 pub use location::{DatabaseLocation, InvalidDatabaseUrl};
+
+/// A pool of connections to the store. Areas hold one and hand it to the store's
+/// functions; only `store` builds queries or sea-orm models.
+pub type Db = DatabaseConnection;
+/// An error the database answered with.
+pub use sea_orm::DbErr;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -3,8 +3,8 @@
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder,
-    Set,
+    ActiveModelTrait, ColumnTrait, DatabaseConnection, DbErr, EntityTrait, IntoActiveModel,
+    QueryFilter, QueryOrder, Set,
 };
 use uuid::Uuid;
 
@@ -64,12 +64,56 @@ pub async fn list(db: &DatabaseConnection) -> Result<Vec<ProviderRow>, DbErr> {
         .await
 }
 
+/// Columns of a provider to change; `None` leaves one as it is.
+#[derive(Default)]
+pub struct ProviderChange {
+    pub name: Option<String>,
+    pub git_url: Option<String>,
+    pub git_ref: Option<String>,
+    pub auto_load: Option<bool>,
+    pub token_hash: Option<String>,
+    pub config: Option<String>,
+    pub secret_config: Option<String>,
+}
+
 pub async fn update(
     db: &DatabaseConnection,
-    mut row: provider::ActiveModel,
+    row: ProviderRow,
+    change: ProviderChange,
 ) -> Result<ProviderRow, DbErr> {
-    row.updated_at = Set(Utc::now());
-    row.update(db).await
+    let mut active = row.into_active_model();
+    let ProviderChange {
+        name,
+        git_url,
+        git_ref,
+        auto_load,
+        token_hash,
+        config,
+        secret_config,
+    } = change;
+    if let Some(v) = name {
+        active.name = Set(v);
+    }
+    if let Some(v) = git_url {
+        active.git_url = Set(v);
+    }
+    if let Some(v) = git_ref {
+        active.git_ref = Set(v);
+    }
+    if let Some(v) = auto_load {
+        active.auto_load = Set(v);
+    }
+    if let Some(v) = token_hash {
+        active.token_hash = Set(v);
+    }
+    if let Some(v) = config {
+        active.config = Set(v);
+    }
+    if let Some(v) = secret_config {
+        active.secret_config = Set(v);
+    }
+    active.updated_at = Set(Utc::now());
+    active.update(db).await
 }
 
 pub async fn set_status(
@@ -148,9 +192,36 @@ pub async fn set_last_seen(
         .map(drop)
 }
 
-pub async fn delete(db: &DatabaseConnection, id: Uuid) -> Result<bool, DbErr> {
-    let result = provider::Entity::delete_by_id(id).exec(db).await?;
-    Ok(result.rows_affected > 0)
+/// What deleting a provider did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Deletion {
+    Deleted,
+    NotFound,
+    /// Refused: this many deployment nodes hold (or may hold) a resource on it.
+    Holding(u64),
+}
+
+/// Deletes the provider unless deployment nodes hold resources on it
+/// ([`super::deployments::HOLDING_STATES`]), in one transaction: the row is
+/// deleted first, so the transaction holds the write lock while it counts, and
+/// the delete is rolled back if anything is held.
+pub async fn delete_unless_holding(db: &DatabaseConnection, id: Uuid) -> Result<Deletion, DbErr> {
+    use sea_orm::TransactionTrait;
+    let txn = db.begin().await?;
+    let deleted = provider::Entity::delete_by_id(id).exec(&txn).await?;
+    if deleted.rows_affected == 0 {
+        txn.rollback().await?;
+        return Ok(Deletion::NotFound);
+    }
+    let held =
+        super::deployments::count_provider_nodes(&txn, id, &super::deployments::HOLDING_STATES)
+            .await?;
+    if held > 0 {
+        txn.rollback().await?;
+        return Ok(Deletion::Holding(held));
+    }
+    txn.commit().await?;
+    Ok(Deletion::Deleted)
 }
 
 /// At boot no provider runs yet (a provider exits when its server goes away):

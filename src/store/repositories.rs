@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Expr, OnConflict};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
-    PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Set, TransactionTrait,
+    IntoActiveModel, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Set, TransactionTrait,
 };
 use uuid::Uuid;
 
@@ -70,11 +70,41 @@ pub async fn list_repositories(db: &DatabaseConnection) -> Result<Vec<Repository
         .await
 }
 
+/// Columns of a repository to change; `None` leaves one as it is.
+#[derive(Default)]
+pub struct RepositoryChange {
+    pub name: Option<String>,
+    /// The driver's kind and its JSON spec, changed together.
+    pub driver: Option<(String, String)>,
+    pub sync_mode: Option<String>,
+    pub priority: Option<i32>,
+    pub refresh_interval_seconds: Option<i64>,
+}
+
 pub async fn update_repository(
     db: &DatabaseConnection,
-    row: repository::ActiveModel,
+    row: RepositoryRow,
+    change: RepositoryChange,
 ) -> Result<RepositoryRow, DbErr> {
-    row.update(db).await
+    let mut active = row.into_active_model();
+    if let Some(v) = change.name {
+        active.name = Set(v);
+    }
+    if let Some((kind, spec)) = change.driver {
+        active.driver_kind = Set(kind);
+        active.driver_spec = Set(spec);
+    }
+    if let Some(v) = change.sync_mode {
+        active.sync_mode = Set(v);
+    }
+    if let Some(v) = change.priority {
+        active.priority = Set(v);
+    }
+    if let Some(v) = change.refresh_interval_seconds {
+        active.refresh_interval_seconds = Set(v);
+    }
+    active.updated_at = Set(Utc::now());
+    active.update(db).await
 }
 
 /// Sets status fields (and progress, when given).
