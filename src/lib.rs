@@ -15,6 +15,7 @@ pub mod secret;
 pub mod settings;
 pub mod store;
 pub mod telemetry;
+pub mod text;
 pub mod web;
 
 /// The crate version, as shown by `corbel --version` and `serverInfo.version`.

@@ -6,7 +6,7 @@ use async_graphql::{Context, Enum, ID, InputObject, Json, Object, SimpleObject, 
 use chrono::{DateTime, Utc};
 use futures_util::{Stream, StreamExt};
 
-use super::pagination::{Page, page_of, window};
+use super::pagination::{Page, page_of, paginate, window};
 use super::{ApiError, parse_id, principal, state};
 use crate::deploy::blueprint::{self, Replicas};
 use crate::deploy::strategy::Strategy;
@@ -388,16 +388,8 @@ impl DeployQuery {
         after: Option<String>,
     ) -> Result<Page<Blueprint>, ApiError> {
         principal(ctx)?;
-        let (offset, limit) = window(first, after)?;
         let all = state::<Deployments>(ctx)?.blueprints().await?;
-        let total = all.len() as u64;
-        let items = all
-            .into_iter()
-            .skip(offset as usize)
-            .take(limit as usize)
-            .map(Blueprint)
-            .collect();
-        Ok(page_of(items, offset, total))
+        paginate(all.into_iter().map(Blueprint).collect(), first, after)
     }
 
     async fn blueprint(&self, ctx: &Context<'_>, id: ID) -> Result<Blueprint, ApiError> {

@@ -14,58 +14,35 @@ use crate::deploy::DeployError;
 use crate::provider::ProviderError;
 use crate::repository::RepositoryError;
 use crate::resolve::ResolveError;
+use crate::text::text_enum;
 
-/// The codes clients can rely on, as they appear in `extensions.code`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorCode {
-    Unauthenticated,
-    Forbidden,
-    NotFound,
-    Validation,
-    Conflict,
-    DependencyNotFound,
-    DependencyConstraint,
-    DependencyConstraintFormat,
-    DependencyCycle,
-    AlreadyInstalled,
-    HasDependents,
-    /// A repository's source could not be read (unreachable, HTTP error, bad data).
-    SourceUnavailable,
-    /// A provider is not connected, or a call to it failed or passed its deadline.
-    ProviderUnavailable,
-    /// A provider answered that the work itself failed.
-    ProviderFailed,
-    /// An element's installation (a deployment) failed; the message says why.
-    DeploymentFailed,
-    /// The HTTP body is not a GraphQL request (malformed JSON, too large).
-    BadRequest,
-    /// The document does not parse or validate (unknown field, too deep).
-    InvalidQuery,
-    Internal,
-}
-
-impl ErrorCode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorCode::Unauthenticated => "UNAUTHENTICATED",
-            ErrorCode::Forbidden => "FORBIDDEN",
-            ErrorCode::NotFound => "NOT_FOUND",
-            ErrorCode::Validation => "VALIDATION",
-            ErrorCode::Conflict => "CONFLICT",
-            ErrorCode::DependencyNotFound => "DEPENDENCY_NOT_FOUND",
-            ErrorCode::DependencyConstraint => "DEPENDENCY_CONSTRAINT",
-            ErrorCode::DependencyConstraintFormat => "DEPENDENCY_CONSTRAINT_FORMAT",
-            ErrorCode::DependencyCycle => "DEPENDENCY_CYCLE",
-            ErrorCode::AlreadyInstalled => "ALREADY_INSTALLED",
-            ErrorCode::HasDependents => "HAS_DEPENDENTS",
-            ErrorCode::SourceUnavailable => "SOURCE_UNAVAILABLE",
-            ErrorCode::ProviderUnavailable => "PROVIDER_UNAVAILABLE",
-            ErrorCode::ProviderFailed => "PROVIDER_FAILED",
-            ErrorCode::DeploymentFailed => "DEPLOYMENT_FAILED",
-            ErrorCode::BadRequest => "BAD_REQUEST",
-            ErrorCode::InvalidQuery => "INVALID_QUERY",
-            ErrorCode::Internal => "INTERNAL",
-        }
+text_enum! {
+    /// The codes clients can rely on, as they appear in `extensions.code`.
+    pub enum ErrorCode {
+        Unauthenticated = "UNAUTHENTICATED",
+        Forbidden = "FORBIDDEN",
+        NotFound = "NOT_FOUND",
+        Validation = "VALIDATION",
+        Conflict = "CONFLICT",
+        DependencyNotFound = "DEPENDENCY_NOT_FOUND",
+        DependencyConstraint = "DEPENDENCY_CONSTRAINT",
+        DependencyConstraintFormat = "DEPENDENCY_CONSTRAINT_FORMAT",
+        DependencyCycle = "DEPENDENCY_CYCLE",
+        AlreadyInstalled = "ALREADY_INSTALLED",
+        HasDependents = "HAS_DEPENDENTS",
+        /// A repository's source could not be read (unreachable, HTTP error, bad data).
+        SourceUnavailable = "SOURCE_UNAVAILABLE",
+        /// A provider is not connected, or a call to it failed or passed its deadline.
+        ProviderUnavailable = "PROVIDER_UNAVAILABLE",
+        /// A provider answered that the work itself failed.
+        ProviderFailed = "PROVIDER_FAILED",
+        /// An element's installation (a deployment) failed; the message says why.
+        DeploymentFailed = "DEPLOYMENT_FAILED",
+        /// The HTTP body is not a GraphQL request (malformed JSON, too large).
+        BadRequest = "BAD_REQUEST",
+        /// The document does not parse or validate (unknown field, too deep).
+        InvalidQuery = "INVALID_QUERY",
+        Internal = "INTERNAL",
     }
 }
 

@@ -1,5 +1,9 @@
 //! Relay connections (`first`, `after`, `edges { node }`, `pageInfo`,
 //! `totalCount`). Cursors are opaque strings; today they hold an offset.
+//!
+//! Every list in the API pages through here: a list read whole goes through
+//! [`paginate`]; a list the store pages asks [`window`] for the offset and
+//! limit to fetch and hands the page to [`page_of`].
 
 use async_graphql::connection::{Connection, Edge, EmptyFields};
 use async_graphql::{OutputType, SimpleObject};

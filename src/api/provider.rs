@@ -8,7 +8,7 @@ use async_graphql::{
 use chrono::{DateTime, Utc};
 use futures_util::{Stream, StreamExt};
 
-use super::pagination::{Page, page_of, window};
+use super::pagination::{Page, paginate};
 use super::{ApiError, parse_id, principal, state};
 use crate::events::Delivery;
 use crate::provider::{self as domain, Providers};
@@ -249,16 +249,8 @@ impl ProviderQuery {
         after: Option<String>,
     ) -> Result<Page<Provider>, ApiError> {
         principal(ctx)?;
-        let (offset, limit) = window(first, after)?;
         let all = state::<Providers>(ctx)?.list().await?;
-        let total = all.len() as u64;
-        let items = all
-            .into_iter()
-            .skip(offset as usize)
-            .take(limit as usize)
-            .map(Provider)
-            .collect();
-        Ok(page_of(items, offset, total))
+        paginate(all.into_iter().map(Provider).collect(), first, after)
     }
 
     async fn provider(&self, ctx: &Context<'_>, id: ID) -> Result<Provider, ApiError> {

@@ -16,6 +16,7 @@ use uuid::Uuid;
 use crate::events::Bus;
 use crate::secret::{Secret, hash_token};
 use crate::store::{self, users};
+use crate::text::text_enum;
 
 /// The name of the user the first start creates.
 pub const ADMIN_USERNAME: &str = "admin";
@@ -28,53 +29,21 @@ const MAX_TOKEN_LEN: usize = 512;
 const MIN_GIVEN_TOKEN_LEN: usize = 16;
 const TOUCH_EVERY: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    Admin,
-}
-
-impl Role {
-    fn as_str(self) -> &'static str {
-        match self {
-            Role::Admin => "ADMIN",
-        }
-    }
-
-    fn parse(raw: &str) -> Option<Role> {
-        match raw {
-            "ADMIN" => Some(Role::Admin),
-            _ => None,
-        }
+text_enum! {
+    pub enum Role {
+        Admin = "ADMIN",
     }
 }
 
-/// What a token is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TokenKind {
-    /// Made at first start (or from `CORBEL_ADMIN_TOKEN`).
-    Bootstrap,
-    /// From `login`; expires.
-    Session,
-    /// From `createApiToken`; lives until revoked.
-    Api,
-}
-
-impl TokenKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TokenKind::Bootstrap => "BOOTSTRAP",
-            TokenKind::Session => "SESSION",
-            TokenKind::Api => "API",
-        }
-    }
-
-    fn parse(raw: &str) -> Option<TokenKind> {
-        match raw {
-            "BOOTSTRAP" => Some(TokenKind::Bootstrap),
-            "SESSION" => Some(TokenKind::Session),
-            "API" => Some(TokenKind::Api),
-            _ => None,
-        }
+text_enum! {
+    /// What a token is for.
+    pub enum TokenKind {
+        /// Made at first start (or from `CORBEL_ADMIN_TOKEN`).
+        Bootstrap = "BOOTSTRAP",
+        /// From `login`; expires.
+        Session = "SESSION",
+        /// From `createApiToken`; lives until revoked.
+        Api = "API",
     }
 }
 
@@ -243,7 +212,7 @@ impl Auth {
         Ok(Some(Principal {
             user: to_user(user)?,
             token_id: row.id,
-            token_kind: parse_kind(&row.kind)?,
+            token_kind: row.kind.parse()?,
         }))
     }
 
@@ -372,14 +341,15 @@ fn new_token() -> String {
     crate::secret::new_token(TOKEN_PREFIX)
 }
 
-fn parse_kind(raw: &str) -> Result<TokenKind, AuthError> {
-    TokenKind::parse(raw).ok_or_else(|| AuthError::Corrupt(format!("unknown token kind `{raw}`")))
+impl From<crate::text::UnknownText> for AuthError {
+    fn from(e: crate::text::UnknownText) -> Self {
+        AuthError::Corrupt(e.to_string())
+    }
 }
 
 fn to_user(row: users::UserRow) -> Result<User, AuthError> {
     Ok(User {
-        role: Role::parse(&row.role)
-            .ok_or_else(|| AuthError::Corrupt(format!("unknown role `{}`", row.role)))?,
+        role: row.role.parse()?,
         id: row.id,
         username: row.username,
         has_password: row.password_hash.is_some(),
@@ -389,7 +359,7 @@ fn to_user(row: users::UserRow) -> Result<User, AuthError> {
 
 fn to_token_info(row: users::TokenRow) -> Result<TokenInfo, AuthError> {
     Ok(TokenInfo {
-        kind: parse_kind(&row.kind)?,
+        kind: row.kind.parse()?,
         id: row.id,
         name: row.name,
         created_at: row.created_at,

@@ -28,6 +28,8 @@ use std::fmt;
 
 use serde_json::Value;
 
+use crate::text::text_enum;
+
 /// Resources name their placement strategy with the planner's own type.
 pub use super::strategy::Strategy;
 pub use check::{bind, check, replicas};
@@ -67,44 +69,21 @@ pub struct Variable {
     pub description: Option<String>,
 }
 
-/// The type of a variable, checked at `check` (defaults) and `bind` (values).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum VarType {
-    String,
-    /// JSON integers only: `2.0` is a number, not an int.
-    Int,
-    /// Any JSON number.
-    Number,
-    Bool,
-    List,
-    Object,
+text_enum! {
+    /// The type of a variable, checked at `check` (defaults) and `bind` (values).
+    pub enum VarType {
+        String = "string",
+        /// JSON integers only: `2.0` is a number, not an int.
+        Int = "int",
+        /// Any JSON number.
+        Number = "number",
+        Bool = "bool",
+        List = "list",
+        Object = "object",
+    }
 }
 
 impl VarType {
-    pub const ALL: [VarType; 6] = [
-        VarType::String,
-        VarType::Int,
-        VarType::Number,
-        VarType::Bool,
-        VarType::List,
-        VarType::Object,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            VarType::String => "string",
-            VarType::Int => "int",
-            VarType::Number => "number",
-            VarType::Bool => "bool",
-            VarType::List => "list",
-            VarType::Object => "object",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<VarType> {
-        VarType::ALL.into_iter().find(|t| t.as_str() == name)
-    }
-
     /// Whether `value` is of this type.
     pub fn accepts(self, value: &Value) -> bool {
         match self {
@@ -115,12 +94,6 @@ impl VarType {
             VarType::List => value.is_array(),
             VarType::Object => value.is_object(),
         }
-    }
-}
-
-impl fmt::Display for VarType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

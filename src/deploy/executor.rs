@@ -93,7 +93,7 @@ impl Deployments {
         let row = rows::find_deployment(&self.inner.db, id)
             .await?
             .ok_or_else(|| super::DeployError::NotFound(format!("deployment {id} is gone")))?;
-        match OnFailure::parse(&row.on_failure)? {
+        match row.on_failure.parse::<OnFailure>()? {
             OnFailure::Rollback => self.roll_back(id, error).await,
             OnFailure::Keep => self.settle(id, DeploymentState::Failed, Some(&error)).await,
         }
@@ -145,8 +145,10 @@ impl Deployments {
             // Stored before operations were: this run becomes one.
             None => {
                 let operation = Uuid::now_v7();
-                let state = DeploymentState::parse(&row.state)
-                    .map_err(|e| Stopped::Failed(e.to_string()))?;
+                let state = row
+                    .state
+                    .parse::<DeploymentState>()
+                    .map_err(|e| Stopped::Failed(super::DeployError::from(e).to_string()))?;
                 self.change(id, state, Some(Phase::Deploy), None, Some(operation))
                     .await
                     .map_err(|e| Stopped::Failed(e.to_string()))?;

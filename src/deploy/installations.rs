@@ -120,7 +120,7 @@ impl Deployments {
                         if e.deployment_id == id
                             && e.kind == EventKind::State
                             && let Some(state) = e.state.as_deref()
-                            && let Ok(state) = DeploymentState::parse(state)
+                            && let Ok(state) = state.parse::<DeploymentState>()
                             && matches!(
                                 state,
                                 DeploymentState::Complete

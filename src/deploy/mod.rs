@@ -36,6 +36,7 @@ use uuid::Uuid;
 use crate::events::Bus;
 use crate::provider::{ProviderError, Providers};
 use crate::store::deployments as rows;
+use crate::text::text_enum;
 
 pub use rows::DeploymentFilter;
 pub use settings::{DeployFlags, DeploySettings};
@@ -67,67 +68,61 @@ impl From<DbErr> for DeployError {
     }
 }
 
-macro_rules! text_enum {
-    ($ty:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub enum $ty { $($variant),+ }
-
-        impl $ty {
-            pub fn as_str(self) -> &'static str {
-                match self { $($ty::$variant => $text),+ }
-            }
-
-            pub fn parse(raw: &str) -> Result<Self, DeployError> {
-                match raw {
-                    $($text => Ok($ty::$variant),)+
-                    other => Err(DeployError::Corrupt(format!(
-                        "unknown {} `{other}`", stringify!($ty)
-                    ))),
-                }
-            }
-        }
-    };
+impl From<crate::text::UnknownText> for DeployError {
+    fn from(e: crate::text::UnknownText) -> Self {
+        DeployError::Corrupt(e.to_string())
+    }
 }
 
-text_enum!(DeploymentState {
-    Pending = "PENDING",
-    InProgress = "IN_PROGRESS",
-    Complete = "COMPLETE",
-    Failed = "FAILED",
-    Destroying = "DESTROYING",
-    Destroyed = "DESTROYED",
-    Suspended = "SUSPENDED",
-});
+text_enum! {
+    pub enum DeploymentState {
+        Pending = "PENDING",
+        InProgress = "IN_PROGRESS",
+        Complete = "COMPLETE",
+        Failed = "FAILED",
+        Destroying = "DESTROYING",
+        Destroyed = "DESTROYED",
+        Suspended = "SUSPENDED",
+    }
+}
 
-text_enum!(NodeState {
-    ToDeploy = "TO_DEPLOY",
-    Waiting = "WAITING",
-    InProgress = "IN_PROGRESS",
-    Complete = "COMPLETE",
-    Failed = "FAILED",
-    Tainted = "TAINTED",
-    ToDestroy = "TO_DESTROY",
-    Destroying = "DESTROYING",
-    Destroyed = "DESTROYED",
-});
+text_enum! {
+    pub enum NodeState {
+        ToDeploy = "TO_DEPLOY",
+        Waiting = "WAITING",
+        InProgress = "IN_PROGRESS",
+        Complete = "COMPLETE",
+        Failed = "FAILED",
+        Tainted = "TAINTED",
+        ToDestroy = "TO_DESTROY",
+        Destroying = "DESTROYING",
+        Destroyed = "DESTROYED",
+    }
+}
 
-text_enum!(OnFailure {
-    Rollback = "ROLLBACK",
-    Keep = "KEEP",
-});
+text_enum! {
+    pub enum OnFailure {
+        Rollback = "ROLLBACK",
+        Keep = "KEEP",
+    }
+}
 
-text_enum!(Intent {
-    Deploy = "DEPLOY",
-    Destroy = "DESTROY",
-});
+text_enum! {
+    pub enum Intent {
+        Deploy = "DEPLOY",
+        Destroy = "DESTROY",
+    }
+}
 
 // What the operation under way on a deployment is doing; stored, so a run
 // a crash cut short resumes as what it was.
-text_enum!(Phase {
-    Deploy = "DEPLOY",
-    Rollback = "ROLLBACK",
-    Destroy = "DESTROY",
-});
+text_enum! {
+    pub enum Phase {
+        Deploy = "DEPLOY",
+        Rollback = "ROLLBACK",
+        Destroy = "DESTROY",
+    }
+}
 
 /// Node states that hold (or are about to hold) a resource: they count
 /// against a provider node's capacity.
@@ -206,12 +201,14 @@ pub struct DeploymentEvent {
     pub message: String,
 }
 
-text_enum!(EventKind {
-    State = "STATE",
-    Node = "NODE",
-    Progress = "PROGRESS",
-    Log = "LOG",
-});
+text_enum! {
+    pub enum EventKind {
+        State = "STATE",
+        Node = "NODE",
+        Progress = "PROGRESS",
+        Log = "LOG",
+    }
+}
 
 pub struct NewDeployment {
     pub blueprint_id: Uuid,
@@ -760,9 +757,9 @@ fn to_deployment(row: rows::DeploymentRow) -> Result<Deployment, DeployError> {
         element_id: row.element_id,
         variables: serde_json::from_str(&row.variables)
             .map_err(|e| DeployError::Corrupt(format!("deployment variables: {e}")))?,
-        state: DeploymentState::parse(&row.state)?,
-        phase: row.phase.as_deref().map(Phase::parse).transpose()?,
-        on_failure: OnFailure::parse(&row.on_failure)?,
+        state: row.state.parse()?,
+        phase: row.phase.as_deref().map(str::parse).transpose()?,
+        on_failure: row.on_failure.parse()?,
         error: row.error,
         expires_at: row.expires_at,
         created_at: row.created_at,
@@ -778,7 +775,7 @@ fn to_node(row: rows::NodeRow) -> Result<ResourceNode, DeployError> {
         resource_type: row.resource_type,
         provider_id: row.provider_id,
         node: row.node,
-        state: NodeState::parse(&row.state)?,
+        state: row.state.parse()?,
         outputs: row
             .outputs
             .as_deref()
@@ -795,7 +792,7 @@ fn to_event(row: rows::EventRow) -> Result<DeploymentEvent, DeployError> {
         id: row.id,
         deployment_id: row.deployment_id,
         at: row.at,
-        kind: EventKind::parse(&row.kind)?,
+        kind: row.kind.parse()?,
         node_key: row.node_key,
         state: row.state,
         message: row.message,

@@ -74,8 +74,16 @@ impl Deployments {
                 return;
             }
         };
-        let state = DeploymentState::parse(&row.state);
-        let phase = row.phase.as_deref().map(Phase::parse).transpose();
+        let state = row
+            .state
+            .parse::<DeploymentState>()
+            .map_err(DeployError::from);
+        let phase = row
+            .phase
+            .as_deref()
+            .map(str::parse::<Phase>)
+            .transpose()
+            .map_err(DeployError::from);
         match (state, phase) {
             (
                 Ok(DeploymentState::Pending | DeploymentState::InProgress),
@@ -212,8 +220,14 @@ impl Deployments {
             .inspect(entry.provider_id, &call)
             .await
             .map_err(|e| e.to_string())?;
-        let intent = Intent::parse(&entry.intent).map_err(|e| e.to_string())?;
-        let state = NodeState::parse(&node.state).map_err(|e| e.to_string())?;
+        let intent = entry
+            .intent
+            .parse::<Intent>()
+            .map_err(|e| DeployError::from(e).to_string())?;
+        let state = node
+            .state
+            .parse::<NodeState>()
+            .map_err(|e| DeployError::from(e).to_string())?;
         let change = match (intent, state, present) {
             // Interrupted while deploying: adopt what exists, else deploy again.
             (Intent::Deploy, NodeState::InProgress, Some(outputs)) => Some(NodeChange {
@@ -255,7 +269,10 @@ impl Deployments {
                 .map_err(|e| e.to_string())?;
             return Ok(());
         };
-        let new_state = NodeState::parse(&change.state).map_err(|e| e.to_string())?;
+        let new_state = change
+            .state
+            .parse::<NodeState>()
+            .map_err(|e| DeployError::from(e).to_string())?;
         let event = (new_state != state)
             .then(|| node_change_event(&node, new_state, "settled after a lost call"));
         self.finish_call(&node, entry.id, change, event)

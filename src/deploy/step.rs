@@ -106,7 +106,10 @@ impl Deployments {
     /// Destroys one node's resource. A node that never reached its provider
     /// is simply marked destroyed.
     pub(super) async fn destroy_node(&self, node: NodeRow) -> Result<(), StepError> {
-        let state = NodeState::parse(&node.state).map_err(|e| StepError::Store(e.to_string()))?;
+        let state = node
+            .state
+            .parse::<NodeState>()
+            .map_err(|e| StepError::Store(super::DeployError::from(e).to_string()))?;
         let never_created = matches!(
             state,
             NodeState::ToDeploy | NodeState::Tainted | NodeState::Waiting | NodeState::Destroyed

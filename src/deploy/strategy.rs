@@ -29,69 +29,28 @@
 //! The tests check both against the literal greedy loop.
 
 use std::cmp::Reverse;
-use std::fmt;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// How the replicas of one resource are spread over its provider's nodes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum Strategy {
-    /// Even out the per-node replica count (eru's "communism" plan).
-    Auto,
-    /// Top every node up to N replicas in total.
-    Fill,
-    /// Add N replicas on every node (eru's "average" plan).
-    Each,
-    /// Keep node resource usage as even as possible.
-    Global,
-    /// Fill the nodes with the least room first.
-    Drained,
-}
+use crate::text::text_enum;
 
-impl Strategy {
-    /// Every strategy, in declaration order.
-    pub const ALL: [Strategy; 5] = [
-        Strategy::Auto,
-        Strategy::Fill,
-        Strategy::Each,
-        Strategy::Global,
-        Strategy::Drained,
-    ];
-
-    /// The name used in blueprints and the API.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Strategy::Auto => "AUTO",
-            Strategy::Fill => "FILL",
-            Strategy::Each => "EACH",
-            Strategy::Global => "GLOBAL",
-            Strategy::Drained => "DRAINED",
-        }
-    }
-}
-
-impl fmt::Display for Strategy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A strategy name that is not one of `AUTO`, `FILL`, `EACH`, `GLOBAL`, `DRAINED`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown placement strategy `{0}` (expected AUTO, FILL, EACH, GLOBAL or DRAINED)")]
-pub struct ParseStrategyError(pub String);
-
-impl FromStr for Strategy {
-    type Err = ParseStrategyError;
-
-    /// Exact, upper-case names only, as in blueprints and as serde reads them.
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Strategy::ALL
-            .into_iter()
-            .find(|strategy| strategy.as_str() == s)
-            .ok_or_else(|| ParseStrategyError(s.to_owned()))
+text_enum! {
+    /// How the replicas of one resource are spread over its provider's nodes.
+    /// The texts are the names used in blueprints and the API; parsing takes
+    /// exact, upper-case names only, as in blueprints and as serde reads them.
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "UPPERCASE")]
+    pub enum Strategy {
+        /// Even out the per-node replica count (eru's "communism" plan).
+        Auto = "AUTO",
+        /// Top every node up to N replicas in total.
+        Fill = "FILL",
+        /// Add N replicas on every node (eru's "average" plan).
+        Each = "EACH",
+        /// Keep node resource usage as even as possible.
+        Global = "GLOBAL",
+        /// Fill the nodes with the least room first.
+        Drained = "DRAINED",
     }
 }
 

@@ -9,32 +9,23 @@ use uuid::Uuid;
 
 use super::ProviderEvent;
 use crate::events::Bus;
+use crate::text::text_enum;
 
 /// Longest line kept; a provider printing megabytes on one line is cut, not
 /// buffered whole.
 const MAX_LINE_BYTES: usize = 4096;
 
-/// Where a line came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogStream {
-    /// Output of the build command.
-    Build,
-    /// The running provider's stdout.
-    Stdout,
-    /// The running provider's stderr.
-    Stderr,
-    /// Corbel's own notes about the provider (refusals, restarts).
-    Corbel,
-}
-
-impl LogStream {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogStream::Build => "build",
-            LogStream::Stdout => "stdout",
-            LogStream::Stderr => "stderr",
-            LogStream::Corbel => "corbel",
-        }
+text_enum! {
+    /// Where a line came from.
+    pub enum LogStream {
+        /// Output of the build command.
+        Build = "build",
+        /// The running provider's stdout.
+        Stdout = "stdout",
+        /// The running provider's stderr.
+        Stderr = "stderr",
+        /// Corbel's own notes about the provider (refusals, restarts).
+        Corbel = "corbel",
     }
 }
 

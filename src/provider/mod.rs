@@ -42,6 +42,7 @@ pub use settings::{ProviderFlags, ProviderSettings};
 
 use crate::events::Bus;
 use crate::store::providers as rows;
+use crate::text::text_enum;
 use state::Slot;
 
 #[derive(Debug, thiserror::Error)]
@@ -75,51 +76,23 @@ impl From<DbErr> for ProviderError {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProviderStatus {
-    Unloaded,
-    Fetching,
-    Building,
-    Starting,
-    Registering,
-    Connected,
-    Disconnected,
-    Failed,
-    Unloading,
+impl From<crate::text::UnknownText> for ProviderError {
+    fn from(e: crate::text::UnknownText) -> Self {
+        ProviderError::Corrupt(e.to_string())
+    }
 }
 
-impl ProviderStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderStatus::Unloaded => "UNLOADED",
-            ProviderStatus::Fetching => "FETCHING",
-            ProviderStatus::Building => "BUILDING",
-            ProviderStatus::Starting => "STARTING",
-            ProviderStatus::Registering => "REGISTERING",
-            ProviderStatus::Connected => "CONNECTED",
-            ProviderStatus::Disconnected => "DISCONNECTED",
-            ProviderStatus::Failed => "FAILED",
-            ProviderStatus::Unloading => "UNLOADING",
-        }
-    }
-
-    fn parse(raw: &str) -> Result<Self, ProviderError> {
-        Ok(match raw {
-            "UNLOADED" => ProviderStatus::Unloaded,
-            "FETCHING" => ProviderStatus::Fetching,
-            "BUILDING" => ProviderStatus::Building,
-            "STARTING" => ProviderStatus::Starting,
-            "REGISTERING" => ProviderStatus::Registering,
-            "CONNECTED" => ProviderStatus::Connected,
-            "DISCONNECTED" => ProviderStatus::Disconnected,
-            "FAILED" => ProviderStatus::Failed,
-            "UNLOADING" => ProviderStatus::Unloading,
-            other => {
-                return Err(ProviderError::Corrupt(format!(
-                    "unknown provider status `{other}`"
-                )));
-            }
-        })
+text_enum! {
+    pub enum ProviderStatus {
+        Unloaded = "UNLOADED",
+        Fetching = "FETCHING",
+        Building = "BUILDING",
+        Starting = "STARTING",
+        Registering = "REGISTERING",
+        Connected = "CONNECTED",
+        Disconnected = "DISCONNECTED",
+        Failed = "FAILED",
+        Unloading = "UNLOADING",
     }
 }
 
@@ -512,7 +485,7 @@ impl Providers {
             config,
             secret_keys,
             auto_load: row.auto_load,
-            status: ProviderStatus::parse(&row.status)?,
+            status: row.status.parse()?,
             status_message: row.status_message,
             resolved_commit: row.resolved_commit,
             metadata,

@@ -29,6 +29,7 @@ pub use settings::{RepositoryFlags, RepositorySettings};
 use crate::events::Bus;
 use crate::resolve::ResolveError;
 use crate::store::repositories as rows;
+use crate::text::text_enum;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RepositoryError {
@@ -73,49 +74,36 @@ impl From<DbErr> for RepositoryError {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SyncMode {
-    Lazy,
-    Copy,
+impl From<crate::text::UnknownText> for RepositoryError {
+    fn from(e: crate::text::UnknownText) -> Self {
+        RepositoryError::Corrupt(e.to_string())
+    }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RepositoryStatus {
-    New,
-    Syncing,
-    Active,
-    Error,
+text_enum! {
+    pub enum SyncMode {
+        Lazy = "LAZY",
+        Copy = "COPY",
+    }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ElementStatus {
-    New,
-    InProgress,
-    Active,
-    Error,
+text_enum! {
+    pub enum RepositoryStatus {
+        New = "NEW",
+        Syncing = "SYNCING",
+        Active = "ACTIVE",
+        Error = "ERROR",
+    }
 }
 
-macro_rules! text_enum {
-    ($ty:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
-        impl $ty {
-            pub fn as_str(self) -> &'static str {
-                match self { $($ty::$variant => $text),+ }
-            }
-            fn parse(raw: &str) -> Result<Self, RepositoryError> {
-                match raw {
-                    $($text => Ok($ty::$variant),)+
-                    other => Err(RepositoryError::Corrupt(format!(
-                        "unknown {} `{other}`", stringify!($ty)
-                    ))),
-                }
-            }
-        }
-    };
+text_enum! {
+    pub enum ElementStatus {
+        New = "NEW",
+        InProgress = "IN_PROGRESS",
+        Active = "ACTIVE",
+        Error = "ERROR",
+    }
 }
-
-text_enum!(SyncMode { Lazy = "LAZY", Copy = "COPY" });
-text_enum!(RepositoryStatus { New = "NEW", Syncing = "SYNCING", Active = "ACTIVE", Error = "ERROR" });
-text_enum!(ElementStatus { New = "NEW", InProgress = "IN_PROGRESS", Active = "ACTIVE", Error = "ERROR" });
 
 #[derive(Clone, Debug)]
 pub struct Repository {
@@ -411,8 +399,8 @@ fn to_repository(row: rows::RepositoryRow) -> Result<Repository, RepositoryError
     Ok(Repository {
         driver: serde_json::from_str(&row.driver_spec)
             .map_err(|e| RepositoryError::Corrupt(format!("driver spec of {}: {e}", row.id)))?,
-        sync_mode: SyncMode::parse(&row.sync_mode)?,
-        status: RepositoryStatus::parse(&row.status)?,
+        sync_mode: row.sync_mode.parse()?,
+        status: row.status.parse()?,
         id: row.id,
         name: row.name,
         priority: row.priority,
@@ -437,7 +425,7 @@ fn to_element(row: rows::ElementRow) -> Result<Element, RepositoryError> {
             }
             None => None,
         },
-        status: ElementStatus::parse(&row.status)?,
+        status: row.status.parse()?,
         id: row.id,
         repository_id: row.repository_id,
         name: row.name,

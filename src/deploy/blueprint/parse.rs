@@ -134,9 +134,9 @@ impl Reader {
             let names = VarType::ALL.map(VarType::as_str).join(", ");
             let ty = match fields.get("type") {
                 None => Err(format!("missing: one of {names}")),
-                Some(Yaml::String(t)) => VarType::from_name(t).ok_or_else(|| {
-                    format!("unknown type `{}`; expected one of {names}", snippet(t))
-                }),
+                Some(Yaml::String(t)) => t
+                    .parse::<VarType>()
+                    .map_err(|_| format!("unknown type `{}`; expected one of {names}", snippet(t))),
                 Some(other) => Err(format!("must be one of {names}, not {}", kind(other))),
             };
             let ty = ty.map_err(|message| self.problem(&type_path, message)).ok();
