@@ -8,146 +8,17 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::providers::{
-    ProviderRepo, create_provider, fixture_metadata, process_metadata, quick, wait_status,
+use crate::support::binary::serve;
+use crate::support::deployments::{
+    DEPLOYMENT_FIELDS, WEB, create_blueprint, deploy, deployment, destroy_and_wait, pids, settled,
+    with_process_provider,
 };
-use crate::support::{TestApp, TestStore, data, error_code, eventually};
-
-const DEPLOYMENT_FIELDS: &str = "id name state error variables expiresAt nodes { id key replica node state outputs error providerId provider { name } }";
-
-/// A server with the process provider loaded and connected; returns its id.
-pub async fn with_process_provider(
-    adjust: impl FnOnce(&mut corbel::config::Config),
-) -> (TestApp, String, ProviderRepo) {
-    let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), |config| {
-        quick(config);
-        config.deploy_reaper_interval_ms = 100;
-        adjust(config);
-    })
-    .await;
-    let repo = ProviderRepo::new(&process_metadata(), &[]);
-    let (id, _) = create_provider(
-        &app,
-        json!({ "name": "process", "gitUrl": repo.url(), "config": { "capacity": 50, "grace_ms": 2000 } }),
-    )
-    .await;
-    wait_status(&app, &id, "CONNECTED").await;
-    (app, id, repo)
-}
-
-pub async fn create_blueprint(app: &TestApp, name: &str, source: &str) -> String {
-    let body = app
-        .gql(
-            "mutation($input: CreateBlueprintInput!) { createBlueprint(input: $input) { id } }",
-            json!({ "input": { "name": name, "source": source } }),
-        )
-        .await;
-    data(&body)["createBlueprint"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
-pub async fn deploy(app: &TestApp, blueprint: &str, name: &str, extra: Value) -> String {
-    let mut input = json!({ "blueprintId": blueprint, "name": name });
-    input
-        .as_object_mut()
-        .unwrap()
-        .extend(extra.as_object().cloned().unwrap_or_default());
-    let body = app
-        .gql(
-            "mutation($input: DeployBlueprintInput!) { deployBlueprint(input: $input) { id state } }",
-            json!({ "input": input }),
-        )
-        .await;
-    data(&body)["deployBlueprint"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
-pub async fn deployment(app: &TestApp, id: &str) -> Value {
-    let body = app
-        .gql(
-            &format!("query($id: ID!) {{ deployment(id: $id) {{ {DEPLOYMENT_FIELDS} }} }}"),
-            json!({ "id": id }),
-        )
-        .await;
-    data(&body)["deployment"].clone()
-}
-
-/// Destroys a deployment, waits until it is `DESTROYED` and its processes
-/// are gone.
-pub async fn destroy_and_wait(app: &TestApp, id: &str, pids: &[i32]) {
-    let body = app
-        .gql(
-            "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
-            json!({ "id": id }),
-        )
-        .await;
-    data(&body);
-    settled(app, id, &["DESTROYED"]).await;
-    all_gone(pids).await;
-}
-
-/// Waits until the deployment reaches one of `states`.
-pub async fn settled(app: &TestApp, id: &str, states: &[&str]) -> Value {
-    eventually(
-        Duration::from_secs(60),
-        &format!("deployment {states:?}"),
-        || async {
-            let d = deployment(app, id).await;
-            states.iter().any(|s| d["state"] == *s).then_some(d)
-        },
-    )
-    .await
-}
-
-pub fn pids(deployment: &Value) -> Vec<i32> {
-    deployment["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|n| n["outputs"]["pid"].as_i64())
-        .map(|p| p as i32)
-        .collect()
-}
-
-pub fn alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    let exists = unsafe { libc::kill(pid, 0) } == 0;
-    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| s.rsplit(") ").next().is_some_and(|r| r.starts_with('Z')))
-        .unwrap_or(true);
-    exists && !zombie
-}
-
-pub async fn all_gone(pids: &[i32]) {
-    eventually(Duration::from_secs(30), "the processes to exit", || async {
-        pids.iter().all(|p| !alive(*p)).then_some(())
-    })
-    .await;
-}
-
-const WEB: &str = r#"
-version: "1"
-variables:
-  replicas: { type: int, default: 2 }
-  greeting: { type: string, default: "a <b> & 'c'" }
-resources:
-  db:
-    type: process.v1.service
-    config: { command: sleep, args: ["300"] }
-  web:
-    type: process.v1.service
-    depends_on: [db]
-    replicas: "{{ replicas }}"
-    strategy: AUTO
-    config:
-      command: sleep
-      args: ["300"]
-      env: { DB_PID: "{{ resources.db.outputs.pid }}", GREETING: "{{ greeting }}" }
-"#;
+use crate::support::processes::{alive, all_gone, provider_pid};
+use crate::support::provider_repos::{ProviderRepo, fixture_metadata, process_metadata};
+use crate::support::providers::{create_provider, wait_status};
+use crate::support::settings::quick;
+use crate::support::websocket::{next_json, subscribe};
+use crate::support::{ADMIN_TOKEN, TestApp, TestStore, data, error_code, eventually, journal_len};
 
 #[tokio::test]
 async fn a_blueprint_deploys_through_the_process_provider_and_is_destroyed() {
@@ -249,7 +120,7 @@ async fn a_blueprint_deploys_through_the_process_provider_and_is_destroyed() {
         )
         .await,
     );
-    crate::providers::wait_status(&app, &provider, "CONNECTED").await;
+    wait_status(&app, &provider, "CONNECTED").await;
 
     let body = app
         .gql(
@@ -571,7 +442,7 @@ async fn deployment_events_replay_history_then_follow_live() {
     .await;
     settled(&app, &id, &["COMPLETE"]).await;
 
-    let mut ws = crate::subscriptions::subscribe(
+    let mut ws = subscribe(
         app.addr,
         "subscription($id: ID!) { deploymentEvents(id: $id) { id kind nodeKey state message } }",
         json!({ "id": id }),
@@ -580,13 +451,10 @@ async fn deployment_events_replay_history_then_follow_live() {
     let mut seen: Vec<Value> = Vec::new();
     let mut destroying = false;
     loop {
-        let message = tokio::time::timeout(
-            Duration::from_secs(60),
-            crate::subscriptions::next_json(&mut ws),
-        )
-        .await
-        .expect("an event in time")
-        .expect("the stream stays open");
+        let message = tokio::time::timeout(Duration::from_secs(60), next_json(&mut ws))
+            .await
+            .expect("an event in time")
+            .expect("the stream stays open");
         let event = message["payload"]["data"]["deploymentEvents"].clone();
         let complete = event["kind"] == "STATE" && event["state"] == "COMPLETE";
         let destroyed = event["kind"] == "STATE" && event["state"] == "DESTROYED";
@@ -770,7 +638,7 @@ async fn provider_faults_fail_the_deployment_with_the_reason() {
         (d["nodes"][0]["state"] == "IN_PROGRESS").then_some(())
     })
     .await;
-    let pid = crate::providers::provider_pid(&app, &dying_id);
+    let pid = provider_pid(&app.store, &dying_id);
     // SAFETY: killing the provider process this test started through Corbel.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
     let failed = settled(&app, &id, &["FAILED", "COMPLETE"]).await;
@@ -836,16 +704,16 @@ async fn a_server_killed_mid_deploy_recovers_without_orphans() {
     let blueprint = create_blueprint(&app, "many", &source).await;
     let store = app.stop().await;
 
-    let admin = ("CORBEL_ADMIN_TOKEN", crate::support::ADMIN_TOKEN);
+    let admin = ("CORBEL_ADMIN_TOKEN", ADMIN_TOKEN);
     let slow = ("CORBEL_DEPLOY_CONCURRENCY", "2");
-    let mut served = crate::binary::serve(&store, &[admin, slow]);
+    let mut served = serve(&store, &[admin, slow]);
     let client = reqwest::Client::new();
     let gql = |addr: std::net::SocketAddr, query: &'static str, variables: Value| {
         let client = client.clone();
         async move {
             client
                 .post(format!("http://{addr}/graphql"))
-                .bearer_auth(crate::support::ADMIN_TOKEN)
+                .bearer_auth(ADMIN_TOKEN)
                 .json(&json!({ "query": query, "variables": variables }))
                 .send()
                 .await
@@ -895,7 +763,7 @@ async fn a_server_killed_mid_deploy_recovers_without_orphans() {
     served.child.kill().unwrap();
     served.child.wait().unwrap();
 
-    let served = crate::binary::serve(&store, &[admin]);
+    let served = serve(&store, &[admin]);
     let addr = served.addr;
     let done = eventually(Duration::from_secs(120), "the deployment to finish", || async {
         let body = gql(addr, "query($id: ID!) { deployment(id: $id) { state error nodes { id state outputs } } }", json!({ "id": id })).await?;
@@ -965,13 +833,6 @@ async fn a_server_killed_mid_deploy_recovers_without_orphans() {
     let mut served = served;
     served.child.kill().unwrap();
     served.child.wait().unwrap();
-}
-
-pub async fn journal_len(store: &TestStore) -> usize {
-    crate::support::journal_deployments(store)
-        .await
-        .expect("the journal is readable")
-        .len()
 }
 
 /// An installed element's blueprint runs as its installation; an upgrade is

@@ -9,13 +9,14 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::deployments::{
-    all_gone, create_blueprint, deploy, deployment, destroy_and_wait, pids, settled,
-    with_process_provider,
+use crate::support::deployments::{
+    create_blueprint, deploy, deployment, destroy_and_wait, pids, settled, with_process_provider,
 };
-use crate::providers::{
-    ProviderRepo, create_provider, quick, shell_metadata, wait_status, workspace_bin,
-};
+use crate::support::processes::all_gone;
+use crate::support::provider_repos::{ProviderRepo, shell_metadata, workspace_bin};
+use crate::support::providers::{create_provider, wait_status};
+use crate::support::settings::quick;
+use crate::support::websocket::{next_json, subscribe};
 use crate::support::{TestApp, TestStore, data};
 
 /// `a; b; c needs a,b; d needs a`, where `c` and `d` read their
@@ -221,7 +222,7 @@ async fn events_arrive_in_order_while_many_nodes_run_at_once() {
     ));
     let blueprint = create_blueprint(&app, "wide", &source).await;
     let id = deploy(&app, &blueprint, "wide", json!({})).await;
-    let mut ws = crate::subscriptions::subscribe(
+    let mut ws = subscribe(
         app.addr,
         "subscription($id: ID!) { deploymentEvents(id: $id) { id kind state } }",
         json!({ "id": id }),
@@ -229,13 +230,10 @@ async fn events_arrive_in_order_while_many_nodes_run_at_once() {
     .await;
     let mut streamed: Vec<i64> = Vec::new();
     loop {
-        let message = tokio::time::timeout(
-            Duration::from_secs(60),
-            crate::subscriptions::next_json(&mut ws),
-        )
-        .await
-        .expect("an event in time")
-        .expect("the stream stays open");
+        let message = tokio::time::timeout(Duration::from_secs(60), next_json(&mut ws))
+            .await
+            .expect("an event in time")
+            .expect("the stream stays open");
         let event = &message["payload"]["data"]["deploymentEvents"];
         streamed.push(event["id"].as_str().unwrap().parse().unwrap());
         if event["kind"] == "STATE" && (event["state"] == "COMPLETE" || event["state"] == "FAILED")

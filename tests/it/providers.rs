@@ -3,262 +3,22 @@
 //! the reference `corbel-provider-process`, and `corbel-provider-fixture`, a
 //! provider that misbehaves on purpose.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tempfile::TempDir;
 
-use crate::nginx::free_port;
-use crate::support::{TestApp, TestStore, corbel_bin, data, error_code, eventually};
-
-/// A built binary of this workspace (`scripts/test.sh` builds them all first;
-/// a test run without it builds the one asked for here).
-pub fn workspace_bin(name: &str) -> PathBuf {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    let path = corbel_bin().with_file_name(name);
-    if !path.exists() {
-        BUILT.get_or_init(|| {
-            let status = Command::new(env!("CARGO"))
-                .args(["build", "--bins", "--workspace"])
-                .status()
-                .expect("cargo runs");
-            assert!(status.success(), "building the workspace binaries failed");
-        });
-    }
-    assert!(path.exists(), "{} is not built", path.display());
-    path
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
-        .args(["-c", "init.defaultBranch=main"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-/// A bare repository holding a provider, with a work tree to commit from.
-pub struct ProviderRepo {
-    dir: TempDir,
-}
-
-impl ProviderRepo {
-    /// One commit with `corbel-provider.yaml` (and `files`), tagged `v1`.
-    pub fn new(metadata: &str, files: &[(&str, &str)]) -> ProviderRepo {
-        let dir = tempfile::tempdir().unwrap();
-        let work = dir.path().join("work");
-        std::fs::create_dir(&work).unwrap();
-        git(dir.path(), &["init", "--bare", "-q", "provider.git"]);
-        git(&work, &["init", "-q"]);
-        let repo = ProviderRepo { dir };
-        repo.commit(metadata, files);
-        git(&work, &["tag", "v1"]);
-        git(
-            &work,
-            &["remote", "add", "origin", repo.bare().to_str().unwrap()],
-        );
-        git(&work, &["push", "-q", "origin", "main", "--tags"]);
-        repo
-    }
-
-    fn work(&self) -> PathBuf {
-        self.dir.path().join("work")
-    }
-
-    pub fn bare(&self) -> PathBuf {
-        self.dir.path().join("provider.git")
-    }
-
-    pub fn url(&self) -> String {
-        format!("file://{}", self.bare().display())
-    }
-
-    /// Commits new contents (pushed when the remote exists) and returns the commit.
-    pub fn commit(&self, metadata: &str, files: &[(&str, &str)]) -> String {
-        let work = self.work();
-        std::fs::write(work.join("corbel-provider.yaml"), metadata).unwrap();
-        for (name, text) in files {
-            std::fs::write(work.join(name), text).unwrap();
-        }
-        git(&work, &["add", "-A"]);
-        git(&work, &["commit", "-q", "-m", "provider"]);
-        if !git(&work, &["remote"]).is_empty() {
-            git(&work, &["push", "-q", "origin", "main"]);
-        }
-        git(&work, &["rev-parse", "HEAD"])
-    }
-
-    pub fn head(&self) -> String {
-        git(&self.work(), &["rev-parse", "HEAD"])
-    }
-}
-
-/// `corbel-provider.yaml` for a prebuilt binary. The run command records the
-/// process id in `provider.pid` (exec keeps it) so a test can kill it.
-pub fn shell_metadata(name: &str, build: &str, run: &str) -> String {
-    typed_metadata(name, build, run, "process.v1.service")
-}
-
-fn typed_metadata(name: &str, build: &str, run: &str, resource_type: &str) -> String {
-    format!(
-        "name: {name}\nversion: 0.1.0\ndescription: test provider\nruntime: shell\nshell:\n  build: {build}\n  run: {run}\nfeatures: [deploy, destroy, inspect, nodes]\nresource_types: [{resource_type}]\n"
-    )
-}
-
-pub fn process_metadata() -> String {
-    shell_metadata(
-        "process",
-        "echo building the process provider",
-        &format!(
-            "echo $$ > provider.pid; exec {}",
-            workspace_bin("corbel-provider-process").display()
-        ),
-    )
-}
-
-pub fn fixture_metadata(mode: &str) -> String {
-    typed_metadata(
-        "fixture",
-        "true",
-        &format!(
-            "echo $$ > provider.pid; FIXTURE_MODE={mode} exec {}",
-            workspace_bin("corbel-provider-fixture").display()
-        ),
-        "fixture.v1.noop",
-    )
-}
-
-/// Fast timings for tests; the defaults suit production.
-pub fn quick(config: &mut corbel::config::Config) {
-    config.provider_start_timeout_seconds = 20;
-    config.provider_call_timeout_ms = 10_000;
-    config.provider_health_interval_ms = 200;
-    config.provider_backoff_initial_ms = 50;
-    config.provider_backoff_max_ms = 1_000;
-    config.provider_stop_grace_ms = 3_000;
-}
-
-pub async fn spawn_quick() -> TestApp {
-    TestApp::spawn_with(Arc::new(TestStore::fresh().await), quick).await
-}
-
-const PROVIDER_FIELDS: &str = "id name gitUrl ref status statusMessage resolvedCommit restarts lastSeenAt features resourceTypes config secretConfigKeys metadata { name version runtime features resourceTypes }";
-
-pub async fn create_provider(app: &TestApp, input: Value) -> (String, String) {
-    let body = app
-        .gql(
-            &format!(
-                "mutation($input: CreateProviderInput!) {{ createProvider(input: $input) {{ token provider {{ {PROVIDER_FIELDS} }} }} }}"
-            ),
-            json!({ "input": input }),
-        )
-        .await;
-    let created = &data(&body)["createProvider"];
-    (
-        created["provider"]["id"].as_str().unwrap().to_owned(),
-        created["token"].as_str().unwrap().to_owned(),
-    )
-}
-
-pub async fn provider(app: &TestApp, id: &str) -> Value {
-    let body = app
-        .gql(
-            &format!("query($id: ID!) {{ provider(id: $id) {{ {PROVIDER_FIELDS} }} }}"),
-            json!({ "id": id }),
-        )
-        .await;
-    data(&body)["provider"].clone()
-}
-
-/// Waits for `status`; a provider that fails on the way fails the test with
-/// its message.
-pub async fn wait_status(app: &TestApp, id: &str, status: &str) -> Value {
-    eventually(Duration::from_secs(60), status, || async {
-        let p = provider(app, id).await;
-        if p["status"] == "FAILED" && status != "FAILED" {
-            panic!("provider failed: {}", p["statusMessage"]);
-        }
-        (p["status"] == status).then_some(p)
-    })
-    .await
-}
-
-async fn logs(app: &TestApp, id: &str) -> String {
-    let body = app
-        .gql(
-            "query($id: ID!) { provider(id: $id) { logs(last: 500) { stream line } } }",
-            json!({ "id": id }),
-        )
-        .await;
-    data(&body)["provider"]["logs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| {
-            format!(
-                "[{}] {}",
-                l["stream"].as_str().unwrap(),
-                l["line"].as_str().unwrap()
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-pub fn provider_pid(app: &TestApp, id: &str) -> i32 {
-    pid_of(app, id)
-}
-
-fn pid_of(app: &TestApp, id: &str) -> i32 {
-    let file = app
-        .store
-        .data_dir()
-        .join("providers")
-        .join(id)
-        .join("src")
-        .join("provider.pid");
-    std::fs::read_to_string(&file)
-        .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-fn alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    let exists = unsafe { libc::kill(pid, 0) } == 0;
-    // A zombie (exited, not yet reaped) counts as gone.
-    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| s.rsplit(") ").next().is_some_and(|r| r.starts_with('Z')))
-        .unwrap_or(true);
-    exists && !zombie
-}
-
-async fn gone(pid: i32) {
-    eventually(Duration::from_secs(20), "the process to exit", || async {
-        (!alive(pid)).then_some(())
-    })
-    .await;
-}
-
-async fn nodes(app: &TestApp, id: &str) -> Value {
-    app.gql(
-        "query($id: ID!) { provider(id: $id) { nodes { name capacity labels } } }",
-        json!({ "id": id }),
-    )
-    .await
-}
+use crate::support::binary::serve;
+use crate::support::git::GitDaemon;
+use crate::support::nginx::free_port;
+use crate::support::processes::{alive, gone, provider_pid};
+use crate::support::provider_repos::{
+    ProviderRepo, fixture_metadata, process_metadata, shell_metadata, workspace_bin,
+};
+use crate::support::providers::{create_provider, logs, nodes, provider, spawn_quick, wait_status};
+use crate::support::settings::quick;
+use crate::support::websocket::{next_json, subscribe};
+use crate::support::{ADMIN_TOKEN, TestApp, TestStore, corbel_bin, data, error_code, eventually};
 
 #[tokio::test]
 async fn a_provider_loads_from_git_registers_and_unloads() {
@@ -316,7 +76,7 @@ async fn a_provider_loads_from_git_registers_and_unloads() {
         .await;
     assert_eq!(error_code(&refused), Some("CONFLICT"), "{refused}");
 
-    let pid = pid_of(&app, &id);
+    let pid = provider_pid(&app.store, &id);
     assert!(alive(pid));
     let unloaded = app
         .gql(
@@ -352,20 +112,17 @@ async fn provider_events_follow_the_lifecycle_live() {
         json!({ "name": "watched", "gitUrl": repo.url(), "autoLoad": false }),
     )
     .await;
-    let mut ws = crate::subscriptions::subscribe(
+    let mut ws = subscribe(
         app.addr,
         "subscription($id: ID!) { providerEvents(id: $id) { status message log { stream line } } }",
         json!({ "id": id }),
     )
     .await;
     // The first event is the status now: from then on the stream is live.
-    let first = tokio::time::timeout(
-        Duration::from_secs(10),
-        crate::subscriptions::next_json(&mut ws),
-    )
-    .await
-    .expect("the current status in time")
-    .expect("the stream is open");
+    let first = tokio::time::timeout(Duration::from_secs(10), next_json(&mut ws))
+        .await
+        .expect("the current status in time")
+        .expect("the stream is open");
     assert_eq!(
         first["payload"]["data"]["providerEvents"]["status"],
         "UNLOADED"
@@ -381,13 +138,10 @@ async fn provider_events_follow_the_lifecycle_live() {
     let mut statuses = Vec::new();
     let mut lines = Vec::new();
     while statuses.last().map(String::as_str) != Some("CONNECTED") {
-        let message = tokio::time::timeout(
-            Duration::from_secs(60),
-            crate::subscriptions::next_json(&mut ws),
-        )
-        .await
-        .expect("an event in time")
-        .expect("the stream stays open");
+        let message = tokio::time::timeout(Duration::from_secs(60), next_json(&mut ws))
+            .await
+            .expect("an event in time")
+            .expect("the stream stays open");
         let event = &message["payload"]["data"]["providerEvents"];
         if let Some(status) = event["status"].as_str()
             && statuses.last().map(String::as_str) != Some(status)
@@ -425,7 +179,7 @@ async fn a_crashed_provider_is_restarted_and_its_link_replaced() {
     let repo = ProviderRepo::new(&process_metadata(), &[]);
     let (id, _) = create_provider(&app, json!({ "name": "crashy", "gitUrl": repo.url() })).await;
     wait_status(&app, &id, "CONNECTED").await;
-    let first = pid_of(&app, &id);
+    let first = provider_pid(&app.store, &id);
     // SAFETY: killing the provider process this test started through Corbel.
     assert_eq!(unsafe { libc::kill(first, libc::SIGKILL) }, 0);
 
@@ -435,7 +189,7 @@ async fn a_crashed_provider_is_restarted_and_its_link_replaced() {
     })
     .await;
     assert_eq!(back["restarts"], 1);
-    let second = pid_of(&app, &id);
+    let second = provider_pid(&app.store, &id);
     assert_ne!(first, second);
     let answer = nodes(&app, &id).await;
     assert!(data(&answer)["provider"]["nodes"][0]["name"].is_string());
@@ -458,7 +212,7 @@ async fn a_frozen_provider_fails_health_checks_and_is_restarted() {
     let repo = ProviderRepo::new(&process_metadata(), &[]);
     let (id, _) = create_provider(&app, json!({ "name": "frozen", "gitUrl": repo.url() })).await;
     wait_status(&app, &id, "CONNECTED").await;
-    let first = pid_of(&app, &id);
+    let first = provider_pid(&app.store, &id);
     // SAFETY: freezing the provider process this test started through Corbel.
     assert_eq!(unsafe { libc::kill(first, libc::SIGSTOP) }, 0);
     let back = eventually(Duration::from_secs(60), "a restart", || async {
@@ -522,28 +276,9 @@ async fn an_updated_ref_is_checked_out_at_the_next_load() {
 async fn a_provider_loads_over_git_daemon() {
     let app = spawn_quick().await;
     let repo = ProviderRepo::new(&process_metadata(), &[]);
-    let port = free_port();
     let base = repo.bare().parent().unwrap().to_owned();
-    let mut daemon = Command::new("git")
-        .args([
-            "daemon",
-            "--reuseaddr",
-            "--export-all",
-            &format!("--base-path={}", base.display()),
-            &format!("--port={port}"),
-            "--listen=127.0.0.1",
-        ])
-        .arg(&base)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("git daemon starts");
-    eventually(Duration::from_secs(10), "git daemon", || async {
-        std::net::TcpStream::connect(("127.0.0.1", port))
-            .ok()
-            .map(drop)
-    })
-    .await;
+    let daemon = GitDaemon::start(&base).await;
+    let port = daemon.port;
     let (id, _) = create_provider(
         &app,
         json!({ "name": "daemon", "gitUrl": format!("git://127.0.0.1:{port}/provider.git"), "ref": "main" }),
@@ -551,8 +286,7 @@ async fn a_provider_loads_over_git_daemon() {
     .await;
     let connected = wait_status(&app, &id, "CONNECTED").await;
     assert_eq!(connected["resolvedCommit"], repo.head());
-    daemon.kill().ok();
-    daemon.wait().ok();
+    daemon.stop();
     app.stop().await;
 }
 
@@ -859,15 +593,15 @@ async fn providers_follow_their_server() {
     let repo = ProviderRepo::new(&process_metadata(), &[]);
     let (id, _) = create_provider(&app, json!({ "name": "follower", "gitUrl": repo.url() })).await;
     wait_status(&app, &id, "CONNECTED").await;
-    let pid = pid_of(&app, &id);
+    let pid = provider_pid(&app.store, &id);
     let store = app.stop().await;
     gone(pid).await;
 
     // The real binary, killed outright: the provider notices and exits.
-    let mut served = crate::binary::serve(
+    let mut served = serve(
         &store,
         &[
-            ("CORBEL_ADMIN_TOKEN", crate::support::ADMIN_TOKEN),
+            ("CORBEL_ADMIN_TOKEN", ADMIN_TOKEN),
             ("CORBEL_PROVIDER_HEALTH_INTERVAL_MS", "200"),
         ],
     );
@@ -876,7 +610,7 @@ async fn providers_follow_their_server() {
     eventually(Duration::from_secs(60), "the provider to load again", || async {
         let body: Value = client
             .post(&url)
-            .bearer_auth(crate::support::ADMIN_TOKEN)
+            .bearer_auth(ADMIN_TOKEN)
             .json(&json!({"query": "query($id: ID!) { provider(id: $id) { status } }", "variables": {"id": id}}))
             .send()
             .await
@@ -887,25 +621,11 @@ async fn providers_follow_their_server() {
         (body["data"]["provider"]["status"] == "CONNECTED").then_some(())
     })
     .await;
-    let pid = pid_of_store(&store, &id);
+    let pid = provider_pid(&store, &id);
     assert!(alive(pid));
     served.child.kill().unwrap();
     served.child.wait().unwrap();
     gone(pid).await;
-}
-
-fn pid_of_store(store: &TestStore, id: &str) -> i32 {
-    let file = store
-        .data_dir()
-        .join("providers")
-        .join(id)
-        .join("src")
-        .join("provider.pid");
-    std::fs::read_to_string(file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 #[test]

@@ -9,8 +9,9 @@ use rand::rngs::StdRng;
 
 use super::observe::{self, Api, SETTLE_LIMIT, View, Waited, identities, records};
 use super::shape::Shape;
-use super::world::{Proc, signal, world};
+use super::world::{Proc, world};
 use crate::support::TestStore;
+use crate::support::processes::signal;
 
 /// `CORBEL_CHAOS_SEED`, `CORBEL_CHAOS_KILLS`, `CORBEL_CHAOS_SOAK`.
 pub struct Knobs {

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::world::{Proc, parent, provider_process};
+use super::world::Proc;
+use crate::support::processes::{parent, provider_process};
 use crate::support::{ADMIN_TOKEN, TestStore, journal_deployments};
 
 /// How long a settle may take before it counts as stuck. Generous: a correct

@@ -1,4 +1,19 @@
-//! `TestApp`: one real server with its own fresh database, and typed helpers.
+//! `TestApp`: one real server with its own fresh database, the GraphQL client
+//! helpers, and (in the submodules) every helper the tests share, by concern.
+//! Tests import helpers from here only, never from each other.
+
+pub mod binary;
+pub mod deployments;
+pub mod git;
+/// At `tests/it/nginx.rs`, where `benches/sync.rs` includes it too.
+#[path = "../nginx.rs"]
+pub mod nginx;
+pub mod processes;
+pub mod provider_repos;
+pub mod providers;
+pub mod repositories;
+pub mod settings;
+pub mod websocket;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -198,4 +213,12 @@ pub async fn journal_deployments(store: &TestStore) -> Result<Vec<uuid::Uuid>, S
         .iter()
         .map(|row| row.try_get("", "deployment_id").map_err(|e| e.to_string()))
         .collect()
+}
+
+/// How many entries the journal holds.
+pub async fn journal_len(store: &TestStore) -> usize {
+    journal_deployments(store)
+        .await
+        .expect("the journal is readable")
+        .len()
 }
