@@ -17,8 +17,11 @@ use crate::support::processes::{alive, all_gone, provider_pid};
 use crate::support::provider_repos::{ProviderRepo, fixture_metadata, process_metadata};
 use crate::support::providers::{create_provider, wait_status};
 use crate::support::settings::quick;
+use crate::support::types::{Deployment, Event};
 use crate::support::websocket::{next_json, subscribe};
-use crate::support::{ADMIN_TOKEN, TestApp, TestStore, data, error_code, eventually, journal_len};
+use crate::support::{
+    ADMIN_TOKEN, TestApp, TestStore, at_path_as, data, error_code, eventually, journal_len,
+};
 
 #[tokio::test]
 async fn a_blueprint_deploys_through_the_process_provider_and_is_destroyed() {
@@ -61,27 +64,28 @@ async fn a_blueprint_deploys_through_the_process_provider_and_is_destroyed() {
         .await;
     assert_eq!(error_code(&refused), Some("VALIDATION"), "{refused}");
     let done = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
-    assert_eq!(done["state"], "COMPLETE", "{done}");
-    let nodes = done["nodes"].as_array().unwrap();
-    assert_eq!(nodes.len(), 4, "db and three web replicas: {done}");
-    assert!(nodes.iter().all(|n| n["state"] == "COMPLETE"));
-    assert!(nodes.iter().all(|n| n["providerId"] == provider.as_str()));
-    assert!(nodes.iter().all(|n| n["provider"]["name"] == "process"));
+    assert_eq!(done.state, "COMPLETE", "{done:?}");
+    let nodes = &done.nodes;
+    assert_eq!(nodes.len(), 4, "db and three web replicas: {done:?}");
+    assert!(nodes.iter().all(|n| n.state == "COMPLETE"));
     assert!(
-        nodes.iter().all(|n| n["node"].is_string()),
-        "placed on the host"
+        nodes
+            .iter()
+            .all(|n| n.provider_id.as_deref() == Some(provider.as_str()))
     );
+    assert!(
+        nodes
+            .iter()
+            .all(|n| n.provider.as_ref().is_some_and(|p| p.name == "process"))
+    );
+    assert!(nodes.iter().all(|n| n.node.is_some()), "placed on the host");
     let running = pids(&done);
     assert_eq!(running.len(), 4);
     assert!(running.iter().all(|p| alive(*p)));
 
     // The web replicas got db's pid and the greeting, unescaped.
-    let db_pid = nodes.iter().find(|n| n["key"] == "db").unwrap()["outputs"]["pid"]
-        .as_i64()
-        .unwrap();
-    let web_pid = nodes.iter().find(|n| n["key"] == "web").unwrap()["outputs"]["pid"]
-        .as_i64()
-        .unwrap();
+    let db_pid = done.node("db").pid().unwrap();
+    let web_pid = done.node("web").pid().unwrap();
     let environ = std::fs::read(format!("/proc/{web_pid}/environ")).unwrap();
     let environ = String::from_utf8_lossy(&environ);
     assert!(environ.contains(&format!("DB_PID={db_pid}")), "{environ}");
@@ -130,23 +134,20 @@ async fn a_blueprint_deploys_through_the_process_provider_and_is_destroyed() {
         .await;
     assert_eq!(data(&body)["destroyDeployment"]["state"], "DESTROYING");
     let gone = settled(&app, &id, &["DESTROYED", "FAILED"]).await;
-    assert_eq!(gone["state"], "DESTROYED", "{gone}");
+    assert_eq!(gone.state, "DESTROYED", "{gone:?}");
     all_gone(&running).await;
 
-    let body = app
-        .gql(
+    let events: Vec<Event> = app
+        .query_as(
             "query($id: ID!) { deployment(id: $id) { events { kind nodeKey state message } } }",
             json!({ "id": id }),
+            "deployment.events",
         )
         .await;
-    let events = data(&body)["deployment"]["events"]
-        .as_array()
-        .unwrap()
-        .clone();
     let states: Vec<&str> = events
         .iter()
-        .filter(|e| e["kind"] == "STATE")
-        .filter_map(|e| e["state"].as_str())
+        .filter(|e| e.kind == "STATE")
+        .filter_map(|e| e.state.as_deref())
         .collect();
     assert_eq!(states.first(), Some(&"IN_PROGRESS"));
     assert!(
@@ -157,7 +158,7 @@ async fn a_blueprint_deploys_through_the_process_provider_and_is_destroyed() {
     let position = |key: &str, state: &str| {
         events
             .iter()
-            .position(|e| e["nodeKey"] == key && e["state"] == state)
+            .position(|e| e.is(key, state))
             .unwrap_or_else(|| panic!("no {key} {state} in {events:?}"))
     };
     assert!(position("db[0]", "COMPLETE") < position("web[0]", "IN_PROGRESS"));
@@ -273,11 +274,8 @@ async fn bad_blueprints_and_variables_are_refused_naming_the_field() {
     let id = deploy(&app, &orphan, "orphan", json!({})).await;
     let failed = settled(&app, &id, &["FAILED"]).await;
     assert!(
-        failed["error"]
-            .as_str()
-            .unwrap()
-            .contains("nobody.v1.thing"),
-        "{failed}"
+        failed.error.as_deref().unwrap().contains("nobody.v1.thing"),
+        "{failed:?}"
     );
     app.stop().await;
 }
@@ -310,24 +308,14 @@ async fn a_failed_deploy_rolls_back_or_keeps_what_it_made() {
     )
     .await;
     let failed = settled(&app, &id, &["FAILED", "COMPLETE"]).await;
-    assert_eq!(failed["state"], "FAILED");
-    let error = failed["error"].as_str().unwrap();
+    assert_eq!(failed.state, "FAILED");
+    let error = failed.error.as_deref().unwrap();
     assert!(
         error.contains("bad[0]") && error.contains("cannot start"),
         "{error}"
     );
-    let state_of = |d: &Value, key: &str| {
-        d["nodes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|n| n["key"] == key)
-            .unwrap()["state"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    };
-    assert_eq!(state_of(&failed, "good"), "DESTROYED", "{failed}");
+    let state_of = |d: &Deployment, key: &str| d.node(key).state.clone();
+    assert_eq!(state_of(&failed, "good"), "DESTROYED", "{failed:?}");
     assert_eq!(
         state_of(&failed, "after"),
         "TAINTED",
@@ -336,7 +324,7 @@ async fn a_failed_deploy_rolls_back_or_keeps_what_it_made() {
 
     let id = deploy(&app, &blueprint, "kept", json!({ "onFailure": "KEEP" })).await;
     let kept = settled(&app, &id, &["FAILED", "COMPLETE"]).await;
-    assert_eq!(kept["state"], "FAILED");
+    assert_eq!(kept.state, "FAILED");
     assert_eq!(state_of(&kept, "good"), "COMPLETE");
     assert_eq!(state_of(&kept, "bad"), "FAILED");
     assert_eq!(state_of(&kept, "after"), "TAINTED");
@@ -353,7 +341,7 @@ async fn a_failed_deploy_rolls_back_or_keeps_what_it_made() {
         .await;
     assert_eq!(data(&body)["redeployDeployment"]["state"], "IN_PROGRESS");
     let again = settled(&app, &id, &["FAILED", "COMPLETE"]).await;
-    assert_eq!(again["state"], "FAILED");
+    assert_eq!(again.state, "FAILED");
     assert!(alive(good[0]));
 
     destroy_and_wait(&app, &id, &good).await;
@@ -372,7 +360,7 @@ async fn redeploy_replaces_a_resource_and_its_dependents() {
     )
     .await;
     let first = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
-    assert_eq!(first["state"], "COMPLETE", "{first}");
+    assert_eq!(first.state, "COMPLETE", "{first:?}");
     let before = pids(&first);
     let body = app
         .gql(
@@ -382,7 +370,7 @@ async fn redeploy_replaces_a_resource_and_its_dependents() {
         .await;
     data(&body);
     let second = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
-    assert_eq!(second["state"], "COMPLETE", "{second}");
+    assert_eq!(second.state, "COMPLETE", "{second:?}");
     let after = pids(&second);
     assert_eq!(after.len(), 2);
     assert!(
@@ -408,7 +396,7 @@ async fn concurrent_requests_on_one_deployment_conflict() {
     .await;
     let id = deploy(&app, &blueprint, "stubborn", json!({})).await;
     let done = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
-    assert_eq!(done["state"], "COMPLETE", "{done}");
+    assert_eq!(done.state, "COMPLETE", "{done:?}");
     let first = app
         .gql(
             "mutation($id: ID!) { destroyDeployment(id: $id) { state } }",
@@ -421,10 +409,10 @@ async fn concurrent_requests_on_one_deployment_conflict() {
         "mutation($id: ID!) { redeployDeployment(id: $id, resourceKeys: [\"s\"]) { state } }",
     ] {
         let again = app.gql(mutation, json!({ "id": id })).await;
-        assert_eq!(error_code(&again), Some("CONFLICT"), "{again}");
+        assert_eq!(error_code(&again), Some("CONFLICT"), "{again:?}");
     }
     let gone = settled(&app, &id, &["DESTROYED", "FAILED"]).await;
-    assert_eq!(gone["state"], "DESTROYED", "{gone}");
+    assert_eq!(gone.state, "DESTROYED", "{gone:?}");
     all_gone(&pids(&done)).await;
     app.stop().await;
 }
@@ -513,7 +501,7 @@ async fn placement_and_capacity_follow_the_provider_nodes() {
     )
     .await;
     let done = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
-    assert_eq!(done["state"], "COMPLETE", "{done}");
+    assert_eq!(done.state, "COMPLETE", "{done:?}");
     let body = app
         .gql(
             "query($id: ID!) { calculateCapacity(blueprintId: $id, resourceKey: \"web\") { node count } }",
@@ -532,10 +520,10 @@ async fn placement_and_capacity_follow_the_provider_nodes() {
     .await;
     let too_many = deploy(&app, &pair, "pair", json!({})).await;
     let failed = settled(&app, &too_many, &["FAILED", "COMPLETE"]).await;
-    assert_eq!(failed["state"], "FAILED", "{failed}");
-    let error = failed["error"].as_str().unwrap();
+    assert_eq!(failed.state, "FAILED", "{failed:?}");
+    let error = failed.error.as_deref().unwrap();
     assert!(error.contains("resources.b"), "{error}");
-    assert_eq!(failed["nodes"], json!([]), "nothing was planned");
+    assert!(failed.nodes.is_empty(), "nothing was planned");
 
     // More replicas than room: the deploy fails naming the placement.
     let id2 = deploy(
@@ -546,10 +534,10 @@ async fn placement_and_capacity_follow_the_provider_nodes() {
     )
     .await;
     let failed = settled(&app, &id2, &["FAILED", "COMPLETE"]).await;
-    assert_eq!(failed["state"], "FAILED");
+    assert_eq!(failed.state, "FAILED");
     assert!(
-        failed["error"].as_str().unwrap().contains("resources.web"),
-        "{failed}"
+        failed.error.as_deref().unwrap().contains("resources.web"),
+        "{failed:?}"
     );
 
     destroy_and_wait(&app, &id, &pids(&done)).await;
@@ -569,7 +557,7 @@ async fn an_expired_lease_is_reaped() {
     )
     .await;
     let done = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
-    assert_eq!(done["state"], "COMPLETE", "{done}");
+    assert_eq!(done.state, "COMPLETE", "{done:?}");
     let past = (chrono::Utc::now() - chrono::Duration::seconds(1)).to_rfc3339();
     let body = app
         .gql(
@@ -616,8 +604,8 @@ async fn provider_faults_fail_the_deployment_with_the_reason() {
     let (_, blueprint, _hang) = fixture_with_blueprint(&app, "hang", "hang-deploy").await;
     let id = deploy(&app, &blueprint, "hangs", json!({ "onFailure": "KEEP" })).await;
     let failed = settled(&app, &id, &["FAILED", "COMPLETE"]).await;
-    assert_eq!(failed["state"], "FAILED");
-    let error = failed["error"].as_str().unwrap();
+    assert_eq!(failed.state, "FAILED");
+    let error = failed.error.as_deref().unwrap();
     assert!(
         error.contains("n[0]") && error.contains("did not answer DeployResource within 3000ms"),
         "{error}"
@@ -635,17 +623,17 @@ async fn provider_faults_fail_the_deployment_with_the_reason() {
     let id = deploy(&app, &blueprint, "dies", json!({ "onFailure": "KEEP" })).await;
     eventually(Duration::from_secs(30), "the deploy call", || async {
         let d = deployment(&app, &id).await;
-        (d["nodes"][0]["state"] == "IN_PROGRESS").then_some(())
+        (d.nodes.first().is_some_and(|n| n.state == "IN_PROGRESS")).then_some(())
     })
     .await;
     let pid = provider_pid(&app.store, &dying_id);
     // SAFETY: killing the provider process this test started through Corbel.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
     let failed = settled(&app, &id, &["FAILED", "COMPLETE"]).await;
-    assert_eq!(failed["state"], "FAILED");
+    assert_eq!(failed.state, "FAILED");
     assert!(
-        failed["error"].as_str().unwrap().contains("n[0]"),
-        "{failed}"
+        failed.error.as_deref().unwrap().contains("n[0]"),
+        "{failed:?}"
     );
     eventually(Duration::from_secs(60), "the journal to drain", || async {
         (journal_len(&app.store).await == 0).then_some(())
@@ -656,7 +644,7 @@ async fn provider_faults_fail_the_deployment_with_the_reason() {
     let (normal_id, blueprint, _normal) = fixture_with_blueprint(&app, "normal", "normal").await;
     let id = deploy(&app, &blueprint, "orphaned", json!({})).await;
     let done = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
-    assert_eq!(done["state"], "COMPLETE", "{done}");
+    assert_eq!(done.state, "COMPLETE", "{done:?}");
     let body = app
         .gql(
             "mutation($id: ID!) { unloadProvider(id: $id) { status } }",
@@ -672,8 +660,8 @@ async fn provider_faults_fail_the_deployment_with_the_reason() {
         .await;
     data(&body);
     let failed = settled(&app, &id, &["FAILED", "DESTROYED"]).await;
-    assert_eq!(failed["state"], "FAILED", "{failed}");
-    let error = failed["error"].as_str().unwrap();
+    assert_eq!(failed.state, "FAILED", "{failed:?}");
+    let error = failed.error.as_deref().unwrap();
     assert!(
         error.contains("is not connected (UNLOADED; waited 1 s)"),
         "{error}"
@@ -767,14 +755,14 @@ async fn a_server_killed_mid_deploy_recovers_without_orphans() {
     let addr = served.addr;
     let done = eventually(Duration::from_secs(120), "the deployment to finish", || async {
         let body = gql(addr, "query($id: ID!) { deployment(id: $id) { state error nodes { id state outputs } } }", json!({ "id": id })).await?;
-        let d = body["data"]["deployment"].clone();
-        (d["state"] == "COMPLETE" || d["state"] == "FAILED").then_some(d)
+        let d: Deployment = at_path_as(&body, "deployment").ok()?;
+        (d.state == "COMPLETE" || d.state == "FAILED").then_some(d)
     })
     .await;
-    assert_eq!(done["state"], "COMPLETE", "{done}");
-    let nodes = done["nodes"].as_array().unwrap();
+    assert_eq!(done.state, "COMPLETE", "{done:?}");
+    let nodes = &done.nodes;
     assert_eq!(nodes.len(), 40);
-    assert!(nodes.iter().all(|n| n["state"] == "COMPLETE"), "{done}");
+    assert!(nodes.iter().all(|n| n.state == "COMPLETE"), "{done:?}");
 
     // No orphan: the provider's records are exactly Corbel's nodes, each alive.
     let recorded: BTreeSet<String> = std::fs::read_dir(
@@ -795,10 +783,7 @@ async fn a_server_killed_mid_deploy_recovers_without_orphans() {
             .into_owned()
     })
     .collect();
-    let ours: BTreeSet<String> = nodes
-        .iter()
-        .map(|n| n["id"].as_str().unwrap().to_owned())
-        .collect();
+    let ours: BTreeSet<String> = nodes.iter().map(|n| n.id.clone()).collect();
     assert_eq!(recorded, ours);
     let running = pids(&done);
     assert_eq!(running.len(), 40);
@@ -887,13 +872,12 @@ async fn element_installs_upgrades_and_uninstalls_deploy_their_blueprints() {
     let installation = |element: String| {
         let app = &app;
         async move {
-            let body = app
-                .gql(
-                    &format!("query($id: ID!) {{ deployments(filter: {{elementId: $id}}) {{ edges {{ node {{ {DEPLOYMENT_FIELDS} events {{ state at kind }} }} }} }} }}"),
-                    json!({ "id": element }),
-                )
-                .await;
-            data(&body)["deployments"]["edges"][0]["node"].clone()
+            app.query_as::<Deployment>(
+                &format!("query($id: ID!) {{ deployments(filter: {{elementId: $id}}) {{ edges {{ node {{ {DEPLOYMENT_FIELDS} events {{ state at kind }} }} }} }} }}"),
+                json!({ "id": element }),
+                "deployments.edges.0.node",
+            )
+            .await
         }
     };
 
@@ -905,7 +889,7 @@ async fn element_installs_upgrades_and_uninstalls_deploy_their_blueprints() {
         .await;
     assert_eq!(data(&body)["installElement"]["installed"], true, "{body}");
     let first = installation(old.clone()).await;
-    assert_eq!(first["state"], "COMPLETE", "{first}");
+    assert_eq!(first.state, "COMPLETE", "{first:?}");
     let first_pids = pids(&first);
     assert_eq!(first_pids.len(), 1);
     assert!(alive(first_pids[0]));
@@ -918,23 +902,22 @@ async fn element_installs_upgrades_and_uninstalls_deploy_their_blueprints() {
         .await;
     assert_eq!(data(&body)["upgradeElement"]["version"], "1.1.0", "{body}");
     let second = installation(new.clone()).await;
-    assert_eq!(second["state"], "COMPLETE", "{second}");
+    assert_eq!(second.state, "COMPLETE", "{second:?}");
     let replaced = installation(old.clone()).await;
-    assert_eq!(replaced["state"], "DESTROYED", "{replaced}");
+    assert_eq!(replaced.state, "DESTROYED", "{replaced:?}");
     all_gone(&first_pids).await;
     let second_pids = pids(&second);
     assert!(alive(second_pids[0]));
     let environ = std::fs::read(format!("/proc/{}/environ", second_pids[0])).unwrap();
     assert!(String::from_utf8_lossy(&environ).contains("VERSION=1.1.0"));
     // Blue-green: the new one was complete before the old one began to go.
-    let at = |d: &Value, state: &str| {
-        d["events"]
-            .as_array()
-            .unwrap()
+    let at = |d: &Deployment, state: &str| {
+        d.events
             .iter()
-            .find(|e| e["kind"] == "STATE" && e["state"] == state)
-            .unwrap_or_else(|| panic!("no {state} in {d}"))["at"]
-            .as_str()
+            .find(|e| e.kind == "STATE" && e.state.as_deref() == Some(state))
+            .unwrap_or_else(|| panic!("no {state} in {d:?}"))
+            .at
+            .as_deref()
             .unwrap()
             .parse::<chrono::DateTime<chrono::Utc>>()
             .unwrap()
@@ -952,7 +935,7 @@ async fn element_installs_upgrades_and_uninstalls_deploy_their_blueprints() {
         false,
         "{body}"
     );
-    assert_eq!(installation(new).await["state"], "DESTROYED");
+    assert_eq!(installation(new).await.state, "DESTROYED");
     all_gone(&second_pids).await;
     app.stop().await;
 }

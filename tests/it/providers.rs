@@ -15,8 +15,11 @@ use crate::support::processes::{alive, gone, provider_pid};
 use crate::support::provider_repos::{
     ProviderRepo, fixture_metadata, process_metadata, shell_metadata, workspace_bin,
 };
-use crate::support::providers::{create_provider, logs, nodes, provider, spawn_quick, wait_status};
+use crate::support::providers::{
+    create_provider, logs, nodes, provider, provider_json, spawn_quick, wait_status,
+};
 use crate::support::settings::quick;
+use crate::support::types::Provider;
 use crate::support::websocket::{next_json, subscribe};
 use crate::support::{ADMIN_TOKEN, TestApp, TestStore, corbel_bin, data, error_code, eventually};
 
@@ -38,15 +41,16 @@ async fn a_provider_loads_from_git_registers_and_unloads() {
     assert!(token.starts_with("cbp_"), "{token}");
 
     let connected = wait_status(&app, &id, "CONNECTED").await;
-    assert_eq!(connected["resolvedCommit"], repo.head());
-    assert_eq!(connected["metadata"]["name"], "process");
-    assert_eq!(connected["metadata"]["runtime"], "shell");
-    assert_eq!(connected["resourceTypes"], json!(["process.v1.service"]));
-    assert_eq!(connected["secretConfigKeys"], json!(["password"]));
-    assert_eq!(connected["config"], json!({"capacity": 7}));
-    assert!(connected["lastSeenAt"].is_string());
-    let features = connected["features"].as_array().unwrap();
-    assert!(features.contains(&json!("deploy")), "{features:?}");
+    assert_eq!(connected.resolved_commit, Some(repo.head()));
+    let metadata = connected.metadata.as_ref().expect("metadata");
+    assert_eq!(metadata.name, "process");
+    assert_eq!(metadata.runtime, "shell");
+    assert_eq!(connected.resource_types, ["process.v1.service"]);
+    assert_eq!(connected.secret_config_keys, ["password"]);
+    assert_eq!(connected.config, json!({"capacity": 7}));
+    assert!(connected.last_seen_at.is_some());
+    let features = &connected.features;
+    assert!(features.contains(&"deploy".to_owned()), "{features:?}");
 
     // The stored configuration reached the provider: its node has capacity 7.
     let answer = nodes(&app, &id).await;
@@ -64,7 +68,7 @@ async fn a_provider_loads_from_git_registers_and_unloads() {
         !log.contains("hunter2-secret") && !log.contains(&token),
         "{log}"
     );
-    let everything = provider(&app, &id).await.to_string();
+    let everything = provider_json(&app, &id).await.to_string();
     assert!(!everything.contains("hunter2-secret"), "{everything}");
 
     // Deleting is refused while loaded.
@@ -185,10 +189,10 @@ async fn a_crashed_provider_is_restarted_and_its_link_replaced() {
 
     let back = eventually(Duration::from_secs(60), "a restart", || async {
         let p = provider(&app, &id).await;
-        (p["restarts"] == 1 && p["status"] == "CONNECTED").then_some(p)
+        (p.restarts == 1 && p.status == "CONNECTED").then_some(p)
     })
     .await;
-    assert_eq!(back["restarts"], 1);
+    assert_eq!(back.restarts, 1);
     let second = provider_pid(&app.store, &id);
     assert_ne!(first, second);
     let answer = nodes(&app, &id).await;
@@ -217,10 +221,10 @@ async fn a_frozen_provider_fails_health_checks_and_is_restarted() {
     assert_eq!(unsafe { libc::kill(first, libc::SIGSTOP) }, 0);
     let back = eventually(Duration::from_secs(60), "a restart", || async {
         let p = provider(&app, &id).await;
-        (p["restarts"] == 1 && p["status"] == "CONNECTED").then_some(p)
+        (p.restarts == 1 && p.status == "CONNECTED").then_some(p)
     })
     .await;
-    assert_eq!(back["restarts"], 1);
+    assert_eq!(back.restarts, 1);
     gone(first).await;
     let log = logs(&app, &id).await;
     assert!(log.contains("health check failed"), "{log}");
@@ -239,8 +243,8 @@ async fn an_updated_ref_is_checked_out_at_the_next_load() {
     )
     .await;
     assert_eq!(
-        wait_status(&app, &id, "CONNECTED").await["resolvedCommit"],
-        first
+        wait_status(&app, &id, "CONNECTED").await.resolved_commit,
+        Some(first.clone())
     );
     let second = repo.commit(&process_metadata(), &[("NOTES", "a second commit")]);
     assert_ne!(first, second);
@@ -264,8 +268,8 @@ async fn an_updated_ref_is_checked_out_at_the_next_load() {
         data(&app.gql(mutation, json!({ "id": id })).await);
     }
     assert_eq!(
-        wait_status(&app, &id, "CONNECTED").await["resolvedCommit"],
-        second
+        wait_status(&app, &id, "CONNECTED").await.resolved_commit,
+        Some(second)
     );
     let src = app.store.data_dir().join("providers").join(&id).join("src");
     assert!(src.join("NOTES").exists());
@@ -285,14 +289,14 @@ async fn a_provider_loads_over_git_daemon() {
     )
     .await;
     let connected = wait_status(&app, &id, "CONNECTED").await;
-    assert_eq!(connected["resolvedCommit"], repo.head());
+    assert_eq!(connected.resolved_commit, Some(repo.head()));
     daemon.stop();
     app.stop().await;
 }
 
 /// Loads `metadata` from a fresh repository and returns the provider once it
 /// has `FAILED`, with its log.
-async fn fails(app: &TestApp, name: &str, url: &str, reference: &str) -> (Value, String) {
+async fn fails(app: &TestApp, name: &str, url: &str, reference: &str) -> (Provider, String) {
     let (id, _) = create_provider(
         app,
         json!({ "name": name, "gitUrl": url, "ref": reference }),
@@ -317,7 +321,7 @@ async fn broken_providers_fail_with_the_reason() {
         &[],
     );
     let (failed, _) = fails(&app, "silent", &silent.url(), "").await;
-    let message = failed["statusMessage"].as_str().unwrap();
+    let message = failed.status_message.as_deref().unwrap();
     assert!(message.contains("did not register within 4s"), "{message}");
     assert!(
         message.contains("waiting forever"),
@@ -336,13 +340,13 @@ async fn broken_providers_fail_with_the_reason() {
         &[],
     );
     let (failed, log) = fails(&app, "wrong-token", &wrong_token.url(), "").await;
-    let message = failed["statusMessage"].as_str().unwrap();
+    let message = failed.status_message.as_deref().unwrap();
     assert!(message.contains("exited before registering"), "{message}");
     assert!(log.contains("the token does not match"), "{log}");
 
     let old = ProviderRepo::new(&fixture_metadata("old-protocol"), &[]);
     let (failed, _) = fails(&app, "old-protocol", &old.url(), "").await;
-    let message = failed["statusMessage"].as_str().unwrap();
+    let message = failed.status_message.as_deref().unwrap();
     assert!(
         message.contains("[1]") && message.contains("[99]"),
         "both version lists are named: {message}"
@@ -353,7 +357,7 @@ async fn broken_providers_fail_with_the_reason() {
         &[],
     );
     let (failed, _) = fails(&app, "broken-build", &broken_build.url(), "").await;
-    let message = failed["statusMessage"].as_str().unwrap();
+    let message = failed.status_message.as_deref().unwrap();
     assert!(message.contains("exit status 3"), "{message}");
     assert!(message.contains("compiling widgets"), "{message}");
 
@@ -362,14 +366,14 @@ async fn broken_providers_fail_with_the_reason() {
         &[],
     );
     let (failed, _) = fails(&app, "bad-field", &bad_field.url(), "").await;
-    let message = failed["statusMessage"].as_str().unwrap();
+    let message = failed.status_message.as_deref().unwrap();
     assert!(
         message.contains("corbel-provider.yaml") && message.contains("shell.run"),
         "{message}"
     );
 
     let (failed, _) = fails(&app, "missing-ref", &silent.url(), "no-such-tag").await;
-    let message = failed["statusMessage"].as_str().unwrap();
+    let message = failed.status_message.as_deref().unwrap();
     assert!(message.contains("no-such-tag"), "{message}");
 
     let slow_build = ProviderRepo::new(
@@ -381,13 +385,13 @@ async fn broken_providers_fail_with_the_reason() {
         &[],
     );
     let (failed, _) = fails(&app, "slow-build", &slow_build.url(), "").await;
-    let message = failed["statusMessage"].as_str().unwrap();
+    let message = failed.status_message.as_deref().unwrap();
     assert!(message.contains("did not finish within 1s"), "{message}");
     assert!(message.contains("compiling slowly"), "{message}");
 
     let closed = format!("git://127.0.0.1:{}/nothing.git", free_port());
     let (failed, _) = fails(&app, "unreachable", &closed, "").await;
-    let message = failed["statusMessage"].as_str().unwrap();
+    let message = failed.status_message.as_deref().unwrap();
     assert!(message.contains("fetch failed"), "{message}");
     app.stop().await;
 }
@@ -463,7 +467,7 @@ async fn a_hanging_provider_gets_a_deadline() {
         Some("PROVIDER_UNAVAILABLE"),
         "{answer}"
     );
-    assert_eq!(provider(&app, &id).await["config"], json!({}));
+    assert_eq!(provider(&app, &id).await.config, json!({}));
     app.stop().await;
 }
 
@@ -501,7 +505,7 @@ async fn configuration_is_sent_live_and_secrets_stay_hidden() {
         Some("PROVIDER_UNAVAILABLE"),
         "{answer}"
     );
-    assert_eq!(provider(&app, &id).await["config"], json!({"capacity": 3}));
+    assert_eq!(provider(&app, &id).await.config, json!({"capacity": 3}));
 
     // A rotated token is shown once and differs.
     let rotated = app
@@ -537,11 +541,8 @@ async fn a_repository_reads_through_a_provider() {
     .await;
     let connected = wait_status(&app, &id, "CONNECTED").await;
     assert!(
-        connected["features"]
-            .as_array()
-            .unwrap()
-            .contains(&json!("repository")),
-        "{connected}"
+        connected.features.contains(&"repository".to_owned()),
+        "{connected:?}"
     );
     let created = app
         .gql(

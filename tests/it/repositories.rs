@@ -9,6 +9,7 @@ use crate::support::nginx::{Nginx, free_port};
 use crate::support::repositories::{
     create, create_id, element_ids, labels, mutate, put_element, settled, write_inventory,
 };
+use crate::support::types::SyncProgress;
 use crate::support::websocket::{connect, init, next_json, send};
 use crate::support::{ADMIN_TOKEN, TestApp, TestStore, data, error_code, eventually};
 
@@ -42,9 +43,10 @@ async fn http_repository_lazy_sync_install_upgrade_uninstall() {
         json!({"name": "main", "driver": {"http": {"url": nginx.url()}}, "syncMode": "LAZY"}),
     )
     .await;
-    let id = repo["id"].as_str().unwrap().to_owned();
+    let id = repo.id;
     let repo = settled(&app, &id, "ACTIVE").await;
-    assert_eq!(repo["progress"], json!({"seen": 5, "stored": 5}), "{repo}");
+    let seen_and_stored = SyncProgress { seen: 5, stored: 5 };
+    assert_eq!(repo.progress, Some(seen_and_stored), "{repo:?}");
     let ids = element_ids(&app, &id).await;
     assert_eq!(ids.len(), 5, "{ids:?}");
 
@@ -265,7 +267,8 @@ async fn refresh_adds_updates_and_removes_but_keeps_installed() {
             )
             .await;
         let r = data(&body)["repository"].clone();
-        (r["status"] == "ACTIVE" && r["lastSyncedAt"] != first["lastSyncedAt"]).then_some(())
+        (r["status"] == "ACTIVE" && r["lastSyncedAt"].as_str() != first.last_synced_at.as_deref())
+            .then_some(())
     })
     .await;
     let after = element_ids(&app, &id).await;
@@ -327,7 +330,7 @@ async fn bad_sources_put_the_repository_in_error_and_keep_elements() {
             .await,
         );
         let repo = settled(&app, &id, "ERROR").await;
-        let message = repo["statusMessage"].as_str().unwrap();
+        let message = repo.status_message.as_deref().unwrap();
         assert!(message.contains(hint), "{inventory}: {message}");
         let kept = element_ids(&app, &id).await;
         assert!(
@@ -357,8 +360,8 @@ async fn bad_sources_put_the_repository_in_error_and_keep_elements() {
     );
     let repo = settled(&app, &id, "ERROR").await;
     assert!(
-        repo["statusMessage"].as_str().unwrap().contains("404"),
-        "{repo}"
+        repo.status_message.as_deref().unwrap().contains("404"),
+        "{repo:?}"
     );
     let closed = format!("http://127.0.0.1:{}", free_port());
     let unreachable = create_id(
@@ -368,11 +371,11 @@ async fn bad_sources_put_the_repository_in_error_and_keep_elements() {
     .await;
     let repo = settled(&app, &unreachable, "ERROR").await;
     assert!(
-        repo["statusMessage"]
-            .as_str()
+        repo.status_message
+            .as_deref()
             .unwrap()
             .contains("cannot connect"),
-        "{repo}"
+        "{repo:?}"
     );
 
     // A too-large inventory, with a small limit.
@@ -392,11 +395,11 @@ async fn bad_sources_put_the_repository_in_error_and_keep_elements() {
     .await;
     let repo = settled(&small, &big, "ERROR").await;
     assert!(
-        repo["statusMessage"]
-            .as_str()
+        repo.status_message
+            .as_deref()
             .unwrap()
             .contains("over the limit of 64 bytes"),
-        "{repo}"
+        "{repo:?}"
     );
 }
 
@@ -669,11 +672,11 @@ async fn a_silent_source_times_out() {
     .await;
     let repo = settled(&app, &id, "ERROR").await;
     assert!(
-        repo["statusMessage"]
-            .as_str()
+        repo.status_message
+            .as_deref()
             .unwrap()
             .contains("timed out after 1s"),
-        "{repo}"
+        "{repo:?}"
     );
 }
 

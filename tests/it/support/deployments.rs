@@ -11,9 +11,10 @@ use super::processes::all_gone;
 use super::provider_repos::{ProviderRepo, process_metadata};
 use super::providers::{create_provider, wait_status};
 use super::settings::{fast_reaper, quick};
+use super::types::Deployment;
 use super::{TestApp, TestStore, data, eventually};
 
-pub const DEPLOYMENT_FIELDS: &str = "id name state error variables expiresAt nodes { id key replica node state outputs error providerId provider { name } }";
+pub const DEPLOYMENT_FIELDS: &str = "id name state phase error variables expiresAt nodes { id key replica node state outputs error providerId provider { name } }";
 
 /// `db`, and `web` (2 replicas by default) reading db's pid and a greeting.
 pub const WEB: &str = r#"
@@ -87,14 +88,13 @@ pub async fn deploy(app: &TestApp, blueprint: &str, name: &str, extra: Value) ->
         .to_owned()
 }
 
-pub async fn deployment(app: &TestApp, id: &str) -> Value {
-    let body = app
-        .gql(
-            &format!("query($id: ID!) {{ deployment(id: $id) {{ {DEPLOYMENT_FIELDS} }} }}"),
-            json!({ "id": id }),
-        )
-        .await;
-    data(&body)["deployment"].clone()
+pub async fn deployment(app: &TestApp, id: &str) -> Deployment {
+    app.query_as(
+        &format!("query($id: ID!) {{ deployment(id: $id) {{ {DEPLOYMENT_FIELDS} }} }}"),
+        json!({ "id": id }),
+        "deployment",
+    )
+    .await
 }
 
 /// Destroys a deployment, waits until it is `DESTROYED` and its processes
@@ -112,24 +112,24 @@ pub async fn destroy_and_wait(app: &TestApp, id: &str, pids: &[i32]) {
 }
 
 /// Waits until the deployment reaches one of `states`.
-pub async fn settled(app: &TestApp, id: &str, states: &[&str]) -> Value {
+pub async fn settled(app: &TestApp, id: &str, states: &[&str]) -> Deployment {
     eventually(
         Duration::from_secs(60),
         &format!("deployment {states:?}"),
         || async {
             let d = deployment(app, id).await;
-            states.iter().any(|s| d["state"] == *s).then_some(d)
+            states.iter().any(|s| d.state == *s).then_some(d)
         },
     )
     .await
 }
 
-pub fn pids(deployment: &Value) -> Vec<i32> {
-    deployment["nodes"]
-        .as_array()
-        .unwrap()
+/// The pids of the deployment's nodes that have one.
+pub fn pids(deployment: &Deployment) -> Vec<i32> {
+    deployment
+        .nodes
         .iter()
-        .filter_map(|n| n["outputs"]["pid"].as_i64())
+        .filter_map(|n| n.pid())
         .map(|p| p as i32)
         .collect()
 }

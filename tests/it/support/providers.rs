@@ -4,9 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::settings::quick;
+use super::types::Provider;
 use super::{TestApp, TestStore, data, eventually};
 
 pub const PROVIDER_FIELDS: &str = "id name gitUrl ref status statusMessage resolvedCommit restarts lastSeenAt features resourceTypes config secretConfigKeys metadata { name version runtime features resourceTypes }";
@@ -33,7 +35,13 @@ pub async fn create_provider(app: &TestApp, input: Value) -> (String, String) {
     )
 }
 
-pub async fn provider(app: &TestApp, id: &str) -> Value {
+pub async fn provider(app: &TestApp, id: &str) -> Provider {
+    let shown = provider_json(app, id).await;
+    Provider::deserialize(&shown).unwrap_or_else(|e| panic!("{shown}: {e}"))
+}
+
+/// The provider as the server sent it (every field of [`provider`]).
+pub async fn provider_json(app: &TestApp, id: &str) -> Value {
     let body = app
         .gql(
             &format!("query($id: ID!) {{ provider(id: $id) {{ {PROVIDER_FIELDS} }} }}"),
@@ -45,13 +53,13 @@ pub async fn provider(app: &TestApp, id: &str) -> Value {
 
 /// Waits for `status`; a provider that fails on the way fails the test with
 /// its message.
-pub async fn wait_status(app: &TestApp, id: &str, status: &str) -> Value {
+pub async fn wait_status(app: &TestApp, id: &str, status: &str) -> Provider {
     eventually(Duration::from_secs(60), status, || async {
         let p = provider(app, id).await;
-        if p["status"] == "FAILED" && status != "FAILED" {
-            panic!("provider failed: {}", p["statusMessage"]);
+        if p.status == "FAILED" && status != "FAILED" {
+            panic!("provider failed: {:?}", p.status_message);
         }
-        (p["status"] == status).then_some(p)
+        (p.status == status).then_some(p)
     })
     .await
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::types::Repository;
 use super::{TestApp, data, eventually};
 
 /// Writes an element into an nginx-layout tree: its manifest, its per-element
@@ -69,14 +70,13 @@ pub fn write_inventory(root: &Path, entries: &[Value]) {
 
 pub const REPO_FIELDS: &str = "id status statusMessage progress { seen stored } lastSyncedAt";
 
-pub async fn create(app: &TestApp, input: Value) -> Value {
-    let body = app
-        .gql(
-            &format!("mutation($i: CreateRepositoryInput!) {{ createRepository(input: $i) {{ {REPO_FIELDS} }} }}"),
-            json!({"i": input}),
-        )
-        .await;
-    data(&body)["createRepository"].clone()
+pub async fn create(app: &TestApp, input: Value) -> Repository {
+    app.query_as(
+        &format!("mutation($i: CreateRepositoryInput!) {{ createRepository(input: $i) {{ {REPO_FIELDS} }} }}"),
+        json!({"i": input}),
+        "createRepository",
+    )
+    .await
 }
 
 /// `"name version"` of each item, reading the element at `path` in each.
@@ -98,24 +98,24 @@ pub fn labels(items: &Value, path: &str) -> Vec<String> {
 
 /// Creates a repository and returns its id.
 pub async fn create_id(app: &TestApp, input: Value) -> String {
-    create(app, input).await["id"].as_str().unwrap().to_owned()
+    create(app, input).await.id
 }
 
 /// Polls until the repository's status is `want`. Callers wait for a status
 /// other than the one it had before their refresh, so a stale read cannot pass.
-pub async fn settled(app: &TestApp, id: &str, want: &str) -> Value {
+pub async fn settled(app: &TestApp, id: &str, want: &str) -> Repository {
     eventually(
         Duration::from_secs(30),
         &format!("repository {want}"),
         || async {
-            let body = app
-                .gql(
+            let repo: Repository = app
+                .query_as(
                     &format!("query($id: ID!) {{ repository(id: $id) {{ {REPO_FIELDS} }} }}"),
                     json!({"id": id}),
+                    "repository",
                 )
                 .await;
-            let repo = data(&body)["repository"].clone();
-            (repo["status"] == want).then_some(repo)
+            (repo.status == want).then_some(repo)
         },
     )
     .await
