@@ -13,6 +13,8 @@
 //! of at the first one. `scripts/soak.sh` runs them long.
 
 mod chaos;
+mod invariants;
+mod moment;
 mod observe;
 mod requests;
 mod rollback;
@@ -27,7 +29,8 @@ use rand::Rng;
 use rand::seq::IndexedRandom;
 
 use self::chaos::{Chaos, Knobs, violation};
-use self::observe::{Api, Progress, identities, moment};
+use self::moment::{Progress, moment};
+use self::observe::{Api, identities};
 use self::requests::prepare;
 use self::world::{Leftovers, world};
 use crate::support::binary::{Served, serve};
