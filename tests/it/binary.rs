@@ -1,76 +1,14 @@
 //! The real `corbel` binary: signals, subcommands, configuration.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::json;
 
+use crate::support::binary::{serve, terminate};
+use crate::support::websocket::{next_json, subscribe_server_events};
 use crate::support::{ADMIN_TOKEN, TestStore, corbel_bin, eventually};
-
-/// A `corbel serve` child and the address it announced.
-pub struct Served {
-    pub child: Child,
-    pub addr: std::net::SocketAddr,
-    /// Its log lines (JSON) so far.
-    pub log: Arc<Mutex<Vec<String>>>,
-}
-
-/// `corbel serve` on `store`, listening on `127.0.0.1:0` unless `extra_env` says
-/// otherwise, logging JSON, with piped output.
-pub fn serve_command(store: &TestStore, extra_env: &[(&str, &str)]) -> Command {
-    let mut command = Command::new(corbel_bin());
-    command
-        .arg("serve")
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("CORBEL_LISTEN", "127.0.0.1:0")
-        .env("CORBEL_DATA_DIR", store.data_dir())
-        .env("CORBEL_LOG_FORMAT", "json")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if let Some(url) = &store.database_url {
-        command.env("CORBEL_DATABASE_URL", url);
-    }
-    command.envs(extra_env.iter().copied());
-    command
-}
-
-pub fn serve(store: &TestStore, extra_env: &[(&str, &str)]) -> Served {
-    let mut child = serve_command(store, extra_env)
-        .spawn()
-        .expect("corbel starts");
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("corbel announces its address before exiting")
-            .unwrap();
-        let parsed: serde_json::Value = serde_json::from_str(&line).expect("json log lines");
-        log.lock().unwrap().push(line);
-        if let Some(url) = parsed["url"].as_str() {
-            break url.trim_start_matches("http://").parse().unwrap();
-        }
-    };
-    // Keep draining stderr so the child never blocks on a full pipe.
-    let kept = log.clone();
-    std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            kept.lock().unwrap().push(line);
-        }
-    });
-    Served { child, addr, log }
-}
-
-pub fn terminate(child: &mut Child) -> std::process::ExitStatus {
-    let pid = i32::try_from(child.id()).unwrap();
-    // SAFETY: sending a signal to our own child process.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    child.wait().unwrap()
-}
 
 #[tokio::test]
 async fn sigterm_drains_streams_and_exits_zero() {
@@ -83,7 +21,7 @@ async fn sigterm_drains_streams_and_exits_zero() {
         (r.status() == 200).then_some(())
     })
     .await;
-    let mut ws = crate::subscriptions::subscribe_server_events(served.addr).await;
+    let mut ws = subscribe_server_events(served.addr).await;
     // The subscription is live once an event arrives through it.
     let mut live = false;
     for i in 0..50 {
@@ -94,11 +32,8 @@ async fn sigterm_drains_streams_and_exits_zero() {
             .send()
             .await
             .unwrap();
-        if let Ok(Some(m)) = tokio::time::timeout(
-            Duration::from_millis(200),
-            crate::subscriptions::next_json(&mut ws),
-        )
-        .await
+        if let Ok(Some(m)) =
+            tokio::time::timeout(Duration::from_millis(200), next_json(&mut ws)).await
             && m["type"] == "next"
         {
             live = true;
@@ -111,7 +46,7 @@ async fn sigterm_drains_streams_and_exits_zero() {
         .await
         .unwrap();
     let mut completed = false;
-    while let Some(message) = crate::subscriptions::next_json(&mut ws).await {
+    while let Some(message) = next_json(&mut ws).await {
         completed |= message["type"] == "complete";
     }
     assert!(completed, "the open subscription was completed");

@@ -13,6 +13,8 @@
 //! of at the first one. `scripts/soak.sh` runs them long.
 
 mod chaos;
+mod invariants;
+mod moment;
 mod observe;
 mod requests;
 mod rollback;
@@ -27,27 +29,19 @@ use rand::Rng;
 use rand::seq::IndexedRandom;
 
 use self::chaos::{Chaos, Knobs, violation};
-use self::observe::{Api, Progress, identities, moment};
+use self::moment::{Progress, moment};
+use self::observe::{Api, identities};
 use self::requests::prepare;
-use self::world::{Leftovers, provider_process, signal, world};
-use crate::binary::Served;
-use crate::providers::{ProviderRepo, process_metadata, quick};
-use crate::support::{ADMIN_TOKEN, TestApp, TestStore};
+use self::world::{Leftovers, world};
+use crate::support::binary::{Served, serve};
+use crate::support::processes::{provider_process, signal};
+use crate::support::provider_repos::{ProviderRepo, process_metadata};
+use crate::support::settings::{QUICK_ENV, quick};
+use crate::support::{TestApp, TestStore};
 
 /// Deployments of the big blueprint asked to run at once (a few hundred
 /// processes).
 const MAX_LIVE: usize = 3;
-
-/// The real binary's environment: `quick`'s timings.
-const SERVER_ENV: [(&str, &str); 7] = [
-    ("CORBEL_ADMIN_TOKEN", ADMIN_TOKEN),
-    ("CORBEL_PROVIDER_START_TIMEOUT_SECONDS", "20"),
-    ("CORBEL_PROVIDER_CALL_TIMEOUT_MS", "10000"),
-    ("CORBEL_PROVIDER_HEALTH_INTERVAL_MS", "200"),
-    ("CORBEL_PROVIDER_BACKOFF_INITIAL_MS", "50"),
-    ("CORBEL_PROVIDER_BACKOFF_MAX_MS", "1000"),
-    ("CORBEL_PROVIDER_STOP_GRACE_MS", "3000"),
-];
 
 /// The real binary on a store; SIGKILLed on drop if it still runs.
 struct Server {
@@ -59,11 +53,11 @@ impl Server {
         Self::start_with(store, &[])
     }
 
-    /// With more environment on top of [`SERVER_ENV`].
+    /// With more environment on top of [`QUICK_ENV`].
     fn start_with(store: &TestStore, extra: &[(&str, &str)]) -> Server {
-        let env: Vec<(&str, &str)> = SERVER_ENV.iter().chain(extra).copied().collect();
+        let env: Vec<(&str, &str)> = QUICK_ENV.iter().chain(extra).copied().collect();
         Server {
-            served: Some(crate::binary::serve(store, &env)),
+            served: Some(serve(store, &env)),
         }
     }
 

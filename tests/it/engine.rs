@@ -7,15 +7,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::deployments::{
-    all_gone, create_blueprint, deploy, deployment, destroy_and_wait, pids, settled,
-    with_process_provider,
+use crate::support::deployments::{
+    create_blueprint, deploy, deployment, destroy_and_wait, pids, settled, with_process_provider,
 };
-use crate::providers::{
-    ProviderRepo, create_provider, quick, shell_metadata, wait_status, workspace_bin,
-};
+use crate::support::processes::all_gone;
+use crate::support::provider_repos::{ProviderRepo, shell_metadata, workspace_bin};
+use crate::support::providers::{create_provider, wait_status};
+use crate::support::settings::quick;
+use crate::support::types::{Deployment, Event};
+use crate::support::websocket::{next_json, subscribe};
 use crate::support::{TestApp, TestStore, data};
 
 /// `a; b; c needs a,b; d needs a`, where `c` and `d` read their
@@ -44,23 +46,17 @@ resources:
       env: { A: "{{ resources.a.outputs.pid }}" }
 "#;
 
-fn pid_by_key(deployment: &Value) -> BTreeMap<String, i64> {
-    deployment["nodes"]
-        .as_array()
-        .unwrap()
+fn pid_by_key(deployment: &Deployment) -> BTreeMap<String, i64> {
+    deployment
+        .nodes
         .iter()
-        .map(|n| {
-            (
-                n["key"].as_str().unwrap().to_owned(),
-                n["outputs"]["pid"].as_i64().unwrap_or(-1),
-            )
-        })
+        .map(|n| (n.key.clone(), n.pid().unwrap_or(-1)))
         .collect()
 }
 
 /// Redeploys `keys` and returns the deployment once it settled, with the
 /// events of this redeploy (after its "redeploying" event).
-async fn redeploy(app: &TestApp, id: &str, keys: &[&str]) -> (Value, Vec<Value>) {
+async fn redeploy(app: &TestApp, id: &str, keys: &[&str]) -> (Deployment, Vec<Event>) {
     let body = app
         .gql(
             "mutation($id: ID!, $keys: [String!]!) { redeployDeployment(id: $id, resourceKeys: $keys) { state } }",
@@ -69,36 +65,30 @@ async fn redeploy(app: &TestApp, id: &str, keys: &[&str]) -> (Value, Vec<Value>)
         .await;
     assert_eq!(data(&body)["redeployDeployment"]["state"], "IN_PROGRESS");
     let done = settled(app, id, &["COMPLETE", "FAILED"]).await;
-    let body = app
-        .gql(
+    let events: Vec<Event> = app
+        .query_as(
             "query($id: ID!) { deployment(id: $id) { events(first: 10000) { id kind nodeKey state message } } }",
             json!({ "id": id }),
+            "deployment.events",
         )
         .await;
-    let events = data(&body)["deployment"]["events"]
-        .as_array()
-        .unwrap()
-        .clone();
     let marker = format!("redeploying {}", keys.join(", "));
     let start = events
         .iter()
-        .rposition(|e| e["message"] == marker.as_str())
+        .rposition(|e| e.message.as_deref() == Some(marker.as_str()))
         .unwrap_or_else(|| panic!("no `{marker}` event"));
     (done, events[start..].to_vec())
 }
 
-fn position(events: &[Value], node: &str, state: &str) -> usize {
+fn position(events: &[Event], node: &str, state: &str) -> usize {
     events
         .iter()
-        .position(|e| e["nodeKey"] == node && e["state"] == state)
+        .position(|e| e.is(node, state))
         .unwrap_or_else(|| panic!("no {node} {state} event in {events:#?}"))
 }
 
-fn count(events: &[Value], node: &str, state: &str) -> usize {
-    events
-        .iter()
-        .filter(|e| e["nodeKey"] == node && e["state"] == state)
-        .count()
+fn count(events: &[Event], node: &str, state: &str) -> usize {
+    events.iter().filter(|e| e.is(node, state)).count()
 }
 
 #[tokio::test]
@@ -107,12 +97,12 @@ async fn redeploys_from_a_partly_finished_dag_run_each_node_once_in_order() {
     let blueprint = create_blueprint(&app, "diamond", DIAMOND).await;
     let id = deploy(&app, &blueprint, "diamond", json!({})).await;
     let first = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
-    assert_eq!(first["state"], "COMPLETE", "{first}");
+    assert_eq!(first.state, "COMPLETE", "{first:?}");
     let before = pid_by_key(&first);
 
     // `d` alone: deployed once, and the run ends.
     let (second, events) = redeploy(&app, &id, &["d"]).await;
-    assert_eq!(second["state"], "COMPLETE", "{second}");
+    assert_eq!(second.state, "COMPLETE", "{second:?}");
     assert_eq!(count(&events, "d[0]", "IN_PROGRESS"), 1, "{events:#?}");
     assert_eq!(count(&events, "d[0]", "COMPLETE"), 1, "{events:#?}");
     for other in ["a[0]", "b[0]", "c[0]"] {
@@ -128,7 +118,7 @@ async fn redeploys_from_a_partly_finished_dag_run_each_node_once_in_order() {
     // `b` and its dependent `c`: `c` goes before `b`, and starts after `b`
     // is back.
     let (third, events) = redeploy(&app, &id, &["b"]).await;
-    assert_eq!(third["state"], "COMPLETE", "{third}");
+    assert_eq!(third.state, "COMPLETE", "{third:?}");
     assert!(position(&events, "c[0]", "DESTROYED") < position(&events, "b[0]", "DESTROYING"));
     assert!(position(&events, "b[0]", "COMPLETE") < position(&events, "c[0]", "IN_PROGRESS"));
     assert_eq!(count(&events, "b[0]", "IN_PROGRESS"), 1);
@@ -197,7 +187,7 @@ async fn a_deploy_waits_for_a_provider_that_is_still_building() {
         "the provider was still loading when the deploy arrived: {status}"
     );
     let done = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
-    assert_eq!(done["state"], "COMPLETE", "{done}");
+    assert_eq!(done.state, "COMPLETE", "{done:?}");
     destroy_and_wait(&app, &id, &pids(&done)).await;
     app.stop().await;
 }
@@ -221,7 +211,7 @@ async fn events_arrive_in_order_while_many_nodes_run_at_once() {
     ));
     let blueprint = create_blueprint(&app, "wide", &source).await;
     let id = deploy(&app, &blueprint, "wide", json!({})).await;
-    let mut ws = crate::subscriptions::subscribe(
+    let mut ws = subscribe(
         app.addr,
         "subscription($id: ID!) { deploymentEvents(id: $id) { id kind state } }",
         json!({ "id": id }),
@@ -229,13 +219,10 @@ async fn events_arrive_in_order_while_many_nodes_run_at_once() {
     .await;
     let mut streamed: Vec<i64> = Vec::new();
     loop {
-        let message = tokio::time::timeout(
-            Duration::from_secs(60),
-            crate::subscriptions::next_json(&mut ws),
-        )
-        .await
-        .expect("an event in time")
-        .expect("the stream stays open");
+        let message = tokio::time::timeout(Duration::from_secs(60), next_json(&mut ws))
+            .await
+            .expect("an event in time")
+            .expect("the stream stays open");
         let event = &message["payload"]["data"]["deploymentEvents"];
         streamed.push(event["id"].as_str().unwrap().parse().unwrap());
         if event["kind"] == "STATE" && (event["state"] == "COMPLETE" || event["state"] == "FAILED")

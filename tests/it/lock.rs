@@ -8,7 +8,7 @@ use corbel::app::App;
 use corbel::secret::Secret;
 use serde_json::json;
 
-use crate::binary::{Served, serve, serve_command, terminate};
+use crate::support::binary::{Served, serve, serve_command, terminate};
 use crate::support::{ADMIN_TOKEN, TestApp, TestStore, data, eventually};
 
 const ADMIN: (&str, &str) = ("CORBEL_ADMIN_TOKEN", ADMIN_TOKEN);

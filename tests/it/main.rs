@@ -2,7 +2,6 @@
 //! real binary, against a fresh SQLite database, or a fresh PostgreSQL database
 //! when `CORBEL_TEST_POSTGRES_URL` names a server (see `scripts/test.sh`).
 
-mod nginx;
 mod support;
 
 mod auth;

@@ -12,7 +12,8 @@ use super::chaos::{Chaos, Redeploy, Tracked, Want, violation};
 use super::observe::{Api, identities, view};
 use super::shape::Shape;
 use super::world::world;
-use crate::providers::{ProviderRepo, create_provider, wait_status};
+use crate::support::provider_repos::ProviderRepo;
+use crate::support::providers::{create_provider, wait_status};
 use crate::support::{TestApp, TestStore, data};
 
 const DEPLOY: &str =

@@ -12,9 +12,11 @@ use serde_json::{Value, json};
 use super::Server;
 use super::observe::Api;
 use super::world::{Leftovers, world};
-use crate::deployments::create_blueprint;
-use crate::providers::{ProviderRepo, create_provider, process_metadata, quick, wait_status};
-use crate::support::{TestApp, TestStore, eventually};
+use crate::support::deployments::create_blueprint;
+use crate::support::provider_repos::{ProviderRepo, process_metadata};
+use crate::support::providers::{create_provider, wait_status};
+use crate::support::settings::quick;
+use crate::support::{TestApp, TestStore, eventually, journal_deployments};
 
 const GOOD: usize = 30;
 
@@ -145,7 +147,7 @@ async fn a_rollback_cut_short_by_crashes_destroys_what_its_operation_made() {
     )
     .await;
     eventually(Duration::from_secs(30), "the journal to drain", || async {
-        crate::support::journal_deployments(&store)
+        journal_deployments(&store)
             .await
             .ok()?
             .is_empty()

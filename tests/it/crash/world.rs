@@ -1,11 +1,10 @@
 //! The world as `/proc` shows it, independently of what Corbel says: the
-//! processes a test run started (by its mark), and the provider's process.
+//! processes a test run started (by its mark), and what is left of them.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Mutex;
 
-use crate::support::TestStore;
+use crate::support::processes::{signal, stat};
 
 /// A live process with the run's mark.
 pub struct Proc {
@@ -59,52 +58,6 @@ pub fn world(mark: &str) -> BTreeMap<i32, Proc> {
         );
     }
     found
-}
-
-/// A process's state letter and start time, from `/proc/<pid>/stat`.
-pub fn stat(pid: i32) -> Option<(char, u64)> {
-    let fields = stat_fields(pid)?;
-    let state = fields.first()?.chars().next()?;
-    // Field 22 of proc_pid_stat(5), the 20th after the name.
-    let start = fields.get(19)?.parse().ok()?;
-    Some((state, start))
-}
-
-/// A process's parent.
-pub fn parent(pid: i32) -> Option<i32> {
-    stat_fields(pid)?.get(1)?.parse().ok()
-}
-
-/// The fields of `/proc/<pid>/stat` after the name (which may hold spaces).
-fn stat_fields(pid: i32) -> Option<Vec<String>> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    Some(
-        stat.rsplit_once(") ")?
-            .1
-            .split(' ')
-            .map(str::to_owned)
-            .collect(),
-    )
-}
-
-pub fn signal(pid: i32, signal: libc::c_int) {
-    // SAFETY: only aimed at processes this test made, found by their mark or
-    // checked by start time by the callers.
-    unsafe { libc::kill(pid, signal) };
-}
-
-/// The provider's process (from the pid file its run command writes; a
-/// restart writes a new one) and its state letter, if it runs.
-pub fn provider_process(store: &TestStore, provider: &str) -> Option<(i32, char)> {
-    let file: PathBuf = store
-        .data_dir()
-        .join("providers")
-        .join(provider)
-        .join("src")
-        .join("provider.pid");
-    let pid: i32 = std::fs::read_to_string(file).ok()?.trim().parse().ok()?;
-    let (state, _) = stat(pid)?;
-    (!matches!(state, 'Z' | 'X')).then_some((pid, state))
 }
 
 /// Whatever happens to the test, nothing it made outlives it: on drop, each

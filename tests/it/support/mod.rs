@@ -1,4 +1,20 @@
-//! `TestApp`: one real server with its own fresh database, and typed helpers.
+//! `TestApp`: one real server with its own fresh database, the GraphQL client
+//! helpers, and (in the submodules) every helper the tests share, by concern.
+//! Tests import helpers from here only, never from each other.
+
+pub mod binary;
+pub mod deployments;
+pub mod git;
+/// At `tests/it/nginx.rs`, where `benches/sync.rs` includes it too.
+#[path = "../nginx.rs"]
+pub mod nginx;
+pub mod processes;
+pub mod provider_repos;
+pub mod providers;
+pub mod repositories;
+pub mod settings;
+pub mod types;
+pub mod websocket;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -130,6 +146,24 @@ impl TestApp {
         response.json().await.expect("a JSON body")
     }
 
+    /// Runs a GraphQL request as the admin, expects no errors, and reads the
+    /// value at `path` in its `data` (dot-separated names, or indexes into
+    /// lists: `"deployments.edges.0.node"`) as a `T`.
+    #[track_caller]
+    pub fn query_as<'a, T: serde::de::DeserializeOwned>(
+        &'a self,
+        query: &'a str,
+        variables: Value,
+        path: &'a str,
+    ) -> impl std::future::Future<Output = T> + 'a {
+        let caller = std::panic::Location::caller();
+        async move {
+            let body = self.gql(query, variables).await;
+            at_path_as(&body, path)
+                .unwrap_or_else(|e| panic!("{caller}: reading `{path}` of {body}: {e}"))
+        }
+    }
+
     /// Stops the server as a signal would and waits until it has returned.
     pub async fn stop(mut self) -> Arc<TestStore> {
         self.stop.take().expect("running").send(()).ok();
@@ -153,6 +187,22 @@ pub fn error_code(body: &Value) -> Option<&str> {
 pub fn data(body: &Value) -> &Value {
     assert!(body.get("errors").is_none(), "unexpected errors: {body}");
     &body["data"]
+}
+
+/// The value at `path` in a body's `data` (see [`TestApp::query_as`]) as a
+/// `T`; a body with errors is an `Err`.
+pub fn at_path_as<T: serde::de::DeserializeOwned>(body: &Value, path: &str) -> Result<T, String> {
+    if let Some(errors) = body.get("errors") {
+        return Err(format!("unexpected errors: {errors}"));
+    }
+    let mut value = &body["data"];
+    for step in path.split('.').filter(|s| !s.is_empty()) {
+        value = match step.parse::<usize>() {
+            Ok(index) => &value[index],
+            Err(_) => &value[step],
+        };
+    }
+    T::deserialize(value).map_err(|e| e.to_string())
 }
 
 /// Polls `check` until it yields a value or `limit` passes.
@@ -199,4 +249,12 @@ pub async fn journal_deployments(store: &TestStore) -> Result<Vec<uuid::Uuid>, S
         .iter()
         .map(|row| row.try_get("", "deployment_id").map_err(|e| e.to_string()))
         .collect()
+}
+
+/// How many entries the journal holds.
+pub async fn journal_len(store: &TestStore) -> usize {
+    journal_deployments(store)
+        .await
+        .expect("the journal is readable")
+        .len()
 }

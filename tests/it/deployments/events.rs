@@ -1,0 +1,70 @@
+//! A deployment's events over a subscription: the history replayed, then live.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::data;
+use crate::support::deployments::{WEB, create_blueprint, deploy, settled, with_process_provider};
+use crate::support::websocket::{next_json, subscribe};
+
+#[tokio::test]
+async fn deployment_events_replay_history_then_follow_live() {
+    let (app, _, _repo) = with_process_provider(|_| {}).await;
+    let blueprint = create_blueprint(&app, "web", WEB).await;
+    let id = deploy(
+        &app,
+        &blueprint,
+        "watched",
+        json!({ "variables": { "replicas": 1 } }),
+    )
+    .await;
+    settled(&app, &id, &["COMPLETE"]).await;
+
+    let mut ws = subscribe(
+        app.addr,
+        "subscription($id: ID!) { deploymentEvents(id: $id) { id kind nodeKey state message } }",
+        json!({ "id": id }),
+    )
+    .await;
+    let mut seen: Vec<Value> = Vec::new();
+    let mut destroying = false;
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(60), next_json(&mut ws))
+            .await
+            .expect("an event in time")
+            .expect("the stream stays open");
+        let event = message["payload"]["data"]["deploymentEvents"].clone();
+        let complete = event["kind"] == "STATE" && event["state"] == "COMPLETE";
+        let destroyed = event["kind"] == "STATE" && event["state"] == "DESTROYED";
+        seen.push(event);
+        if complete && !destroying {
+            // The replay reached the end of the history: now act, and the
+            // rest must arrive live.
+            destroying = true;
+            let body = app
+                .gql(
+                    "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
+                    json!({ "id": id }),
+                )
+                .await;
+            data(&body);
+        }
+        if destroyed {
+            break;
+        }
+    }
+    let ids: Vec<i64> = seen
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().parse().unwrap())
+        .collect();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(ids, sorted, "in order, each once");
+    assert!(
+        seen.iter()
+            .any(|e| e["nodeKey"] == "db[0]" && e["state"] == "DESTROYED")
+    );
+    app.stop().await;
+}

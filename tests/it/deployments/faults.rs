@@ -1,0 +1,112 @@
+//! Provider faults during a deploy or destroy: a call that never answers, a
+//! provider that dies, a provider unloaded while its resources must go.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::deployments::{create_blueprint, deploy, deployment, settled};
+use crate::support::processes::provider_pid;
+use crate::support::provider_repos::{ProviderRepo, fixture_metadata};
+use crate::support::providers::{create_provider, wait_status};
+use crate::support::settings::quick;
+use crate::support::{TestApp, TestStore, data, eventually, journal_len};
+
+/// Loads a fixture provider in `mode` named `name`, and a blueprint of one
+/// no-op resource on it. Returns the provider's and the blueprint's ids (and
+/// the repository, which must outlive the test).
+async fn fixture_with_blueprint(
+    app: &TestApp,
+    name: &str,
+    mode: &str,
+) -> (String, String, ProviderRepo) {
+    let repo = ProviderRepo::new(&fixture_metadata(mode), &[]);
+    let (provider, _) = create_provider(app, json!({ "name": name, "gitUrl": repo.url() })).await;
+    wait_status(app, &provider, "CONNECTED").await;
+    let blueprint = create_blueprint(
+        app,
+        &format!("noop-{name}"),
+        &format!("resources:\n  n:\n    type: fixture.v1.noop\n    provider: {name}\n"),
+    )
+    .await;
+    (provider, blueprint, repo)
+}
+
+/// Provider faults: a call that never answers, and a provider that is gone when
+/// its resources must be destroyed.
+#[tokio::test]
+async fn provider_faults_fail_the_deployment_with_the_reason() {
+    let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), |config| {
+        quick(config);
+        config.provider.call_timeout = Duration::from_millis(3_000);
+        config.deploy.provider_wait = Duration::from_millis(1_000);
+    })
+    .await;
+    let (_, blueprint, _hang) = fixture_with_blueprint(&app, "hang", "hang-deploy").await;
+    let id = deploy(&app, &blueprint, "hangs", json!({ "onFailure": "KEEP" })).await;
+    let failed = settled(&app, &id, &["FAILED", "COMPLETE"]).await;
+    assert_eq!(failed.state, "FAILED");
+    let error = failed.error.as_deref().unwrap();
+    assert!(
+        error.contains("n[0]") && error.contains("did not answer DeployResource within 3000ms"),
+        "{error}"
+    );
+    // The call's outcome was unknown; once settled (the resource is absent)
+    // the journal is empty.
+    eventually(Duration::from_secs(60), "the journal to drain", || async {
+        (journal_len(&app.store).await == 0).then_some(())
+    })
+    .await;
+
+    // A provider that dies in the middle of a deploy: the call fails at once,
+    // and the call's journal entry is settled once the provider is back.
+    let (dying_id, blueprint, _dying) = fixture_with_blueprint(&app, "dying", "hang-deploy").await;
+    let id = deploy(&app, &blueprint, "dies", json!({ "onFailure": "KEEP" })).await;
+    eventually(Duration::from_secs(30), "the deploy call", || async {
+        let d = deployment(&app, &id).await;
+        (d.nodes.first().is_some_and(|n| n.state == "IN_PROGRESS")).then_some(())
+    })
+    .await;
+    let pid = provider_pid(&app.store, &dying_id);
+    // SAFETY: killing the provider process this test started through Corbel.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let failed = settled(&app, &id, &["FAILED", "COMPLETE"]).await;
+    assert_eq!(failed.state, "FAILED");
+    assert!(
+        failed.error.as_deref().unwrap().contains("n[0]"),
+        "{failed:?}"
+    );
+    eventually(Duration::from_secs(60), "the journal to drain", || async {
+        (journal_len(&app.store).await == 0).then_some(())
+    })
+    .await;
+
+    // A provider that is unloaded when its resources must go.
+    let (normal_id, blueprint, _normal) = fixture_with_blueprint(&app, "normal", "normal").await;
+    let id = deploy(&app, &blueprint, "orphaned", json!({})).await;
+    let done = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
+    assert_eq!(done.state, "COMPLETE", "{done:?}");
+    let body = app
+        .gql(
+            "mutation($id: ID!) { unloadProvider(id: $id) { status } }",
+            json!({ "id": normal_id }),
+        )
+        .await;
+    data(&body);
+    let body = app
+        .gql(
+            "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
+            json!({ "id": id }),
+        )
+        .await;
+    data(&body);
+    let failed = settled(&app, &id, &["FAILED", "DESTROYED"]).await;
+    assert_eq!(failed.state, "FAILED", "{failed:?}");
+    let error = failed.error.as_deref().unwrap();
+    assert!(
+        error.contains("is not connected (UNLOADED; waited 1 s)"),
+        "{error}"
+    );
+    app.stop().await;
+}

@@ -1,0 +1,210 @@
+//! A blueprint deployed, shown, kept from changing under its deployment,
+//! destroyed (in reverse order, counted in `/metrics`), and a lease that expires.
+
+use serde_json::json;
+
+use crate::support::deployments::{
+    WEB, create_blueprint, deploy, pids, settled, with_process_provider,
+};
+use crate::support::processes::{alive, all_gone};
+use crate::support::providers::wait_status;
+use crate::support::types::Event;
+use crate::support::{data, error_code};
+
+#[tokio::test]
+async fn a_blueprint_deploys_through_the_process_provider_and_is_destroyed() {
+    let (app, provider, _repo) = with_process_provider(|_| {}).await;
+    let blueprint = create_blueprint(&app, "web", WEB).await;
+    let body = app
+        .gql(
+            "query($id: ID!) { blueprint(id: $id) { name resources { key type dependsOn replicas strategy } variables { name type default } warnings } }",
+            json!({ "id": blueprint }),
+        )
+        .await;
+    let shown = &data(&body)["blueprint"];
+    assert_eq!(shown["resources"][1]["dependsOn"], json!(["db"]));
+    assert_eq!(shown["resources"][1]["replicas"], "{{ replicas }}");
+    assert_eq!(shown["variables"][0]["default"], 2);
+    assert_eq!(shown["warnings"], json!([]));
+
+    let id = deploy(
+        &app,
+        &blueprint,
+        "web-1",
+        json!({ "variables": { "replicas": 3 } }),
+    )
+    .await;
+    // Changing the blueprint later does not change what this deployment runs.
+    let body = app
+        .gql(
+            "mutation($id: ID!, $source: String!) { updateBlueprint(id: $id, input: {description: \"v2\", source: $source}) { description resources { key } } }",
+            json!({ "id": blueprint, "source": WEB.replace("  web:", "  www:") }),
+        )
+        .await;
+    let updated = &data(&body)["updateBlueprint"];
+    assert_eq!(updated["description"], "v2");
+    assert_eq!(updated["resources"][1]["key"], "www");
+    let refused = app
+        .gql(
+            "mutation($id: ID!) { updateBlueprint(id: $id, input: {source: \"resources: {a: {type: x, depends_on: [zz]}}\"}) { id } }",
+            json!({ "id": blueprint }),
+        )
+        .await;
+    assert_eq!(error_code(&refused), Some("VALIDATION"), "{refused}");
+    let done = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
+    assert_eq!(done.state, "COMPLETE", "{done:?}");
+    let nodes = &done.nodes;
+    assert_eq!(nodes.len(), 4, "db and three web replicas: {done:?}");
+    assert!(nodes.iter().all(|n| n.state == "COMPLETE"));
+    assert!(
+        nodes
+            .iter()
+            .all(|n| n.provider_id.as_deref() == Some(provider.as_str()))
+    );
+    assert!(
+        nodes
+            .iter()
+            .all(|n| n.provider.as_ref().is_some_and(|p| p.name == "process"))
+    );
+    assert!(nodes.iter().all(|n| n.node.is_some()), "placed on the host");
+    let running = pids(&done);
+    assert_eq!(running.len(), 4);
+    assert!(running.iter().all(|p| alive(*p)));
+
+    // The web replicas got db's pid and the greeting, unescaped.
+    let db_pid = done.node("db").pid().unwrap();
+    let web_pid = done.node("web").pid().unwrap();
+    let environ = std::fs::read(format!("/proc/{web_pid}/environ")).unwrap();
+    let environ = String::from_utf8_lossy(&environ);
+    assert!(environ.contains(&format!("DB_PID={db_pid}")), "{environ}");
+    assert!(environ.contains("GREETING=a <b> & 'c'"), "{environ}");
+
+    // Deleting the blueprint is refused while the deployment lives.
+    let refused = app
+        .gql(
+            "mutation($id: ID!) { deleteBlueprint(id: $id) }",
+            json!({ "id": blueprint }),
+        )
+        .await;
+    assert_eq!(error_code(&refused), Some("CONFLICT"), "{refused}");
+
+    // The provider cannot go while it runs resources (unloaded or not).
+    data(
+        &app.gql(
+            "mutation($id: ID!) { unloadProvider(id: $id) { status } }",
+            json!({ "id": provider }),
+        )
+        .await,
+    );
+    let refused = app
+        .gql(
+            "mutation($id: ID!) { deleteProvider(id: $id) }",
+            json!({ "id": provider }),
+        )
+        .await;
+    assert_eq!(error_code(&refused), Some("CONFLICT"), "{refused}");
+    let message = refused["errors"][0]["message"].as_str().unwrap();
+    assert!(message.contains("holds 4 resource(s)"), "{message}");
+    data(
+        &app.gql(
+            "mutation($id: ID!) { loadProvider(id: $id) { status } }",
+            json!({ "id": provider }),
+        )
+        .await,
+    );
+    wait_status(&app, &provider, "CONNECTED").await;
+
+    let body = app
+        .gql(
+            "mutation($id: ID!) { destroyDeployment(id: $id) { state } }",
+            json!({ "id": id }),
+        )
+        .await;
+    assert_eq!(data(&body)["destroyDeployment"]["state"], "DESTROYING");
+    let gone = settled(&app, &id, &["DESTROYED", "FAILED"]).await;
+    assert_eq!(gone.state, "DESTROYED", "{gone:?}");
+    all_gone(&running).await;
+
+    let events: Vec<Event> = app
+        .query_as(
+            "query($id: ID!) { deployment(id: $id) { events { kind nodeKey state message } } }",
+            json!({ "id": id }),
+            "deployment.events",
+        )
+        .await;
+    let states: Vec<&str> = events
+        .iter()
+        .filter(|e| e.kind == "STATE")
+        .filter_map(|e| e.state.as_deref())
+        .collect();
+    assert_eq!(states.first(), Some(&"IN_PROGRESS"));
+    assert!(
+        states.contains(&"COMPLETE") && states.last() == Some(&"DESTROYED"),
+        "{states:?}"
+    );
+    // db completed before any web replica started.
+    let position = |key: &str, state: &str| {
+        events
+            .iter()
+            .position(|e| e.is(key, state))
+            .unwrap_or_else(|| panic!("no {key} {state} in {events:?}"))
+    };
+    assert!(position("db[0]", "COMPLETE") < position("web[0]", "IN_PROGRESS"));
+    // Destroy went the other way.
+    assert!(position("web[0]", "DESTROYED") < position("db[0]", "DESTROYING"));
+
+    // The steps and the provider calls are counted in /metrics.
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        r#"corbel_deploy_steps_total{intent="DEPLOY",outcome="complete"} 4"#,
+        r#"corbel_deploy_steps_total{intent="DESTROY",outcome="complete"} 4"#,
+        r#"corbel_provider_calls_total{call="ListNodes",outcome="ok"}"#,
+        r#"corbel_provider_calls_total{call="DeployResource",outcome="ok"} 4"#,
+    ] {
+        assert!(metrics.contains(line), "{line} in:\n{metrics}");
+    }
+
+    let deleted = app
+        .gql(
+            "mutation($id: ID!) { deleteBlueprint(id: $id) }",
+            json!({ "id": blueprint }),
+        )
+        .await;
+    assert_eq!(data(&deleted)["deleteBlueprint"], true);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_reaped() {
+    let (app, _, _repo) = with_process_provider(|_| {}).await;
+    let blueprint = create_blueprint(&app, "web", WEB).await;
+    let far = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+    let id = deploy(
+        &app,
+        &blueprint,
+        "leased",
+        json!({ "variables": { "replicas": 1 }, "expiresAt": far }),
+    )
+    .await;
+    let done = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
+    assert_eq!(done.state, "COMPLETE", "{done:?}");
+    let past = (chrono::Utc::now() - chrono::Duration::seconds(1)).to_rfc3339();
+    let body = app
+        .gql(
+            "mutation($id: ID!, $at: DateTime) { extendDeployment(id: $id, expiresAt: $at) { expiresAt } }",
+            json!({ "id": id, "at": past }),
+        )
+        .await;
+    data(&body);
+    settled(&app, &id, &["DESTROYED"]).await;
+    all_gone(&pids(&done)).await;
+    app.stop().await;
+}

@@ -1,0 +1,218 @@
+//! Bad sources, bad input and silent sources: the repository in error, named.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::nginx::{Nginx, free_port};
+use crate::support::repositories::{
+    create, create_id, element_ids, put_element, settled, write_inventory,
+};
+use crate::support::{TestApp, TestStore, data, error_code};
+
+#[tokio::test]
+async fn bad_sources_put_the_repository_in_error_and_keep_elements() {
+    let served = tempfile::tempdir().unwrap();
+    let root = served.path();
+    let a = put_element(root, "a", "1.0.0", json!({}), &[]);
+    write_inventory(root, &[a]);
+    let nginx = Nginx::start(root);
+    let app = TestApp::spawn().await;
+    let id = create_id(
+        &app,
+        json!({"name": "r", "driver": {"http": {"url": nginx.url()}}}),
+    )
+    .await;
+    settled(&app, &id, "ACTIVE").await;
+
+    let cases: [(&str, &str); 5] = [
+        ("{not json", "inventory.json"),
+        (
+            r#"{"elements": {"b": {"1.x.0": {}}}}"#,
+            "element `b` 1.x.0, field `version`",
+        ),
+        (
+            r#"{"elements": {"b": {"1.0.0": {"index": {"images": {"u": "../../etc/passwd"}}}}}}"#,
+            "field `index.images`",
+        ),
+        (
+            r#"{"elements": {"b": {"1.0.0": {"index": {"images": {"u": "/etc/passwd"}}}}}}"#,
+            "not a plain file name",
+        ),
+        (r#"{"elements": []}"#, "inventory.json"),
+    ];
+    for (inventory, hint) in cases {
+        std::fs::write(root.join("inventory.json"), inventory).unwrap();
+        data(
+            &app.gql(
+                "mutation($id: ID!) { refreshRepository(id: $id) { id } }",
+                json!({"id": id}),
+            )
+            .await,
+        );
+        let repo = settled(&app, &id, "ERROR").await;
+        let message = repo.status_message.as_deref().unwrap();
+        assert!(message.contains(hint), "{inventory}: {message}");
+        let kept = element_ids(&app, &id).await;
+        assert!(
+            kept.contains_key("a 1.0.0"),
+            "stored elements are kept: {kept:?}"
+        );
+        // Back to a good state before the next case.
+        write_inventory(root, &[put_element(root, "a", "1.0.0", json!({}), &[])]);
+        data(
+            &app.gql(
+                "mutation($id: ID!) { refreshRepository(id: $id) { id } }",
+                json!({"id": id}),
+            )
+            .await,
+        );
+        settled(&app, &id, "ACTIVE").await;
+    }
+
+    // An HTTP error and an unreachable host.
+    std::fs::remove_file(root.join("inventory.json")).unwrap();
+    data(
+        &app.gql(
+            "mutation($id: ID!) { refreshRepository(id: $id) { id } }",
+            json!({"id": id}),
+        )
+        .await,
+    );
+    let repo = settled(&app, &id, "ERROR").await;
+    assert!(
+        repo.status_message.as_deref().unwrap().contains("404"),
+        "{repo:?}"
+    );
+    let closed = format!("http://127.0.0.1:{}", free_port());
+    let unreachable = create_id(
+        &app,
+        json!({"name": "gone", "driver": {"http": {"url": closed}}}),
+    )
+    .await;
+    let repo = settled(&app, &unreachable, "ERROR").await;
+    assert!(
+        repo.status_message
+            .as_deref()
+            .unwrap()
+            .contains("cannot connect"),
+        "{repo:?}"
+    );
+
+    // A too-large inventory, with a small limit.
+    let store = std::sync::Arc::new(TestStore::fresh().await);
+    let small = TestApp::spawn_with(store, |c| c.repository.max_inventory_bytes = 64).await;
+    write_inventory(
+        root,
+        &[
+            put_element(root, "a", "1.0.0", json!({}), &[]),
+            put_element(root, "b", "1.0.0", json!({}), &[]),
+        ],
+    );
+    let big = create_id(
+        &small,
+        json!({"name": "big", "driver": {"http": {"url": nginx.url()}}}),
+    )
+    .await;
+    let repo = settled(&small, &big, "ERROR").await;
+    assert!(
+        repo.status_message
+            .as_deref()
+            .unwrap()
+            .contains("over the limit of 64 bytes"),
+        "{repo:?}"
+    );
+}
+
+#[tokio::test]
+async fn bad_repository_input_is_named() {
+    let app = TestApp::spawn().await;
+    let cases = [
+        (
+            json!({"name": "x", "driver": {"http": {"url": "ftp://h/x"}}}),
+            "scheme `ftp`",
+        ),
+        (
+            json!({"name": "x", "driver": {"http": {"url": "not a url"}}}),
+            "driver.http.url",
+        ),
+        (
+            json!({"name": "x", "driver": {"local": {"path": "relative/dir"}}}),
+            "absolute path",
+        ),
+        (json!({"name": "", "driver": {"migration": {}}}), "name"),
+        (
+            json!({"name": "x", "driver": {"migration": {}}, "refreshIntervalSeconds": 0}),
+            "refreshIntervalSeconds",
+        ),
+    ];
+    for (input, hint) in cases {
+        let body = app
+            .gql(
+                "mutation($i: CreateRepositoryInput!) { createRepository(input: $i) { id } }",
+                json!({"i": input}),
+            )
+            .await;
+        assert_eq!(error_code(&body), Some("VALIDATION"), "{body}");
+        assert!(
+            body["errors"][0]["message"]
+                .as_str()
+                .unwrap()
+                .contains(hint),
+            "{body}"
+        );
+    }
+    let two_drivers = app
+        .gql("mutation { createRepository(input: {name: \"x\", driver: {migration: {}, local: {path: \"/tmp\"}}}) { id } }", json!({}))
+        .await;
+    assert_eq!(
+        error_code(&two_drivers),
+        Some("INVALID_QUERY"),
+        "{two_drivers}"
+    );
+    create(&app, json!({"name": "dup", "driver": {"migration": {}}})).await;
+    let dup = app
+        .gql(
+            "mutation { createRepository(input: {name: \"dup\", driver: {migration: {}}}) { id } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(error_code(&dup), Some("CONFLICT"));
+    let body = app.gql("{ repositories { totalCount } }", json!({})).await;
+    assert_eq!(
+        data(&body)["repositories"]["totalCount"],
+        1,
+        "nothing half-made"
+    );
+}
+
+#[tokio::test]
+async fn a_silent_source_times_out() {
+    // Accepts connections and never answers: a fault we can cause for real.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().take(8) {
+            held.push(stream);
+        }
+    });
+    let store = std::sync::Arc::new(TestStore::fresh().await);
+    let app = TestApp::spawn_with(store, |c| {
+        c.repository.http_timeout = Duration::from_secs(1)
+    })
+    .await;
+    let id = create_id(
+        &app,
+        json!({"name": "silent", "driver": {"http": {"url": format!("http://127.0.0.1:{port}")}}}),
+    )
+    .await;
+    let repo = settled(&app, &id, "ERROR").await;
+    assert!(
+        repo.status_message
+            .as_deref()
+            .unwrap()
+            .contains("timed out after 1s"),
+        "{repo:?}"
+    );
+}

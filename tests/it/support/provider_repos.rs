@@ -1,0 +1,121 @@
+//! Providers in git: a bare repository with `corbel-provider.yaml`, the
+//! metadata for the shell runtime (the process provider, the misbehaving
+//! fixture, any command), and the workspace binaries they run.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use tempfile::TempDir;
+
+use super::corbel_bin;
+use super::git::git;
+
+/// A built binary of this workspace (`scripts/test.sh` builds them all first;
+/// a test run without it builds the one asked for here).
+pub fn workspace_bin(name: &str) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    let path = corbel_bin().with_file_name(name);
+    if !path.exists() {
+        BUILT.get_or_init(|| {
+            let status = Command::new(env!("CARGO"))
+                .args(["build", "--bins", "--workspace"])
+                .status()
+                .expect("cargo runs");
+            assert!(status.success(), "building the workspace binaries failed");
+        });
+    }
+    assert!(path.exists(), "{} is not built", path.display());
+    path
+}
+
+/// A bare repository holding a provider, with a work tree to commit from.
+pub struct ProviderRepo {
+    dir: TempDir,
+}
+
+impl ProviderRepo {
+    /// One commit with `corbel-provider.yaml` (and `files`), tagged `v1`.
+    pub fn new(metadata: &str, files: &[(&str, &str)]) -> ProviderRepo {
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        git(dir.path(), &["init", "--bare", "-q", "provider.git"]);
+        git(&work, &["init", "-q"]);
+        let repo = ProviderRepo { dir };
+        repo.commit(metadata, files);
+        git(&work, &["tag", "v1"]);
+        git(
+            &work,
+            &["remote", "add", "origin", repo.bare().to_str().unwrap()],
+        );
+        git(&work, &["push", "-q", "origin", "main", "--tags"]);
+        repo
+    }
+
+    fn work(&self) -> PathBuf {
+        self.dir.path().join("work")
+    }
+
+    pub fn bare(&self) -> PathBuf {
+        self.dir.path().join("provider.git")
+    }
+
+    pub fn url(&self) -> String {
+        format!("file://{}", self.bare().display())
+    }
+
+    /// Commits new contents (pushed when the remote exists) and returns the commit.
+    pub fn commit(&self, metadata: &str, files: &[(&str, &str)]) -> String {
+        let work = self.work();
+        std::fs::write(work.join("corbel-provider.yaml"), metadata).unwrap();
+        for (name, text) in files {
+            std::fs::write(work.join(name), text).unwrap();
+        }
+        git(&work, &["add", "-A"]);
+        git(&work, &["commit", "-q", "-m", "provider"]);
+        if !git(&work, &["remote"]).is_empty() {
+            git(&work, &["push", "-q", "origin", "main"]);
+        }
+        git(&work, &["rev-parse", "HEAD"])
+    }
+
+    pub fn head(&self) -> String {
+        git(&self.work(), &["rev-parse", "HEAD"])
+    }
+}
+
+/// `corbel-provider.yaml` for a prebuilt binary. The run command records the
+/// process id in `provider.pid` (exec keeps it) so a test can kill it.
+pub fn shell_metadata(name: &str, build: &str, run: &str) -> String {
+    typed_metadata(name, build, run, "process.v1.service")
+}
+
+fn typed_metadata(name: &str, build: &str, run: &str, resource_type: &str) -> String {
+    format!(
+        "name: {name}\nversion: 0.1.0\ndescription: test provider\nruntime: shell\nshell:\n  build: {build}\n  run: {run}\nfeatures: [deploy, destroy, inspect, nodes]\nresource_types: [{resource_type}]\n"
+    )
+}
+
+pub fn process_metadata() -> String {
+    shell_metadata(
+        "process",
+        "echo building the process provider",
+        &format!(
+            "echo $$ > provider.pid; exec {}",
+            workspace_bin("corbel-provider-process").display()
+        ),
+    )
+}
+
+pub fn fixture_metadata(mode: &str) -> String {
+    typed_metadata(
+        "fixture",
+        "true",
+        &format!(
+            "echo $$ > provider.pid; FIXTURE_MODE={mode} exec {}",
+            workspace_bin("corbel-provider-fixture").display()
+        ),
+        "fixture.v1.noop",
+    )
+}
