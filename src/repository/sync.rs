@@ -113,11 +113,7 @@ async fn sync(
 ) -> Result<Stats, RepositoryError> {
     let db = &repos.db;
     let id = repository.id;
-    let copy = repository.sync_mode == SyncMode::Copy;
     let source = driver::open(&repository.driver, &repos.settings)?;
-    let mut stats = Stats::default();
-    let mut seen_keys: HashSet<(String, String)> = HashSet::new();
-    let mut fetch_later: Vec<(Uuid, String, crate::resolve::Version)> = Vec::new();
 
     let (tx, mut rx) = mpsc::channel::<Listed>(BATCH);
     let reading = source.inventory(tx);
@@ -126,15 +122,13 @@ async fn sync(
     // Load what is stored while the source is fetched and parsing starts.
     let loading = rows::existing_elements(db, id);
     tokio::pin!(loading);
-    let mut existing = loop {
+    let existing = loop {
         tokio::select! {
             loaded = &mut loading => break loaded?,
             result = &mut reading, if reading_done.is_none() => reading_done = Some(result),
         }
     };
-    let mut stored = existing.len() as i64;
-    let mut inserts = Vec::new();
-    let mut updates = Vec::new();
+    let mut diff = Diff::new(existing, repository.sync_mode == SyncMode::Copy);
     loop {
         let listed = tokio::select! {
             listed = rx.recv() => listed,
@@ -143,83 +137,19 @@ async fn sync(
                 continue;
             }
         };
-        let Some(Listed { entry, manifest }) = listed else {
+        let Some(listed) = listed else {
             break;
         };
-        stats.seen += 1;
-        let key = (entry.name.clone(), entry.version.to_string());
-        if !seen_keys.insert(key.clone()) {
-            return Err(RepositoryError::Inventory(format!(
-                "element `{}` {} is listed twice",
-                key.0, key.1
-            )));
-        }
-        let manifest_text = manifest.map(|m| m.document.to_string());
-        let artifacts = if copy {
-            Some(
-                entry
-                    .artifacts
-                    .iter()
-                    .map(|a| (a.urn(), a.category.clone(), a.file_name.clone()))
-                    .collect(),
-            )
-        } else {
-            None
-        };
-        match existing.remove(&key) {
-            None => {
-                // Time-ordered ids keep inserts at the end of the primary-key
-                // index instead of scattering them across it.
-                let element_id = Uuid::now_v7();
-                if copy && manifest_text.is_none() {
-                    fetch_later.push((element_id, entry.name.clone(), entry.version.clone()));
-                }
-                inserts.push(rows::ElementWrite {
-                    id: element_id,
-                    name: entry.name,
-                    version: key.1,
-                    hash: Some(entry.hash),
-                    manifest: manifest_text,
-                    artifacts,
-                });
-                stats.added += 1;
-                stored += 1;
-            }
-            Some((element_id, hash, _installed))
-                if hash.as_deref() != Some(entry.hash.as_str()) =>
-            {
-                if copy && manifest_text.is_none() {
-                    fetch_later.push((element_id, entry.name.clone(), entry.version.clone()));
-                }
-                updates.push(rows::ElementWrite {
-                    id: element_id,
-                    name: entry.name,
-                    version: key.1,
-                    hash: Some(entry.hash),
-                    // A changed entry's manifest is fetched again (LAZY: on access).
-                    manifest: manifest_text,
-                    artifacts,
-                });
-                stats.updated += 1;
-            }
-            Some(_) => {}
-        }
-        if inserts.len() + updates.len() >= BATCH {
-            rows::write_batch(
-                db,
-                id,
-                std::mem::take(&mut inserts),
-                std::mem::take(&mut updates),
-            )
-            .await?;
-            rows::set_repository_progress(db, id, stats.seen, stored).await?;
+        diff.take(listed)?;
+        if diff.pending() >= BATCH {
+            diff.write(db, id).await?;
             publish(
                 repos,
                 id,
                 RepositoryStatus::Syncing,
                 None,
-                stats.seen,
-                stored,
+                diff.stats.seen,
+                diff.stored,
             );
         }
     }
@@ -228,44 +158,154 @@ async fn sync(
         None => reading.await,
     };
     // Keep what was read before a failure: write it, then report the failure.
-    rows::write_batch(db, id, inserts, updates).await?;
-    rows::set_repository_progress(db, id, stats.seen, stored).await?;
+    diff.write(db, id).await?;
     read?;
 
     // Whatever the inventory no longer lists goes, unless it is installed.
-    let stale: Vec<Uuid> = existing
+    let stale: Vec<Uuid> = diff
+        .existing
         .values()
         .filter(|(_, _, installed)| !installed)
         .map(|(element_id, _, _)| *element_id)
         .collect();
-    stats.removed = rows::delete_elements(db, &stale).await?;
-    stored -= stats.removed as i64;
-    rows::set_repository_progress(db, id, stats.seen, stored).await?;
+    diff.stats.removed = rows::delete_elements(db, &stale).await?;
+    diff.stored -= diff.stats.removed as i64;
+    rows::set_repository_progress(db, id, diff.stats.seen, diff.stored).await?;
 
-    if copy && !fetch_later.is_empty() {
-        let source = &source;
-        let mut fetches = futures_util::stream::iter(fetch_later)
-            .map(|(element_id, name, version)| async move {
-                let fetched = source.element(&name, &version).await?;
-                let artifacts = fetched.artifacts.map(|list| {
-                    list.iter()
-                        .map(|a| (a.urn(), a.category.clone(), a.file_name.clone()))
-                        .collect()
-                });
-                rows::store_manifest(
-                    db,
-                    element_id,
-                    fetched.manifest.document.to_string(),
-                    artifacts,
-                )
-                .await?;
-                Ok::<_, RepositoryError>(())
-            })
-            .buffer_unordered(repos.settings.fetch_concurrency.max(1));
-        while let Some(result) = fetches.next().await {
-            result?;
+    if !diff.fetch_later.is_empty() {
+        fetch_manifests(repos, &*source, std::mem::take(&mut diff.fetch_later)).await?;
+    }
+    diff.stats.stored = diff.stored;
+    Ok(diff.stats)
+}
+
+/// What one sync found so far against what was stored: the writes not yet
+/// made, the manifests to fetch (COPY), the counts.
+struct Diff {
+    copy: bool,
+    /// Stored elements the inventory has not listed (yet).
+    existing: rows::Existing,
+    seen_keys: HashSet<(String, String)>,
+    inserts: Vec<rows::ElementWrite>,
+    updates: Vec<rows::ElementWrite>,
+    fetch_later: Vec<(Uuid, String, crate::resolve::Version)>,
+    stats: Stats,
+    /// Elements stored for the repository once the pending writes are made.
+    stored: i64,
+}
+
+impl Diff {
+    fn new(existing: rows::Existing, copy: bool) -> Self {
+        Self {
+            copy,
+            stored: existing.len() as i64,
+            existing,
+            seen_keys: HashSet::new(),
+            inserts: Vec::new(),
+            updates: Vec::new(),
+            fetch_later: Vec::new(),
+            stats: Stats::default(),
         }
     }
-    stats.stored = stored;
-    Ok(stats)
+
+    fn pending(&self) -> usize {
+        self.inserts.len() + self.updates.len()
+    }
+
+    /// One inventory entry: new, changed, or as stored.
+    fn take(&mut self, Listed { entry, manifest }: Listed) -> Result<(), RepositoryError> {
+        self.stats.seen += 1;
+        let key = (entry.name.clone(), entry.version.to_string());
+        if !self.seen_keys.insert(key.clone()) {
+            return Err(RepositoryError::Inventory(format!(
+                "element `{}` {} is listed twice",
+                key.0, key.1
+            )));
+        }
+        let manifest_text = manifest.map(|m| m.document.to_string());
+        let artifacts = self.copy.then(|| {
+            entry
+                .artifacts
+                .iter()
+                .map(|a| (a.urn(), a.category.clone(), a.file_name.clone()))
+                .collect()
+        });
+        let (element_id, new) = match self.existing.remove(&key) {
+            // Time-ordered ids keep inserts at the end of the primary-key
+            // index instead of scattering them across it.
+            None => (Uuid::now_v7(), true),
+            Some((element_id, hash, _installed))
+                if hash.as_deref() != Some(entry.hash.as_str()) =>
+            {
+                (element_id, false)
+            }
+            Some(_) => return Ok(()),
+        };
+        if self.copy && manifest_text.is_none() {
+            self.fetch_later
+                .push((element_id, entry.name.clone(), entry.version.clone()));
+        }
+        let write = rows::ElementWrite {
+            id: element_id,
+            name: entry.name,
+            version: key.1,
+            hash: Some(entry.hash),
+            // A changed entry's manifest is fetched again (LAZY: on access).
+            manifest: manifest_text,
+            artifacts,
+        };
+        if new {
+            self.inserts.push(write);
+            self.stats.added += 1;
+            self.stored += 1;
+        } else {
+            self.updates.push(write);
+            self.stats.updated += 1;
+        }
+        Ok(())
+    }
+
+    /// Writes what is pending as one transaction, then the progress.
+    async fn write(&mut self, db: &crate::store::Db, id: Uuid) -> Result<(), RepositoryError> {
+        rows::write_batch(
+            db,
+            id,
+            std::mem::take(&mut self.inserts),
+            std::mem::take(&mut self.updates),
+        )
+        .await?;
+        rows::set_repository_progress(db, id, self.stats.seen, self.stored).await?;
+        Ok(())
+    }
+}
+
+/// COPY: fetches the manifests the inventory did not carry, a few at once.
+async fn fetch_manifests(
+    repos: &Repositories,
+    source: &dyn driver::Driver,
+    wanted: Vec<(Uuid, String, crate::resolve::Version)>,
+) -> Result<(), RepositoryError> {
+    let db = &repos.db;
+    let mut fetches = futures_util::stream::iter(wanted)
+        .map(|(element_id, name, version)| async move {
+            let fetched = source.element(&name, &version).await?;
+            let artifacts = fetched.artifacts.map(|list| {
+                list.iter()
+                    .map(|a| (a.urn(), a.category.clone(), a.file_name.clone()))
+                    .collect()
+            });
+            rows::store_manifest(
+                db,
+                element_id,
+                fetched.manifest.document.to_string(),
+                artifacts,
+            )
+            .await?;
+            Ok::<_, RepositoryError>(())
+        })
+        .buffer_unordered(repos.settings.fetch_concurrency.max(1));
+    while let Some(result) = fetches.next().await {
+        result?;
+    }
+    Ok(())
 }
