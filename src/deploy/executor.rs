@@ -183,15 +183,12 @@ impl Executor<'_> {
 
     async fn deploy_operation(&self, id: Uuid) -> Result<(), Stopped> {
         let row = self.deployment_row(id).await.map_err(Stopped::Failed)?;
+        let state = row.state.parse::<DeploymentState>().map_err(corrupt)?;
         let operation = match row.operation_id {
             Some(operation) => operation,
             // Stored before operations were: this run becomes one.
             None => {
                 let operation = Uuid::now_v7();
-                let state = row
-                    .state
-                    .parse::<DeploymentState>()
-                    .map_err(|e| Stopped::Failed(super::DeployError::from(e).to_string()))?;
                 self.0
                     .runs()
                     .change(id, state, Some(Phase::Deploy), None, Some(operation))
@@ -210,7 +207,7 @@ impl Executor<'_> {
                 .plan(id, &bp, &variables)
                 .await
                 .map_err(Stopped::Failed)?;
-        } else if row.state != DeploymentState::InProgress.as_str() {
+        } else if state != DeploymentState::InProgress {
             self.0
                 .runs()
                 .change(
@@ -237,10 +234,12 @@ impl Executor<'_> {
         nodes: &[NodeRow],
     ) -> Result<(), Stopped> {
         let graph = Graph::new(bp, nodes);
+        let states = node_states(nodes)?;
         let marked: Vec<usize> = nodes
             .iter()
-            .filter(|n| n.state == NodeState::ToDestroy.as_str())
-            .filter_map(|n| graph.index.get(n.key.as_str()).copied())
+            .zip(&states)
+            .filter(|(_, state)| **state == NodeState::ToDestroy)
+            .filter_map(|(n, _)| graph.index.get(n.key.as_str()).copied())
             .collect();
         if marked.is_empty() {
             return Ok(());
@@ -253,7 +252,7 @@ impl Executor<'_> {
             &self.0.inner.db,
             id,
             &keys,
-            &REPLACED,
+            &REPLACED.map(NodeState::as_str),
             NodeState::ToDestroy.as_str(),
         )
         .await
@@ -273,17 +272,21 @@ impl Executor<'_> {
             .await
             .map_err(|e| Stopped::Failed(e.to_string()))?;
         let graph = Graph::new(bp, &nodes);
+        let states = node_states(&nodes)?;
         let pending = graph.group(
             nodes
                 .iter()
-                .filter(|n| n.state != NodeState::Complete.as_str()),
+                .zip(&states)
+                .filter(|(_, state)| **state != NodeState::Complete)
+                .map(|(n, _)| n),
         );
         // Replica 0 speaks for its resource; a dependent starts only once all
         // of a resource's replicas are complete.
         let mut outputs: BTreeMap<String, Value> = nodes
             .iter()
-            .filter(|n| n.replica == 0 && n.state == NodeState::Complete.as_str())
-            .filter_map(|n| {
+            .zip(&states)
+            .filter(|(n, state)| n.replica == 0 && **state == NodeState::Complete)
+            .filter_map(|(n, _)| {
                 Some((
                     n.key.clone(),
                     serde_json::from_str(n.outputs.as_deref()?).ok()?,
@@ -396,19 +399,20 @@ impl Executor<'_> {
             .await
             .map_err(|e| Stopped::Failed(e.to_string()))?;
         let graph = Graph::new(bp, &nodes);
-        let chosen = graph.group(nodes.iter().filter(|n| {
-            let state = n.state.as_str();
-            match scope {
-                Scope::All => state != NodeState::Destroyed.as_str(),
-                Scope::Marked => {
-                    state == NodeState::ToDestroy.as_str()
-                        || state == NodeState::Destroying.as_str()
-                }
-                Scope::Operation(op) => {
-                    n.run_id == Some(op) && state != NodeState::Destroyed.as_str()
-                }
-            }
-        }));
+        let states = node_states(&nodes)?;
+        let chosen = graph.group(
+            nodes
+                .iter()
+                .zip(&states)
+                .filter(|(n, state)| match scope {
+                    Scope::All => **state != NodeState::Destroyed,
+                    Scope::Marked => {
+                        matches!(state, NodeState::ToDestroy | NodeState::Destroying)
+                    }
+                    Scope::Operation(op) => n.run_id == Some(op) && **state != NodeState::Destroyed,
+                })
+                .map(|(n, _)| n),
+        );
         let units: Vec<usize> = chosen.iter().map(Vec::len).collect();
         if units.iter().all(|u| *u == 0) {
             return Ok(());
@@ -569,6 +573,19 @@ impl Executor<'_> {
         };
         Ok((bp, variables))
     }
+}
+
+/// Each node's state, typed: unknown text is a corrupt row.
+fn node_states(nodes: &[NodeRow]) -> Result<Vec<NodeState>, Stopped> {
+    nodes
+        .iter()
+        .map(|n| n.state.parse::<NodeState>().map_err(corrupt))
+        .collect()
+}
+
+/// A stored text no enum knows: the run fails with `DeployError::Corrupt`.
+fn corrupt(e: crate::text::UnknownText) -> Stopped {
+    Stopped::Failed(super::DeployError::from(e).to_string())
 }
 
 /// How a phase is going: its first failure, and whether a step stopped for

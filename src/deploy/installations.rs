@@ -92,7 +92,11 @@ impl Installations for Deployments {
         .await
         .map_err(|e| e.to_string())?;
         for row in found {
-            if row.state == DeploymentState::Destroyed.as_str() {
+            let state = row
+                .state
+                .parse::<DeploymentState>()
+                .map_err(|e| DeployError::from(e).to_string())?;
+            if state == DeploymentState::Destroyed {
                 continue;
             }
             let waiting = self.waiter(row.id);

@@ -140,17 +140,16 @@ text_enum! {
 
 /// Node states that hold (or are about to hold) a resource: they count
 /// against a provider node's capacity.
-const LIVE_NODE_STATES: [&str; 6] = [
-    "TO_DEPLOY",
-    "WAITING",
-    "IN_PROGRESS",
-    "COMPLETE",
-    "TO_DESTROY",
-    "DESTROYING",
+const LIVE_NODE_STATES: [NodeState; 6] = [
+    NodeState::ToDeploy,
+    NodeState::Waiting,
+    NodeState::InProgress,
+    NodeState::Complete,
+    NodeState::ToDestroy,
+    NodeState::Destroying,
 ];
 
-/// Node states a redeploy replaces: those that hold, or may hold, a resource.
-const REPLACED: [&str; 2] = ["COMPLETE", "FAILED"];
+const REPLACED: [NodeState; 2] = [NodeState::Complete, NodeState::Failed];
 
 #[derive(Clone, Debug)]
 pub struct StoredBlueprint {

@@ -210,9 +210,12 @@ impl<'a> Placer<'a> {
                     DeployError::Provider(crate::provider::ProviderError::Unavailable(e))
                 })?;
             let nodes = self.deployments.inner.providers.nodes(provider_id).await?;
-            let counts =
-                rows::placement_counts(&self.deployments.inner.db, provider_id, &LIVE_NODE_STATES)
-                    .await?;
+            let counts = rows::placement_counts(
+                &self.deployments.inner.db,
+                provider_id,
+                &LIVE_NODE_STATES.map(NodeState::as_str),
+            )
+            .await?;
             self.nodes.insert(provider_id, nodes);
             self.counts.insert(provider_id, counts);
         }

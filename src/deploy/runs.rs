@@ -142,7 +142,7 @@ impl<'a> Runs<'a> {
                 operation_id: Some(Uuid::now_v7()),
             },
             &keys,
-            &REPLACED,
+            &REPLACED.map(NodeState::as_str),
             NodeState::ToDestroy.as_str(),
         )
         .await?;
