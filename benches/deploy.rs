@@ -230,14 +230,19 @@ async fn run(bin: &Path) {
         .expect("journal entry");
     }
     assert_eq!(
-        deployments.journal_len().await.expect("journal"),
+        deployments.queries().journal_len().await.expect("journal"),
         JOURNAL as u64
     );
     let started = Instant::now();
-    deployments.recover().await.expect("recover");
+    deployments.recovery().recover().await.expect("recover");
     loop {
-        let empty = deployments.journal_len().await.expect("journal") == 0;
-        let state = deployments.get(id).await.expect("deployment").state;
+        let empty = deployments.queries().journal_len().await.expect("journal") == 0;
+        let state = deployments
+            .queries()
+            .get(id)
+            .await
+            .expect("deployment")
+            .state;
         if empty && state == DeploymentState::Complete {
             break;
         }
@@ -265,11 +270,13 @@ async fn run(bin: &Path) {
 /// Creates the blueprint, deploys it and waits until it is complete.
 async fn deploy_timed(deployments: &Deployments, name: &str, source: &str) -> (Duration, Uuid) {
     let blueprint = deployments
-        .create_blueprint(name.into(), None, source.into())
+        .blueprints()
+        .create(name.into(), None, source.into())
         .await
         .expect("blueprint");
     let started = Instant::now();
     let deployment = deployments
+        .runs()
         .deploy(NewDeployment {
             blueprint_id: blueprint.id,
             name: name.into(),
@@ -281,6 +288,7 @@ async fn deploy_timed(deployments: &Deployments, name: &str, source: &str) -> (D
         .expect("deploy");
     loop {
         let state = deployments
+            .queries()
             .get(deployment.id)
             .await
             .expect("deployment")
@@ -289,7 +297,11 @@ async fn deploy_timed(deployments: &Deployments, name: &str, source: &str) -> (D
             DeploymentState::Complete => return (started.elapsed(), deployment.id),
             DeploymentState::Failed => panic!(
                 "{name} failed: {:?}",
-                deployments.get(deployment.id).await.map(|d| d.error)
+                deployments
+                    .queries()
+                    .get(deployment.id)
+                    .await
+                    .map(|d| d.error)
             ),
             _ => tokio::time::sleep(Duration::from_millis(5)).await,
         }

@@ -239,8 +239,9 @@ impl App {
         let background = tokio::spawn(purge_sessions(self.auth.clone(), stopping.clone()));
         let refreshing = tokio::spawn(self.repositories.clone().run_refresh_loop());
         let registry = tokio::spawn(self.registry);
-        let reaping = tokio::spawn(self.deployments.clone().run_reaper());
-        if let Err(e) = self.deployments.recover().await {
+        let reaper = self.deployments.clone();
+        let reaping = tokio::spawn(async move { reaper.recovery().run_reaper().await });
+        if let Err(e) = self.deployments.recovery().recover().await {
             tracing::error!(error = %e, "cannot recover deployments");
         }
         let loading = {

@@ -166,7 +166,10 @@ impl Blueprint {
     }
     /// Resource types no provider serves now: deploying would fail on them.
     async fn warnings(&self, ctx: &Context<'_>) -> Result<Vec<String>, ApiError> {
-        Ok(state::<Deployments>(ctx)?.warnings(&self.0.parsed).await)
+        Ok(state::<Deployments>(ctx)?
+            .blueprints()
+            .warnings(&self.0.parsed)
+            .await)
     }
     async fn created_at(&self) -> DateTime<Utc> {
         self.0.created_at
@@ -296,7 +299,10 @@ impl Deployment {
         self.0.expires_at
     }
     async fn nodes(&self, ctx: &Context<'_>) -> Result<Vec<ResourceNode>, ApiError> {
-        let nodes = state::<Deployments>(ctx)?.nodes(self.0.id).await?;
+        let nodes = state::<Deployments>(ctx)?
+            .queries()
+            .nodes(self.0.id)
+            .await?;
         Ok(nodes.into_iter().map(Into::into).collect())
     }
     /// The history, oldest first.
@@ -306,6 +312,7 @@ impl Deployment {
         #[graphql(default = 1000, validator(minimum = 0, maximum = 10000))] first: i32,
     ) -> Result<Vec<DeploymentEvent>, ApiError> {
         let events = state::<Deployments>(ctx)?
+            .queries()
             .history(self.0.id, first as u64)
             .await?;
         Ok(events.iter().map(Into::into).collect())
@@ -388,7 +395,7 @@ impl DeployQuery {
         after: Option<String>,
     ) -> Result<Page<Blueprint>, ApiError> {
         principal(ctx)?;
-        let all = state::<Deployments>(ctx)?.blueprints().await?;
+        let all = state::<Deployments>(ctx)?.blueprints().list().await?;
         paginate(all.into_iter().map(Blueprint).collect(), first, after)
     }
 
@@ -396,7 +403,8 @@ impl DeployQuery {
         principal(ctx)?;
         Ok(Blueprint(
             state::<Deployments>(ctx)?
-                .blueprint(parse_id(&id, "id")?)
+                .blueprints()
+                .get(parse_id(&id, "id")?)
                 .await?,
         ))
     }
@@ -428,6 +436,7 @@ impl DeployQuery {
             search: filter.search,
         };
         let (found, total) = state::<Deployments>(ctx)?
+            .queries()
             .list(&filter, offset, limit)
             .await?;
         Ok(page_of(
@@ -440,7 +449,10 @@ impl DeployQuery {
     async fn deployment(&self, ctx: &Context<'_>, id: ID) -> Result<Deployment, ApiError> {
         principal(ctx)?;
         Ok(Deployment(
-            state::<Deployments>(ctx)?.get(parse_id(&id, "id")?).await?,
+            state::<Deployments>(ctx)?
+                .queries()
+                .get(parse_id(&id, "id")?)
+                .await?,
         ))
     }
 
@@ -456,6 +468,7 @@ impl DeployQuery {
     ) -> Result<Vec<NodeCapacity>, ApiError> {
         principal(ctx)?;
         let plan = state::<Deployments>(ctx)?
+            .planner()
             .calculate_capacity(
                 parse_id(&blueprint_id, "blueprintId")?,
                 &resource_key,
@@ -485,7 +498,8 @@ impl DeployMutation {
         principal(ctx)?;
         Ok(Blueprint(
             state::<Deployments>(ctx)?
-                .create_blueprint(input.name, input.description, input.source)
+                .blueprints()
+                .create(input.name, input.description, input.source)
                 .await?,
         ))
     }
@@ -500,7 +514,8 @@ impl DeployMutation {
         principal(ctx)?;
         Ok(Blueprint(
             state::<Deployments>(ctx)?
-                .update_blueprint(
+                .blueprints()
+                .update(
                     parse_id(&id, "id")?,
                     input.name,
                     input.description,
@@ -515,7 +530,8 @@ impl DeployMutation {
     async fn delete_blueprint(&self, ctx: &Context<'_>, id: ID) -> Result<bool, ApiError> {
         principal(ctx)?;
         state::<Deployments>(ctx)?
-            .delete_blueprint(parse_id(&id, "id")?)
+            .blueprints()
+            .delete(parse_id(&id, "id")?)
             .await?;
         Ok(true)
     }
@@ -529,6 +545,7 @@ impl DeployMutation {
     ) -> Result<Deployment, ApiError> {
         principal(ctx)?;
         let deployment = state::<Deployments>(ctx)?
+            .runs()
             .deploy(domain::NewDeployment {
                 blueprint_id: parse_id(&input.blueprint_id, "blueprintId")?,
                 name: input.name,
@@ -546,6 +563,7 @@ impl DeployMutation {
         principal(ctx)?;
         Ok(Deployment(
             state::<Deployments>(ctx)?
+                .runs()
                 .destroy(parse_id(&id, "id")?)
                 .await?,
         ))
@@ -561,6 +579,7 @@ impl DeployMutation {
         principal(ctx)?;
         Ok(Deployment(
             state::<Deployments>(ctx)?
+                .runs()
                 .redeploy(parse_id(&id, "id")?, resource_keys)
                 .await?,
         ))
@@ -576,6 +595,7 @@ impl DeployMutation {
         principal(ctx)?;
         Ok(Deployment(
             state::<Deployments>(ctx)?
+                .recovery()
                 .extend(parse_id(&id, "id")?, expires_at)
                 .await?,
         ))
@@ -599,8 +619,8 @@ impl DeploySubscription {
         // is in both, and the id filter drops the second copy.
         let deployments = state::<Deployments>(ctx)?;
         let live = deployments.events().subscribe();
-        deployments.get(wanted).await?;
-        let history = deployments.history(wanted, REPLAY_LIMIT).await?;
+        deployments.queries().get(wanted).await?;
+        let history = deployments.queries().history(wanted, REPLAY_LIMIT).await?;
         let last = history.last().map_or(0, |e| e.id);
         let replay: Vec<DeploymentEvent> = history.iter().map(Into::into).collect();
         let deployments = deployments.clone();
@@ -626,7 +646,11 @@ impl DeploySubscription {
                                 }
                             }
                             Delivery::Lagged(_) => {
-                                match deployments.history_after(wanted, last, REPLAY_LIMIT).await {
+                                match deployments
+                                    .queries()
+                                    .history_after(wanted, last, REPLAY_LIMIT)
+                                    .await
+                                {
                                     Ok(found) => {
                                         if let Some(e) = found.last() {
                                             last = e.id;

@@ -8,6 +8,10 @@
 //! `operation_id`), so a run cut short by a crash resumes as what it was: a
 //! deploy as a deploy, a rollback as a rollback — one that destroys what the
 //! operation created before the crash too.
+//!
+//! Owns running a started run to its end; never takes the run lock (the
+//! caller in `runs` or `recovery` holds it) nor calls a provider itself (each
+//! node's call is a `step`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -18,10 +22,11 @@ use tokio::task::JoinSet;
 use uuid::Uuid;
 
 use super::blueprint::{self, Blueprint};
+use super::runs::Lock;
 use super::schedule::{self, Direction, Schedule};
 use super::step::StepError;
 use super::template;
-use super::{DeploymentState, Deployments, EventKind, Lock, NodeState, OnFailure, Phase, REPLACED};
+use super::{DeploymentState, Deployments, EventKind, NodeState, OnFailure, Phase, REPLACED};
 use crate::provider::ResourceCall;
 use crate::store::deployments::{self as rows, NodeChange, NodeRow};
 
@@ -45,13 +50,22 @@ enum Scope {
     Operation(Uuid),
 }
 
-impl Deployments {
+/// The executor part of [`Deployments`].
+#[derive(Clone, Copy)]
+pub(super) struct Executor<'a>(pub(super) &'a Deployments);
+
+impl Executor<'_> {
     /// Runs a deploy (or redeploy) to its end: complete, failed (rolled back
     /// if asked), or interrupted by shutdown.
     pub(super) async fn run_deploy(&self, lock: &Lock) {
         let id = lock.id;
         let result = match self.deploy_operation(id).await {
-            Ok(()) => self.settle(id, DeploymentState::Complete, None).await,
+            Ok(()) => {
+                self.0
+                    .runs()
+                    .settle(id, DeploymentState::Complete, None)
+                    .await
+            }
             Err(Stopped::Interrupted) => {
                 tracing::info!(deployment.id = %id, "deploy interrupted by shutdown; it resumes at the next start");
                 Ok(())
@@ -64,10 +78,18 @@ impl Deployments {
     pub(super) async fn run_destroy(&self, lock: &Lock) {
         let id = lock.id;
         let result = match self.destroy_phase(id, None, Scope::All).await {
-            Ok(()) => self.settle(id, DeploymentState::Destroyed, None).await,
+            Ok(()) => {
+                self.0
+                    .runs()
+                    .settle(id, DeploymentState::Destroyed, None)
+                    .await
+            }
             Err(Stopped::Interrupted) => Ok(()),
             Err(Stopped::Failed(error)) => {
-                self.settle(id, DeploymentState::Failed, Some(&error)).await
+                self.0
+                    .runs()
+                    .settle(id, DeploymentState::Failed, Some(&error))
+                    .await
             }
         };
         self.ran(id, result);
@@ -86,16 +108,21 @@ impl Deployments {
         }
         // A call given up on left its entry; it is settled once its provider
         // is back.
-        self.settle_later(id);
+        self.0.recovery().settle_later(id);
     }
 
     async fn fail_or_roll_back(&self, id: Uuid, error: String) -> Result<(), super::DeployError> {
-        let row = rows::find_deployment(&self.inner.db, id)
+        let row = rows::find_deployment(&self.0.inner.db, id)
             .await?
             .ok_or_else(|| super::DeployError::NotFound(format!("deployment {id} is gone")))?;
         match row.on_failure.parse::<OnFailure>()? {
             OnFailure::Rollback => self.roll_back(id, error).await,
-            OnFailure::Keep => self.settle(id, DeploymentState::Failed, Some(&error)).await,
+            OnFailure::Keep => {
+                self.0
+                    .runs()
+                    .settle(id, DeploymentState::Failed, Some(&error))
+                    .await
+            }
         }
     }
 
@@ -103,76 +130,95 @@ impl Deployments {
     /// `FAILED` with the first error. The phase is stored first, so a crash
     /// resumes the rollback.
     async fn roll_back(&self, id: Uuid, error: String) -> Result<(), super::DeployError> {
-        self.change(
-            id,
-            DeploymentState::InProgress,
-            Some(Phase::Rollback),
-            Some(&error),
-            None,
-        )
-        .await?;
-        self.record(
-            id,
-            EventKind::State,
-            None,
-            None,
-            format!("rolling back: {error}"),
-        )
-        .await;
-        let operation = rows::find_deployment(&self.inner.db, id)
+        self.0
+            .runs()
+            .change(
+                id,
+                DeploymentState::InProgress,
+                Some(Phase::Rollback),
+                Some(&error),
+                None,
+            )
+            .await?;
+        self.0
+            .runs()
+            .record(
+                id,
+                EventKind::State,
+                None,
+                None,
+                format!("rolling back: {error}"),
+            )
+            .await;
+        let operation = rows::find_deployment(&self.0.inner.db, id)
             .await?
             .and_then(|row| row.operation_id);
         let Some(operation) = operation else {
-            return self.settle(id, DeploymentState::Failed, Some(&error)).await;
+            return self
+                .0
+                .runs()
+                .settle(id, DeploymentState::Failed, Some(&error))
+                .await;
         };
         match self
             .destroy_phase(id, None, Scope::Operation(operation))
             .await
         {
-            Ok(()) => self.settle(id, DeploymentState::Failed, Some(&error)).await,
+            Ok(()) => {
+                self.0
+                    .runs()
+                    .settle(id, DeploymentState::Failed, Some(&error))
+                    .await
+            }
             Err(Stopped::Interrupted) => Ok(()),
             Err(Stopped::Failed(rollback)) => {
                 let error = format!("{error}; the rollback failed too: {rollback}");
-                self.settle(id, DeploymentState::Failed, Some(&error)).await
+                self.0
+                    .runs()
+                    .settle(id, DeploymentState::Failed, Some(&error))
+                    .await
             }
         }
     }
 
     async fn deploy_operation(&self, id: Uuid) -> Result<(), Stopped> {
         let row = self.deployment_row(id).await.map_err(Stopped::Failed)?;
+        let state = row.state.parse::<DeploymentState>().map_err(corrupt)?;
         let operation = match row.operation_id {
             Some(operation) => operation,
             // Stored before operations were: this run becomes one.
             None => {
                 let operation = Uuid::now_v7();
-                let state = row
-                    .state
-                    .parse::<DeploymentState>()
-                    .map_err(|e| Stopped::Failed(super::DeployError::from(e).to_string()))?;
-                self.change(id, state, Some(Phase::Deploy), None, Some(operation))
+                self.0
+                    .runs()
+                    .change(id, state, Some(Phase::Deploy), None, Some(operation))
                     .await
                     .map_err(|e| Stopped::Failed(e.to_string()))?;
                 operation
             }
         };
         let (bp, variables) = self.effective(id).await?;
-        let nodes = rows::nodes_of(&self.inner.db, id)
+        let nodes = rows::nodes_of(&self.0.inner.db, id)
             .await
             .map_err(|e| Stopped::Failed(e.to_string()))?;
         if nodes.is_empty() {
-            self.plan(id, &bp, &variables)
+            self.0
+                .planner()
+                .plan(id, &bp, &variables)
                 .await
                 .map_err(Stopped::Failed)?;
-        } else if row.state != DeploymentState::InProgress.as_str() {
-            self.change(
-                id,
-                DeploymentState::InProgress,
-                Some(Phase::Deploy),
-                None,
-                None,
-            )
-            .await
-            .map_err(|e| Stopped::Failed(e.to_string()))?;
+        } else if state != DeploymentState::InProgress {
+            self.0
+                .runs()
+                .change(
+                    id,
+                    DeploymentState::InProgress,
+                    Some(Phase::Deploy),
+                    None,
+                    None,
+                )
+                .await
+                .map_err(|e| Stopped::Failed(e.to_string()))?;
         }
         self.mark_dependents(id, &bp, &nodes).await?;
         self.destroy_phase(id, Some(&bp), Scope::Marked).await?;
@@ -188,10 +234,12 @@ impl Deployments {
         nodes: &[NodeRow],
     ) -> Result<(), Stopped> {
         let graph = Graph::new(bp, nodes);
+        let states = node_states(nodes)?;
         let marked: Vec<usize> = nodes
             .iter()
-            .filter(|n| n.state == NodeState::ToDestroy.as_str())
-            .filter_map(|n| graph.index.get(n.key.as_str()).copied())
+            .zip(&states)
+            .filter(|(_, state)| **state == NodeState::ToDestroy)
+            .filter_map(|(n, _)| graph.index.get(n.key.as_str()).copied())
             .collect();
         if marked.is_empty() {
             return Ok(());
@@ -201,10 +249,10 @@ impl Deployments {
             .map(|k| graph.keys[k].clone())
             .collect();
         rows::mark_nodes(
-            &self.inner.db,
+            &self.0.inner.db,
             id,
             &keys,
-            &REPLACED,
+            &REPLACED.map(NodeState::as_str),
             NodeState::ToDestroy.as_str(),
         )
         .await
@@ -220,21 +268,25 @@ impl Deployments {
         variables: &BTreeMap<String, Value>,
         operation: Uuid,
     ) -> Result<(), Stopped> {
-        let nodes = rows::nodes_of(&self.inner.db, id)
+        let nodes = rows::nodes_of(&self.0.inner.db, id)
             .await
             .map_err(|e| Stopped::Failed(e.to_string()))?;
         let graph = Graph::new(bp, &nodes);
+        let states = node_states(&nodes)?;
         let pending = graph.group(
             nodes
                 .iter()
-                .filter(|n| n.state != NodeState::Complete.as_str()),
+                .zip(&states)
+                .filter(|(_, state)| **state != NodeState::Complete)
+                .map(|(n, _)| n),
         );
         // Replica 0 speaks for its resource; a dependent starts only once all
         // of a resource's replicas are complete.
         let mut outputs: BTreeMap<String, Value> = nodes
             .iter()
-            .filter(|n| n.replica == 0 && n.state == NodeState::Complete.as_str())
-            .filter_map(|n| {
+            .zip(&states)
+            .filter(|(n, state)| n.replica == 0 && **state == NodeState::Complete)
+            .filter_map(|(n, _)| {
                 Some((
                     n.key.clone(),
                     serde_json::from_str(n.outputs.as_deref()?).ok()?,
@@ -243,11 +295,11 @@ impl Deployments {
             .collect();
         let units: Vec<usize> = pending.iter().map(Vec::len).collect();
         let mut schedule = Schedule::new(&graph.depends_on, &units, Direction::Deploy);
-        let limit = Arc::new(Semaphore::new(self.inner.settings.concurrency.max(1)));
+        let limit = Arc::new(Semaphore::new(self.0.inner.settings.concurrency.max(1)));
         let mut running: JoinSet<(usize, i32, Result<Value, StepError>)> = JoinSet::new();
         let mut run = RunState::default();
         loop {
-            while !self.inner.stopping.is_cancelled()
+            while !self.0.inner.stopping.is_cancelled()
                 && let Some((key, _)) = schedule.start_next()
             {
                 let resource = bp.resource(&graph.keys[key]);
@@ -268,7 +320,7 @@ impl Deployments {
                     None => Err("the resource is not in the blueprint".to_owned()),
                 };
                 for node in &pending[key] {
-                    let this = self.clone();
+                    let this = self.0.clone();
                     let node = node.clone();
                     let rendered = rendered.clone();
                     let limit = limit.clone();
@@ -278,11 +330,12 @@ impl Deployments {
                         let result = match rendered {
                             Ok(config) => {
                                 let _permit = limit.acquire_owned().await;
-                                this.deploy_node(node, config, dependency_outputs, operation)
+                                this.steps()
+                                    .deploy_node(node, config, dependency_outputs, operation)
                                     .await
                             }
                             Err(error) => {
-                                this.fail_node(&node, &error).await;
+                                this.steps().fail_node(&node, &error).await;
                                 Err(StepError::Invalid(error))
                             }
                         };
@@ -320,7 +373,7 @@ impl Deployments {
                 }
             }
         }
-        run.end(&schedule, &graph, self.inner.stopping.is_cancelled())
+        run.end(&schedule, &graph, self.0.inner.stopping.is_cancelled())
     }
 
     /// Destroys the nodes of `scope`, dependents first. A node that fails to
@@ -342,42 +395,43 @@ impl Deployments {
                 &stored
             }
         };
-        let nodes = rows::nodes_of(&self.inner.db, id)
+        let nodes = rows::nodes_of(&self.0.inner.db, id)
             .await
             .map_err(|e| Stopped::Failed(e.to_string()))?;
         let graph = Graph::new(bp, &nodes);
-        let chosen = graph.group(nodes.iter().filter(|n| {
-            let state = n.state.as_str();
-            match scope {
-                Scope::All => state != NodeState::Destroyed.as_str(),
-                Scope::Marked => {
-                    state == NodeState::ToDestroy.as_str()
-                        || state == NodeState::Destroying.as_str()
-                }
-                Scope::Operation(op) => {
-                    n.run_id == Some(op) && state != NodeState::Destroyed.as_str()
-                }
-            }
-        }));
+        let states = node_states(&nodes)?;
+        let chosen = graph.group(
+            nodes
+                .iter()
+                .zip(&states)
+                .filter(|(n, state)| match scope {
+                    Scope::All => **state != NodeState::Destroyed,
+                    Scope::Marked => {
+                        matches!(state, NodeState::ToDestroy | NodeState::Destroying)
+                    }
+                    Scope::Operation(op) => n.run_id == Some(op) && **state != NodeState::Destroyed,
+                })
+                .map(|(n, _)| n),
+        );
         let units: Vec<usize> = chosen.iter().map(Vec::len).collect();
         if units.iter().all(|u| *u == 0) {
             return Ok(());
         }
         let mut schedule = Schedule::new(&graph.depends_on, &units, Direction::Destroy);
-        let limit = Arc::new(Semaphore::new(self.inner.settings.concurrency.max(1)));
+        let limit = Arc::new(Semaphore::new(self.0.inner.settings.concurrency.max(1)));
         let mut running: JoinSet<(usize, Result<(), StepError>)> = JoinSet::new();
         let mut run = RunState::default();
         loop {
-            while !self.inner.stopping.is_cancelled()
+            while !self.0.inner.stopping.is_cancelled()
                 && let Some((key, _)) = schedule.start_next()
             {
                 for node in &chosen[key] {
-                    let this = self.clone();
+                    let this = self.0.clone();
                     let node = node.clone();
                     let limit = limit.clone();
                     running.spawn(async move {
                         let _permit = limit.acquire_owned().await;
-                        (key, this.destroy_node(node).await)
+                        (key, this.steps().destroy_node(node).await)
                     });
                 }
             }
@@ -399,7 +453,7 @@ impl Deployments {
                 Err(e) => run.failed(format!("a destroy task failed: {e}")),
             }
         }
-        run.end(&schedule, &graph, self.inner.stopping.is_cancelled())
+        run.end(&schedule, &graph, self.0.inner.stopping.is_cancelled())
     }
 
     async fn taint(&self, nodes: &[NodeRow], key: &str, because: &str) {
@@ -409,24 +463,26 @@ impl Deployments {
                 error: Some(Some(format!("`{because}` failed"))),
                 ..NodeChange::default()
             };
-            if let Err(e) = rows::change_node(&self.inner.db, node.id, change).await {
+            if let Err(e) = rows::change_node(&self.0.inner.db, node.id, change).await {
                 tracing::error!(deployment.id = %node.deployment_id, error = %e, "cannot taint a node");
             }
         }
         if let Some(node) = nodes.first() {
-            self.record(
-                node.deployment_id,
-                EventKind::Node,
-                Some(key),
-                Some(NodeState::Tainted.as_str()),
-                format!("not deployed: `{because}`, which it depends on, failed"),
-            )
-            .await;
+            self.0
+                .runs()
+                .record(
+                    node.deployment_id,
+                    EventKind::Node,
+                    Some(key),
+                    Some(NodeState::Tainted.as_str()),
+                    format!("not deployed: `{because}`, which it depends on, failed"),
+                )
+                .await;
         }
     }
 
     async fn deployment_row(&self, id: Uuid) -> Result<rows::DeploymentRow, String> {
-        rows::find_deployment(&self.inner.db, id)
+        rows::find_deployment(&self.0.inner.db, id)
             .await
             .map_err(|e| e.to_string())?
             .ok_or_else(|| format!("deployment {id} is gone"))
@@ -451,6 +507,7 @@ impl Deployments {
                 Some(id) => *id,
                 None => {
                     let id = self
+                        .0
                         .inner
                         .providers
                         .for_resource_type(asked.0, asked.1)
@@ -473,20 +530,22 @@ impl Deployments {
         }
         let mut extra = Vec::new();
         for (provider, calls) in by_provider {
-            if let Err(error) = self.await_provider(provider).await {
-                return Err(if self.inner.stopping.is_cancelled() {
+            if let Err(error) = self.0.steps().await_provider(provider).await {
+                return Err(if self.0.inner.stopping.is_cancelled() {
                     Stopped::Interrupted
                 } else {
                     Stopped::Failed(error)
                 });
             }
             let described = self
+                .0
                 .inner
                 .providers
                 .describe(provider, &calls)
                 .await
                 .map_err(|e| Stopped::Failed(e.to_string()))?;
             let has = self
+                .0
                 .inner
                 .providers
                 .get(provider)
@@ -514,6 +573,19 @@ impl Deployments {
         };
         Ok((bp, variables))
     }
+}
+
+/// Each node's state, typed: unknown text is a corrupt row.
+fn node_states(nodes: &[NodeRow]) -> Result<Vec<NodeState>, Stopped> {
+    nodes
+        .iter()
+        .map(|n| n.state.parse::<NodeState>().map_err(corrupt))
+        .collect()
+}
+
+/// A stored text no enum knows: the run fails with `DeployError::Corrupt`.
+fn corrupt(e: crate::text::UnknownText) -> Stopped {
+    Stopped::Failed(super::DeployError::from(e).to_string())
 }
 
 /// How a phase is going: its first failure, and whether a step stopped for

@@ -1,5 +1,9 @@
 //! Installed elements' blueprints, run as deployments owned by the platform
 //! (one per installed element), for the repository area.
+//!
+//! Owns only the `Installations` port: it stores the installation's
+//! deployment row, starts its run through `runs` and waits for its end; never
+//! plans, runs or settles anything itself.
 
 use futures_util::StreamExt;
 use uuid::Uuid;
@@ -53,13 +57,20 @@ impl Installations for Deployments {
         )
         .await
         .map_err(|e| e.to_string())?;
-        let lock = self.lock(row.id, "deploy").map_err(|e| e.to_string())?;
+        let lock = self
+            .runs()
+            .lock(row.id, "deploy")
+            .map_err(|e| e.to_string())?;
         let waiting = self.waiter(row.id);
-        self.spawn_deploy(lock);
+        self.runs().spawn_deploy(lock);
         match waiting.await {
             Ok(DeploymentState::Complete) => Ok(Some(row.id)),
             Ok(_) => {
-                let failed = self.get(row.id).await.map_err(|e| e.to_string())?;
+                let failed = self
+                    .queries()
+                    .get(row.id)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 Err(failed
                     .error
                     .unwrap_or_else(|| "the installation failed".to_owned()))
@@ -81,17 +92,26 @@ impl Installations for Deployments {
         .await
         .map_err(|e| e.to_string())?;
         for row in found {
-            if row.state == DeploymentState::Destroyed.as_str() {
+            let state = row
+                .state
+                .parse::<DeploymentState>()
+                .map_err(|e| DeployError::from(e).to_string())?;
+            if state == DeploymentState::Destroyed {
                 continue;
             }
             let waiting = self.waiter(row.id);
-            Deployments::destroy(self, row.id)
+            self.runs()
+                .destroy(row.id)
                 .await
                 .map_err(|e| e.to_string())?;
             match waiting.await {
                 Ok(DeploymentState::Destroyed) => {}
                 Ok(_) => {
-                    let failed = self.get(row.id).await.map_err(|e| e.to_string())?;
+                    let failed = self
+                        .queries()
+                        .get(row.id)
+                        .await
+                        .map_err(|e| e.to_string())?;
                     return Err(failed
                         .error
                         .unwrap_or_else(|| "the installation could not be destroyed".into()));
@@ -133,13 +153,13 @@ impl Deployments {
                     }
                     // Fell behind: the stored state tells whether it ended.
                     Delivery::Lagged(_) => {
-                        let state = this.get(id).await?.state;
+                        let state = this.queries().get(id).await?.state;
                         if matches!(
                             state,
                             DeploymentState::Complete
                                 | DeploymentState::Failed
                                 | DeploymentState::Destroyed
-                        ) && !this.is_busy(id)
+                        ) && !this.runs().is_busy(id)
                         {
                             return Ok(state);
                         }
@@ -150,13 +170,5 @@ impl Deployments {
                 "the server is stopping; the installation resumes at the next start".into(),
             ))
         }
-    }
-
-    fn is_busy(&self, id: Uuid) -> bool {
-        self.inner
-            .busy
-            .lock()
-            .expect("the lock set is never poisoned")
-            .contains(&id)
     }
 }

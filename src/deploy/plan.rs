@@ -2,6 +2,9 @@
 //! on which provider node each replica goes. Counts of what is deployed and in
 //! flight are read and the new nodes written under one lock, so two deploys
 //! never both take the last room on a node.
+//!
+//! Never calls a provider's resources (only asks for its nodes) nor starts a
+//! run.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -21,7 +24,11 @@ pub(super) struct Placed {
     pub nodes: Vec<Option<String>>,
 }
 
-impl Deployments {
+/// The planning part of [`Deployments`].
+#[derive(Clone, Copy)]
+pub struct Planner<'a>(pub(super) &'a Deployments);
+
+impl Planner<'_> {
     /// Writes the deployment's nodes and moves it to `IN_PROGRESS`.
     pub(super) async fn plan(
         &self,
@@ -29,8 +36,8 @@ impl Deployments {
         bp: &Blueprint,
         variables: &BTreeMap<String, Value>,
     ) -> Result<(), String> {
-        let _placing = self.inner.placing.lock().await;
-        let mut placer = Placer::new(self);
+        let _placing = self.0.inner.placing.lock().await;
+        let mut placer = Placer::new(self.0);
         let mut nodes = Vec::new();
         for resource in &bp.resources {
             let placed = placer
@@ -49,7 +56,7 @@ impl Deployments {
         }
         let count = nodes.len();
         rows::insert_nodes(
-            &self.inner.db,
+            &self.0.inner.db,
             id,
             nodes,
             NodeState::ToDeploy.as_str(),
@@ -57,14 +64,16 @@ impl Deployments {
         )
         .await
         .map_err(|e| format!("cannot store the plan: {e}"))?;
-        self.record(
-            id,
-            super::EventKind::State,
-            None,
-            Some(DeploymentState::InProgress.as_str()),
-            format!("planned {count} resource node(s)"),
-        )
-        .await;
+        self.0
+            .runs()
+            .record(
+                id,
+                super::EventKind::State,
+                None,
+                Some(DeploymentState::InProgress.as_str()),
+                format!("planned {count} resource node(s)"),
+            )
+            .await;
         Ok(())
     }
 
@@ -77,7 +86,7 @@ impl Deployments {
         strategy: Option<strategy::Strategy>,
         variables: serde_json::Map<String, Value>,
     ) -> Result<Vec<(String, i64)>, DeployError> {
-        let stored = self.blueprint(blueprint_id).await?;
+        let stored = self.0.blueprints().get(blueprint_id).await?;
         let resource = stored.parsed.resource(key).ok_or_else(|| {
             DeployError::Invalid(format!(
                 "resourceKey: `{key}` is not a resource of the blueprint"
@@ -85,8 +94,8 @@ impl Deployments {
         })?;
         let variables = blueprint::bind(&stored.parsed, &variables)
             .map_err(|p| DeployError::Invalid(p.to_string()))?;
-        let _placing = self.inner.placing.lock().await;
-        let mut placer = Placer::new(self);
+        let _placing = self.0.inner.placing.lock().await;
+        let mut placer = Placer::new(self.0);
         let Some(strategy) = strategy else {
             let provider_id = placer.provider_for(resource).await?;
             let inputs = placer.inputs(provider_id, resource).await?;
@@ -194,15 +203,19 @@ impl<'a> Placer<'a> {
     ) -> Result<Vec<NodeInput>, DeployError> {
         if !self.nodes.contains_key(&provider_id) {
             self.deployments
+                .steps()
                 .await_provider(provider_id)
                 .await
                 .map_err(|e| {
                     DeployError::Provider(crate::provider::ProviderError::Unavailable(e))
                 })?;
             let nodes = self.deployments.inner.providers.nodes(provider_id).await?;
-            let counts =
-                rows::placement_counts(&self.deployments.inner.db, provider_id, &LIVE_NODE_STATES)
-                    .await?;
+            let counts = rows::placement_counts(
+                &self.deployments.inner.db,
+                provider_id,
+                &LIVE_NODE_STATES.map(NodeState::as_str),
+            )
+            .await?;
             self.nodes.insert(provider_id, nodes);
             self.counts.insert(provider_id, counts);
         }

@@ -7,31 +7,50 @@
 //! resumed as what they were doing: deploying, rolling back or destroying. The
 //! same settling runs, in the background, for a call a run gave up on.
 //!
-//! The reaper destroys deployments whose lease (`expiresAt`) has passed.
+//! The lease: `extend` sets a deployment's `expiresAt`; the reaper destroys
+//! deployments whose lease has passed.
 //!
 //! Single-node: a replica would have to take over only the journal of a dead
 //! replica, under the leader lease.
+//!
+//! Never runs a DAG itself: a resumed deployment is handed to `executor`.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use super::runs::Lock;
 use super::step::{destroyed, node_change_event, resource_call};
-use super::{DeployError, DeploymentState, Deployments, Intent, Lock, NodeState, Phase};
+use super::{DeployError, Deployment, DeploymentState, Deployments, Intent, NodeState, Phase};
 use crate::store::deployments::{self as rows, JournalRow, NodeChange};
 
 /// How long one wait for a provider lasts before the stop signal is checked
 /// again.
 const WAIT_STEP: Duration = Duration::from_secs(5);
 
-impl Deployments {
+/// The recovery part of [`Deployments`].
+#[derive(Clone, Copy)]
+pub struct Recovery<'a>(pub(super) &'a Deployments);
+
+impl Recovery<'_> {
+    /// Sets (or clears) the deployment's lease.
+    pub async fn extend(
+        &self,
+        id: Uuid,
+        expires_at: Option<DateTime<Utc>>,
+    ) -> Result<Deployment, DeployError> {
+        self.0.queries().get(id).await?;
+        rows::set_expiry(&self.0.inner.db, id, expires_at).await?;
+        self.0.queries().get(id).await
+    }
+
     /// Settles the journal and resumes interrupted deployments, in the
     /// background. Returns how many deployments it took up.
     pub async fn recover(&self) -> Result<usize, DeployError> {
         let interrupted = rows::deployments_in(
-            &self.inner.db,
+            &self.0.inner.db,
             &[
                 DeploymentState::Pending.as_str(),
                 DeploymentState::InProgress.as_str(),
@@ -41,18 +60,19 @@ impl Deployments {
         .await?;
         let mut work: BTreeSet<Uuid> = interrupted.iter().map(|d| d.id).collect();
         work.extend(
-            rows::journal(&self.inner.db)
+            rows::journal(&self.0.inner.db)
                 .await?
                 .into_iter()
                 .map(|e| e.deployment_id),
         );
         let count = work.len();
         for id in work {
-            let lock = self.lock(id, "recover")?;
-            let this = self.clone();
-            self.inner
+            let lock = self.0.runs().lock(id, "recover")?;
+            let this = self.0.clone();
+            self.0
+                .inner
                 .tasks
-                .spawn(async move { this.resume(lock).await });
+                .spawn(async move { this.recovery().resume(lock).await });
         }
         if count > 0 {
             tracing::info!(deployments = count, "recovering interrupted deployments");
@@ -66,7 +86,7 @@ impl Deployments {
         if !self.settle_entries(id).await {
             return; // stopping: the rest waits for the next start
         }
-        let row = match rows::find_deployment(&self.inner.db, id).await {
+        let row = match rows::find_deployment(&self.0.inner.db, id).await {
             Ok(Some(row)) => row,
             Ok(None) => return,
             Err(e) => {
@@ -89,29 +109,33 @@ impl Deployments {
                 Ok(DeploymentState::Pending | DeploymentState::InProgress),
                 Ok(Some(Phase::Rollback)),
             ) => {
-                self.record(
-                    id,
-                    super::EventKind::State,
-                    None,
-                    None,
-                    "resuming the rollback after a restart".into(),
-                )
-                .await;
+                self.0
+                    .runs()
+                    .record(
+                        id,
+                        super::EventKind::State,
+                        None,
+                        None,
+                        "resuming the rollback after a restart".into(),
+                    )
+                    .await;
                 let error = row.error.unwrap_or_else(|| "the deploy failed".into());
-                self.run_rollback(&lock, error).await;
+                self.0.executor().run_rollback(&lock, error).await;
             }
             (Ok(DeploymentState::Pending | DeploymentState::InProgress), Ok(_)) => {
-                self.record(
-                    id,
-                    super::EventKind::State,
-                    None,
-                    None,
-                    "resuming after a restart".into(),
-                )
-                .await;
-                self.run_deploy(&lock).await;
+                self.0
+                    .runs()
+                    .record(
+                        id,
+                        super::EventKind::State,
+                        None,
+                        None,
+                        "resuming after a restart".into(),
+                    )
+                    .await;
+                self.0.executor().run_deploy(&lock).await;
             }
-            (Ok(DeploymentState::Destroying), Ok(_)) => self.run_destroy(&lock).await,
+            (Ok(DeploymentState::Destroying), Ok(_)) => self.0.executor().run_destroy(&lock).await,
             (Ok(_), Ok(_)) => {}
             (Err(e), _) | (_, Err(e)) => {
                 tracing::error!(deployment.id = %id, error = %e, "cannot resume");
@@ -122,7 +146,7 @@ impl Deployments {
     /// Settles every journal entry of a deployment, waiting for providers as
     /// long as it takes. Returns `false` when the server is stopping first.
     async fn settle_entries(&self, id: Uuid) -> bool {
-        let entries = match rows::journal_of(&self.inner.db, id).await {
+        let entries = match rows::journal_of(&self.0.inner.db, id).await {
             Ok(entries) => entries,
             Err(e) => {
                 tracing::error!(deployment.id = %id, error = %e, "cannot read the journal");
@@ -131,10 +155,11 @@ impl Deployments {
         };
         for entry in entries {
             loop {
-                if self.inner.stopping.is_cancelled() {
+                if self.0.inner.stopping.is_cancelled() {
                     return false;
                 }
                 if !self
+                    .0
                     .inner
                     .providers
                     .wait_connected(entry.provider_id, WAIT_STEP)
@@ -160,8 +185,8 @@ impl Deployments {
     /// on) once their providers are back, under the deployment's lock. Does
     /// nothing when there are none.
     pub(super) fn settle_later(&self, id: Uuid) {
-        let this = self.clone();
-        self.inner.tasks.spawn(async move {
+        let this = self.0.clone();
+        self.0.inner.tasks.spawn(async move {
             loop {
                 let entries = match rows::journal_of(&this.inner.db, id).await {
                     Ok(entries) if entries.is_empty() => return,
@@ -177,10 +202,10 @@ impl Deployments {
                     connected &= this.inner.providers.wait_connected(provider, WAIT_STEP).await;
                 }
                 // A run holding the lock supersedes or settles what it meets.
-                if connected && let Ok(_lock) = this.lock(id, "settle") {
+                if connected && let Ok(_lock) = this.runs().lock(id, "settle") {
                     let mut settled = true;
                     for entry in &entries {
-                        if let Err(e) = this.settle_entry(entry).await {
+                        if let Err(e) = this.recovery().settle_entry(entry).await {
                             tracing::warn!(deployment.id = %id, error = %e, "cannot settle a journal entry yet; trying again");
                             settled = false;
                         }
@@ -189,7 +214,7 @@ impl Deployments {
                         continue;
                     }
                 }
-                if !this.pause().await {
+                if !this.recovery().pause().await {
                     return;
                 }
             }
@@ -199,14 +224,14 @@ impl Deployments {
     /// Waits a step; `false` when the server stops first.
     async fn pause(&self) -> bool {
         tokio::select! {
-            _ = self.inner.stopping.cancelled() => false,
+            _ = self.0.inner.stopping.cancelled() => false,
             _ = tokio::time::sleep(WAIT_STEP) => true,
         }
     }
 
     /// Inspects the entry's resource and makes its node tell the truth.
     async fn settle_entry(&self, entry: &JournalRow) -> Result<(), String> {
-        let db = &self.inner.db;
+        let db = &self.0.inner.db;
         let Some(node) = rows::find_node(db, entry.node_id)
             .await
             .map_err(|e| e.to_string())?
@@ -215,6 +240,7 @@ impl Deployments {
         };
         let call = resource_call(&node);
         let present = self
+            .0
             .inner
             .providers
             .inspect(entry.provider_id, &call)
@@ -244,7 +270,8 @@ impl Deployments {
             // A deploy given up on (the node already says why): what it may
             // have made must go. The node itself is left as the run left it.
             (Intent::Deploy, _, Some(outputs)) => {
-                self.inner
+                self.0
+                    .inner
                     .providers
                     .destroy(entry.provider_id, call, &outputs, |_| {})
                     .await
@@ -254,7 +281,8 @@ impl Deployments {
             (Intent::Deploy, _, None) => None,
             // A destroy that was cut short: finish it.
             (Intent::Destroy, _, Some(outputs)) => {
-                self.inner
+                self.0
+                    .inner
                     .providers
                     .destroy(entry.provider_id, call, &outputs, |_| {})
                     .await
@@ -275,21 +303,23 @@ impl Deployments {
             .map_err(|e| DeployError::from(e).to_string())?;
         let event = (new_state != state)
             .then(|| node_change_event(&node, new_state, "settled after a lost call"));
-        self.finish_call(&node, entry.id, change, event)
+        self.0
+            .steps()
+            .finish_call(&node, entry.id, change, event)
             .await
             .map_err(|e| e.to_string())
     }
 
     /// Destroys deployments whose lease has passed, until the server stops.
-    pub async fn run_reaper(self) {
-        let mut every = tokio::time::interval(self.inner.settings.reaper_interval);
+    pub async fn run_reaper(&self) {
+        let mut every = tokio::time::interval(self.0.inner.settings.reaper_interval);
         loop {
             tokio::select! {
-                _ = self.inner.stopping.cancelled() => return,
+                _ = self.0.inner.stopping.cancelled() => return,
                 _ = every.tick() => {}
             }
             let expired = match rows::expired(
-                &self.inner.db,
+                &self.0.inner.db,
                 Utc::now(),
                 &[
                     DeploymentState::Complete.as_str(),
@@ -305,7 +335,7 @@ impl Deployments {
                 }
             };
             for deployment in expired {
-                match self.destroy(deployment.id).await {
+                match self.0.runs().destroy(deployment.id).await {
                     Ok(_) => {
                         tracing::info!(deployment.id = %deployment.id, "lease expired; destroying")
                     }

@@ -1,6 +1,6 @@
 //! One step: one provider call for one resource node, journaled.
 //!
-//! [`Deployments::journaled_call`] owns both transactions around the call:
+//! [`Steps::journaled_call`] owns both transactions around the call:
 //! before it, the node's new state, the journal entry and the event; after
 //! it, the result, the entry's end and the event. A call whose outcome is lost
 //! (the provider went away or hung past the deadline) is made again once the
@@ -9,6 +9,9 @@
 //! call did. Retries are bounded and announced in the deployment's events. A
 //! call given up on keeps its journal entry, and `recovery` settles it when
 //! the provider returns.
+//!
+//! Never decides what runs next (that is `executor`'s schedule) nor touches
+//! a deployment's own state.
 
 use std::fmt;
 
@@ -81,7 +84,11 @@ impl Call {
     }
 }
 
-impl Deployments {
+/// The steps part of [`Deployments`].
+#[derive(Clone, Copy)]
+pub(super) struct Steps<'a>(pub(super) &'a Deployments);
+
+impl Steps<'_> {
     /// Deploys one node; returns its outputs.
     pub(super) async fn deploy_node(
         &self,
@@ -119,7 +126,7 @@ impl Deployments {
                 .journaled_call(&node, provider, Call::Destroy)
                 .await
                 .map(drop),
-            None => rows::change_node(&self.inner.db, node.id, destroyed())
+            None => rows::change_node(&self.0.inner.db, node.id, destroyed())
                 .await
                 .map_err(|e| StepError::Store(format!("cannot store the node: {e}"))),
         }
@@ -141,11 +148,11 @@ impl Deployments {
         let mut entry: Option<Uuid> = None;
         let mut attempt = 1;
         loop {
-            if self.inner.stopping.is_cancelled() {
+            if self.0.inner.stopping.is_cancelled() {
                 return Err(StepError::Stopping);
             }
             let error = match self.provider_ready(provider).await {
-                Err(_) if self.inner.stopping.is_cancelled() => return Err(StepError::Stopping),
+                Err(_) if self.0.inner.stopping.is_cancelled() => return Err(StepError::Stopping),
                 Err(not_ready) if !not_ready.coming => {
                     return Err(self.give_up(node, entry, not_ready.message).await);
                 }
@@ -176,18 +183,20 @@ impl Deployments {
             if attempt >= attempts {
                 return Err(self.give_up(node, entry, error).await);
             }
-            if self.inner.stopping.is_cancelled() {
+            if self.0.inner.stopping.is_cancelled() {
                 return Err(StepError::Stopping);
             }
             attempt += 1;
-            self.record(
-                node.deployment_id,
-                EventKind::Log,
-                Some(&node_label(node)),
-                None,
-                format!("{error}; trying again (attempt {attempt} of {attempts})"),
-            )
-            .await;
+            self.0
+                .runs()
+                .record(
+                    node.deployment_id,
+                    EventKind::Log,
+                    Some(&node_label(node)),
+                    None,
+                    format!("{error}; trying again (attempt {attempt} of {attempts})"),
+                )
+                .await;
         }
     }
 
@@ -196,7 +205,7 @@ impl Deployments {
     async fn give_up(&self, node: &NodeRow, entry: Option<Uuid>, error: String) -> StepError {
         self.fail_node(node, &error).await;
         if entry.is_some() {
-            self.settle_later(node.deployment_id);
+            self.0.recovery().settle_later(node.deployment_id);
         }
         StepError::Unavailable(error)
     }
@@ -226,9 +235,9 @@ impl Deployments {
                 "destroying",
             ),
         };
-        let _order = self.event_order(node.deployment_id).await;
+        let _order = self.0.runs().event_order(node.deployment_id).await;
         let (entry, event) = rows::begin_call(
-            &self.inner.db,
+            &self.0.inner.db,
             node,
             provider,
             call.intent().as_str(),
@@ -237,7 +246,7 @@ impl Deployments {
         )
         .await
         .map_err(|e| StepError::Store(format!("cannot journal the call: {e}")))?;
-        self.publish(event);
+        self.0.runs().publish(event);
         Ok(entry)
     }
 
@@ -292,9 +301,9 @@ impl Deployments {
         change: NodeChange,
         event: Option<rows::NewEvent>,
     ) -> Result<(), crate::store::DbErr> {
-        let _order = self.event_order(node.deployment_id).await;
-        let stored = rows::finish_call(&self.inner.db, node, entry, change, event).await?;
-        stored.into_iter().for_each(|e| self.publish(e));
+        let _order = self.0.runs().event_order(node.deployment_id).await;
+        let stored = rows::finish_call(&self.0.inner.db, node, entry, change, event).await?;
+        stored.into_iter().for_each(|e| self.0.runs().publish(e));
         Ok(())
     }
 
@@ -308,7 +317,7 @@ impl Deployments {
     ) -> Result<Value, ProviderError> {
         let (tx, mut rx) = mpsc::unbounded_channel::<ResourceProgress>();
         let recorder = {
-            let this = self.clone();
+            let this = self.0.clone();
             let node = node.clone();
             tokio::spawn(async move {
                 while let Some(p) = rx.recv().await {
@@ -318,21 +327,22 @@ impl Deployments {
                         }
                         ResourceProgress::Log(line) => (EventKind::Log, line),
                     };
-                    this.record(
-                        node.deployment_id,
-                        kind,
-                        Some(&node_label(&node)),
-                        None,
-                        message,
-                    )
-                    .await;
+                    this.runs()
+                        .record(
+                            node.deployment_id,
+                            kind,
+                            Some(&node_label(&node)),
+                            None,
+                            message,
+                        )
+                        .await;
                 }
             })
         };
         let progress = move |p| {
             let _ = tx.send(p);
         };
-        let providers = &self.inner.providers;
+        let providers = &self.0.inner.providers;
         let result = match call {
             Call::Deploy {
                 config,
@@ -369,32 +379,34 @@ impl Deployments {
             error: Some(Some(error.to_owned())),
             ..NodeChange::default()
         };
-        if let Err(e) = rows::change_node(&self.inner.db, node.id, change).await {
+        if let Err(e) = rows::change_node(&self.0.inner.db, node.id, change).await {
             tracing::error!(deployment.id = %node.deployment_id, error = %e, "cannot store a failure");
         }
-        self.record(
-            node.deployment_id,
-            EventKind::Node,
-            Some(&node_label(node)),
-            Some(NodeState::Failed.as_str()),
-            error.to_owned(),
-        )
-        .await;
+        self.0
+            .runs()
+            .record(
+                node.deployment_id,
+                EventKind::Node,
+                Some(&node_label(node)),
+                Some(NodeState::Failed.as_str()),
+                error.to_owned(),
+            )
+            .await;
     }
 
     /// Waits (bounded) for a provider that is not connected now: one that is
     /// restarting, or still loading after a server restart.
     async fn provider_ready(&self, provider: Uuid) -> Result<(), NotReady> {
-        let wait = self.inner.settings.provider_wait;
+        let wait = self.0.inner.settings.provider_wait;
         let connected = tokio::select! {
-            connected = self.inner.providers.wait_connected(provider, wait) => connected,
+            connected = self.0.inner.providers.wait_connected(provider, wait) => connected,
             // The caller sees the server stopping and ends its step there.
-            _ = self.inner.stopping.cancelled() => false,
+            _ = self.0.inner.stopping.cancelled() => false,
         };
         if connected {
             return Ok(());
         }
-        let (name, status) = match self.inner.providers.get(provider).await {
+        let (name, status) = match self.0.inner.providers.get(provider).await {
             Ok(p) => (format!("`{}`", p.name), Some(p.status)),
             Err(_) => (provider.to_string(), None),
         };
@@ -427,7 +439,7 @@ impl Deployments {
                 Err(not_ready) if !not_ready.coming || attempt >= DEPLOY_ATTEMPTS => {
                     return Err(not_ready.message);
                 }
-                Err(_) if self.inner.stopping.is_cancelled() => {
+                Err(_) if self.0.inner.stopping.is_cancelled() => {
                     return Err("the server is stopping".into());
                 }
                 Err(_) => attempt += 1,

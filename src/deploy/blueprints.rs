@@ -1,0 +1,149 @@
+//! Blueprints: create, update, delete and read stored blueprints, each parsed
+//! and checked before it is stored. Never starts a run nor calls a provider
+//! (it only asks `Providers` which resource types have one, for warnings).
+
+use uuid::Uuid;
+
+use super::{DeployError, DeploymentState, Deployments, StoredBlueprint, blueprint};
+use crate::store::DbErr;
+use crate::store::deployments as rows;
+
+/// The blueprints part of [`Deployments`].
+#[derive(Clone, Copy)]
+pub struct Blueprints<'a>(pub(super) &'a Deployments);
+
+impl Blueprints<'_> {
+    pub async fn create(
+        &self,
+        name: String,
+        description: Option<String>,
+        source: String,
+    ) -> Result<StoredBlueprint, DeployError> {
+        check_name(&name)?;
+        parse_checked(&source)?;
+        let row = rows::insert_blueprint(&self.0.inner.db, name.clone(), description, source)
+            .await
+            .map_err(|e| conflict_or(e, || format!("a blueprint named `{name}` exists")))?;
+        to_blueprint(row)
+    }
+
+    pub async fn update(
+        &self,
+        id: Uuid,
+        name: Option<String>,
+        description: Option<String>,
+        source: Option<String>,
+    ) -> Result<StoredBlueprint, DeployError> {
+        let row = self.row(id).await?;
+        if let Some(name) = &name {
+            check_name(name)?;
+        }
+        if let Some(source) = &source {
+            parse_checked(source)?;
+        }
+        let change = rows::BlueprintChange {
+            name,
+            description,
+            source,
+        };
+        let row = rows::update_blueprint(&self.0.inner.db, row, change)
+            .await
+            .map_err(|e| conflict_or(e, || "another blueprint has that name".to_owned()))?;
+        to_blueprint(row)
+    }
+
+    pub async fn delete(&self, id: Uuid) -> Result<(), DeployError> {
+        let row = self.row(id).await?;
+        let live =
+            rows::count_live_deployments(&self.0.inner.db, id, DeploymentState::Destroyed.as_str())
+                .await?;
+        if live > 0 {
+            return Err(DeployError::Conflict(format!(
+                "blueprint `{}` is used by {live} deployment(s) that are not destroyed",
+                row.name
+            )));
+        }
+        rows::delete_blueprint(&self.0.inner.db, id).await?;
+        Ok(())
+    }
+
+    pub async fn get(&self, id: Uuid) -> Result<StoredBlueprint, DeployError> {
+        to_blueprint(self.row(id).await?)
+    }
+
+    pub async fn list(&self) -> Result<Vec<StoredBlueprint>, DeployError> {
+        rows::list_blueprints(&self.0.inner.db)
+            .await?
+            .into_iter()
+            .map(to_blueprint)
+            .collect()
+    }
+
+    /// Resource types of the blueprint that no provider serves: a warning until
+    /// deploy, an error then.
+    pub async fn warnings(&self, blueprint: &blueprint::Blueprint) -> Vec<String> {
+        let mut warnings = Vec::new();
+        for resource in &blueprint.resources {
+            if let Err(e) = self
+                .0
+                .inner
+                .providers
+                .for_resource_type(&resource.resource_type, resource.provider.as_deref())
+                .await
+            {
+                warnings.push(format!("resources.{}.type: {e}", resource.key));
+            }
+        }
+        warnings
+    }
+
+    async fn row(&self, id: Uuid) -> Result<rows::BlueprintRow, DeployError> {
+        rows::find_blueprint(&self.0.inner.db, id)
+            .await?
+            .ok_or_else(|| DeployError::NotFound(format!("no blueprint with id {id}")))
+    }
+}
+
+/// A blueprint's or a deployment's name: 1 to 128 printable characters.
+pub(super) fn check_name(name: &str) -> Result<(), DeployError> {
+    if name.trim().is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
+        return Err(DeployError::Invalid(format!(
+            "name: `{name}` must be 1 to 128 printable characters"
+        )));
+    }
+    Ok(())
+}
+
+/// Parses and checks a blueprint; every problem is named at once.
+fn parse_checked(source: &str) -> Result<blueprint::Blueprint, DeployError> {
+    let parsed = blueprint::parse(source).map_err(|p| DeployError::Invalid(p.to_string()))?;
+    let problems = blueprint::check(&parsed);
+    if problems.is_empty() {
+        Ok(parsed)
+    } else {
+        Err(DeployError::Invalid(
+            blueprint::Problems(problems).to_string(),
+        ))
+    }
+}
+
+fn to_blueprint(row: rows::BlueprintRow) -> Result<StoredBlueprint, DeployError> {
+    let parsed = blueprint::parse(&row.source).map_err(|p| DeployError::Corrupt(p.to_string()))?;
+    Ok(StoredBlueprint {
+        id: row.id,
+        name: row.name,
+        description: row.description,
+        source: row.source,
+        parsed,
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+    })
+}
+
+fn conflict_or(e: DbErr, message: impl FnOnce() -> String) -> DeployError {
+    if crate::store::is_conflict(&e) {
+        DeployError::Conflict(message())
+    } else {
+        DeployError::Db(e)
+    }
+}

@@ -1,0 +1,132 @@
+//! Reads: deployments, their nodes, their history and the journal's length,
+//! each row turned into its typed form here (unknown text is `Corrupt`).
+//! Never writes.
+
+use uuid::Uuid;
+
+use super::{
+    DeployError, Deployment, DeploymentEvent, DeploymentFilter, Deployments, ResourceNode,
+    blueprint,
+};
+use crate::store::deployments as rows;
+
+/// The reads part of [`Deployments`].
+#[derive(Clone, Copy)]
+pub struct Queries<'a>(pub(super) &'a Deployments);
+
+impl Queries<'_> {
+    pub async fn get(&self, id: Uuid) -> Result<Deployment, DeployError> {
+        to_deployment(self.row(id).await?)
+    }
+
+    pub async fn list(
+        &self,
+        filter: &DeploymentFilter,
+        offset: u64,
+        limit: u64,
+    ) -> Result<(Vec<Deployment>, u64), DeployError> {
+        let (found, total) =
+            rows::list_deployments(&self.0.inner.db, filter, offset, limit).await?;
+        Ok((
+            found
+                .into_iter()
+                .map(to_deployment)
+                .collect::<Result<_, _>>()?,
+            total,
+        ))
+    }
+
+    pub async fn nodes(&self, id: Uuid) -> Result<Vec<ResourceNode>, DeployError> {
+        rows::nodes_of(&self.0.inner.db, id)
+            .await?
+            .into_iter()
+            .map(to_node)
+            .collect()
+    }
+
+    /// The history, oldest first (at most `limit` entries).
+    pub async fn history(&self, id: Uuid, limit: u64) -> Result<Vec<DeploymentEvent>, DeployError> {
+        self.history_after(id, 0, limit).await
+    }
+
+    /// The history after event `after`, oldest first (at most `limit`).
+    pub async fn history_after(
+        &self,
+        id: Uuid,
+        after: i64,
+        limit: u64,
+    ) -> Result<Vec<DeploymentEvent>, DeployError> {
+        rows::events_of(&self.0.inner.db, id, after, limit)
+            .await?
+            .into_iter()
+            .map(to_event)
+            .collect()
+    }
+
+    /// Entries left in the journal: work in flight (or a crash's leftovers).
+    pub async fn journal_len(&self) -> Result<u64, DeployError> {
+        Ok(rows::journal_len(&self.0.inner.db).await?)
+    }
+
+    /// The deployment's stored blueprint, parsed.
+    pub(super) async fn parsed(&self, id: Uuid) -> Result<blueprint::Blueprint, DeployError> {
+        let row = self.row(id).await?;
+        blueprint::parse(&row.source).map_err(|p| DeployError::Corrupt(p.to_string()))
+    }
+
+    async fn row(&self, id: Uuid) -> Result<rows::DeploymentRow, DeployError> {
+        rows::find_deployment(&self.0.inner.db, id)
+            .await?
+            .ok_or_else(|| DeployError::NotFound(format!("no deployment with id {id}")))
+    }
+}
+
+pub(super) fn to_deployment(row: rows::DeploymentRow) -> Result<Deployment, DeployError> {
+    Ok(Deployment {
+        id: row.id,
+        name: row.name,
+        blueprint_id: row.blueprint_id,
+        element_id: row.element_id,
+        variables: serde_json::from_str(&row.variables)
+            .map_err(|e| DeployError::Corrupt(format!("deployment variables: {e}")))?,
+        state: row.state.parse()?,
+        phase: row.phase.as_deref().map(str::parse).transpose()?,
+        on_failure: row.on_failure.parse()?,
+        error: row.error,
+        expires_at: row.expires_at,
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+    })
+}
+
+fn to_node(row: rows::NodeRow) -> Result<ResourceNode, DeployError> {
+    Ok(ResourceNode {
+        id: row.id,
+        key: row.key,
+        replica: row.replica,
+        resource_type: row.resource_type,
+        provider_id: row.provider_id,
+        node: row.node,
+        state: row.state.parse()?,
+        outputs: row
+            .outputs
+            .as_deref()
+            .map(serde_json::from_str)
+            .transpose()
+            .map_err(|e| DeployError::Corrupt(format!("node outputs: {e}")))?,
+        error: row.error,
+        updated_at: row.updated_at,
+    })
+}
+
+pub(super) fn to_event(row: rows::EventRow) -> Result<DeploymentEvent, DeployError> {
+    Ok(DeploymentEvent {
+        id: row.id,
+        deployment_id: row.deployment_id,
+        at: row.at,
+        kind: row.kind.parse()?,
+        node_key: row.node_key,
+        state: row.state,
+        message: row.message,
+    })
+}

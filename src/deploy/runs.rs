@@ -1,0 +1,308 @@
+//! Runs: starting them (deploy, destroy, redeploy) in the background, the
+//! per-deployment run lock, a deployment's state changes, and its events
+//! (stored and published in order). Never runs a DAG itself (that is
+//! `executor`) nor calls a provider.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use super::blueprints::check_name;
+use super::queries::to_event;
+use super::{
+    DeployError, Deployment, DeploymentState, Deployments, EventKind, Inner, NewDeployment,
+    NodeState, Phase, REPLACED, blueprint,
+};
+use crate::store::deployments as rows;
+
+/// Locks that keep each deployment's events in order: an event's row and its
+/// publication happen under its deployment's stripe, so ids grow in the order
+/// events are published and committed.
+pub(super) const EVENT_ORDER_STRIPES: usize = 64;
+
+/// How long a request on a settled deployment waits for the run that settled
+/// it to let go of its lock.
+const SETTLED_LOCK_WAIT: Duration = Duration::from_secs(2);
+
+/// Holds a deployment's lock; dropping it releases the lock.
+pub(super) struct Lock {
+    inner: Arc<Inner>,
+    pub(super) id: Uuid,
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        self.inner
+            .busy
+            .lock()
+            .expect("the lock set is never poisoned")
+            .remove(&self.id);
+        self.inner.released.notify_waiters();
+    }
+}
+
+/// The runs part of [`Deployments`].
+#[derive(Clone, Copy)]
+pub struct Runs<'a>(pub(super) &'a Deployments);
+
+impl<'a> Runs<'a> {
+    /// Creates the deployment and starts deploying it in the background.
+    pub async fn deploy(&self, new: NewDeployment) -> Result<Deployment, DeployError> {
+        check_name(&new.name)?;
+        let blueprint = self.0.blueprints().get(new.blueprint_id).await?;
+        let variables = blueprint::bind(&blueprint.parsed, &new.variables)
+            .map_err(|p| DeployError::Invalid(p.to_string()))?;
+        let row = rows::insert_deployment(
+            &self.0.inner.db,
+            rows::NewDeployment {
+                name: new.name,
+                blueprint_id: Some(blueprint.id),
+                element_id: None,
+                source: blueprint.source,
+                variables: serde_json::to_string(&variables)
+                    .map_err(|e| DeployError::Invalid(format!("variables: {e}")))?,
+                on_failure: new.on_failure.as_str().to_owned(),
+                expires_at: new.expires_at,
+            },
+            DeploymentState::Pending.as_str(),
+            Phase::Deploy.as_str(),
+        )
+        .await?;
+        let lock = self.lock(row.id, "deploy")?;
+        self.spawn_deploy(lock);
+        super::queries::to_deployment(row)
+    }
+
+    pub async fn destroy(&self, id: Uuid) -> Result<Deployment, DeployError> {
+        let deployment = self.0.queries().get(id).await?;
+        if deployment.state == DeploymentState::Destroyed {
+            return Err(DeployError::Conflict(format!(
+                "deployment `{}` is already destroyed",
+                deployment.name
+            )));
+        }
+        let lock = self
+            .lock_for_request(id, deployment.state, "destroy")
+            .await?;
+        self.change(
+            id,
+            DeploymentState::Destroying,
+            Some(Phase::Destroy),
+            None,
+            Some(Uuid::now_v7()),
+        )
+        .await?;
+        let this = self.0.clone();
+        self.0.inner.tasks.spawn(async move {
+            this.executor().run_destroy(&lock).await;
+        });
+        self.0.queries().get(id).await
+    }
+
+    /// Destroys the named resources and everything that depends on them, then
+    /// deploys them again.
+    pub async fn redeploy(&self, id: Uuid, keys: Vec<String>) -> Result<Deployment, DeployError> {
+        let deployment = self.0.queries().get(id).await?;
+        if matches!(
+            deployment.state,
+            DeploymentState::Destroyed | DeploymentState::Destroying
+        ) {
+            return Err(DeployError::Conflict(format!(
+                "deployment `{}` is {}; deploy the blueprint again instead",
+                deployment.name,
+                deployment.state.as_str()
+            )));
+        }
+        let parsed = self.0.queries().parsed(id).await?;
+        if keys.is_empty() {
+            return Err(DeployError::Invalid(
+                "resourceKeys: name at least one".into(),
+            ));
+        }
+        for key in &keys {
+            if parsed.resource(key).is_none() {
+                return Err(DeployError::Invalid(format!(
+                    "resourceKeys: `{key}` is not a resource of this deployment"
+                )));
+            }
+        }
+        let lock = self
+            .lock_for_request(id, deployment.state, "redeploy")
+            .await?;
+        // The keys' nodes are marked in the same transaction as the new
+        // operation: a crash from here on resumes the redeploy.
+        rows::begin_redeploy(
+            &self.0.inner.db,
+            id,
+            rows::DeploymentChange {
+                state: DeploymentState::InProgress.as_str(),
+                phase: Some(Phase::Deploy.as_str()),
+                error: None,
+                operation_id: Some(Uuid::now_v7()),
+            },
+            &keys,
+            &REPLACED.map(NodeState::as_str),
+            NodeState::ToDestroy.as_str(),
+        )
+        .await?;
+        self.record(
+            id,
+            EventKind::State,
+            None,
+            Some(DeploymentState::InProgress.as_str()),
+            format!("redeploying {}", keys.join(", ")),
+        )
+        .await;
+        self.spawn_deploy(lock);
+        self.0.queries().get(id).await
+    }
+
+    /// Takes the deployment's run lock, or refuses: something is working on it.
+    pub(super) fn lock(&self, id: Uuid, doing: &str) -> Result<Lock, DeployError> {
+        let mut busy = self
+            .0
+            .inner
+            .busy
+            .lock()
+            .expect("the lock set is never poisoned");
+        if !busy.insert(id) {
+            return Err(DeployError::Conflict(format!(
+                "deployment {id} is busy; it cannot start to {doing} now"
+            )));
+        }
+        Ok(Lock {
+            inner: self.0.inner.clone(),
+            id,
+        })
+    }
+
+    /// The lock, for a request on a deployment in `state`. A run stores its
+    /// last state a moment before it lets go of the lock: a deployment that
+    /// looks settled is waited for (briefly) rather than refused as busy.
+    async fn lock_for_request(
+        &self,
+        id: Uuid,
+        state: DeploymentState,
+        doing: &str,
+    ) -> Result<Lock, DeployError> {
+        let settled = matches!(
+            state,
+            DeploymentState::Complete | DeploymentState::Failed | DeploymentState::Destroyed
+        );
+        let deadline = tokio::time::Instant::now() + SETTLED_LOCK_WAIT;
+        loop {
+            let released = self.0.inner.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            match self.lock(id, doing) {
+                Ok(lock) => return Ok(lock),
+                Err(busy) if !settled || tokio::time::Instant::now() >= deadline => {
+                    return Err(busy);
+                }
+                Err(_) => {
+                    let _ = tokio::time::timeout_at(deadline, released).await;
+                }
+            }
+        }
+    }
+
+    /// Whether something holds the deployment's lock now.
+    pub(super) fn is_busy(&self, id: Uuid) -> bool {
+        self.0
+            .inner
+            .busy
+            .lock()
+            .expect("the lock set is never poisoned")
+            .contains(&id)
+    }
+
+    /// Runs the deploy the lock was taken for, in the background.
+    pub(super) fn spawn_deploy(&self, lock: Lock) {
+        let this = self.0.clone();
+        self.0.inner.tasks.spawn(async move {
+            this.executor().run_deploy(&lock).await;
+        });
+    }
+
+    /// Records the deployment's state, phase and error (and a new operation),
+    /// with an event.
+    pub(super) async fn change(
+        &self,
+        id: Uuid,
+        state: DeploymentState,
+        phase: Option<Phase>,
+        error: Option<&str>,
+        operation_id: Option<Uuid>,
+    ) -> Result<(), DeployError> {
+        rows::change_deployment(
+            &self.0.inner.db,
+            id,
+            rows::DeploymentChange {
+                state: state.as_str(),
+                phase: phase.map(Phase::as_str),
+                error,
+                operation_id,
+            },
+        )
+        .await?;
+        let message = match error {
+            Some(e) => format!("deployment {}: {e}", state.as_str()),
+            None => format!("deployment {}", state.as_str()),
+        };
+        self.record(id, EventKind::State, None, Some(state.as_str()), message)
+            .await;
+        Ok(())
+    }
+
+    /// Ends an operation: the deployment settles in `state`.
+    pub(super) async fn settle(
+        &self,
+        id: Uuid,
+        state: DeploymentState,
+        error: Option<&str>,
+    ) -> Result<(), DeployError> {
+        self.change(id, state, None, error, None).await
+    }
+
+    /// Holds the stripe that orders `id`'s events while one is stored and
+    /// published.
+    pub(super) async fn event_order(&self, id: Uuid) -> tokio::sync::MutexGuard<'a, ()> {
+        let stripe = (id.as_u128() % EVENT_ORDER_STRIPES as u128) as usize;
+        self.0.inner.event_order[stripe].lock().await
+    }
+
+    /// Stores an event in the history and publishes it. A failure to store is
+    /// logged: the work it describes has already happened.
+    pub(super) async fn record(
+        &self,
+        id: Uuid,
+        kind: EventKind,
+        node_key: Option<&str>,
+        state: Option<&str>,
+        message: String,
+    ) {
+        let event = rows::NewEvent {
+            kind: kind.as_str().to_owned(),
+            node_key: node_key.map(str::to_owned),
+            state: state.map(str::to_owned),
+            message,
+        };
+        let _order = self.event_order(id).await;
+        match rows::insert_event(&self.0.inner.db, id, event).await {
+            Ok(row) => self.publish(row),
+            Err(e) => {
+                tracing::error!(deployment.id = %id, error = %e, "cannot store a deployment event")
+            }
+        }
+    }
+
+    /// Publishes an event already stored.
+    pub(super) fn publish(&self, row: rows::EventRow) {
+        let id = row.deployment_id;
+        match to_event(row) {
+            Ok(event) => self.0.inner.bus.publish(event),
+            Err(e) => tracing::error!(deployment.id = %id, error = %e, "bad event row"),
+        }
+    }
+}
