@@ -4,6 +4,7 @@
 //! Parsing is strict about shape (unknown keys are errors, since they are usually
 //! typos) and lenient about meaning where providers may be newer than this server:
 //! unknown features are kept, not refused. Every error names the file and the field.
+//! It never fetches, builds or runs anything: it reads one file.
 
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
