@@ -200,9 +200,32 @@ fn parse_id(raw: &str) -> Result<Uuid, Status> {
 }
 
 impl RegistryService {
-    /// Register: the token, the protocol version, the endpoint; then the link is
-    /// dialled, checked and configured before the provider counts as connected.
+    /// Register, in order: the provider and its token, the protocol version,
+    /// the endpoint; then the link is dialled, checked and configured, and only
+    /// then does the provider count as connected.
     async fn register(&self, request: RegisterRequest) -> Result<String, Status> {
+        let (row, slot) = self.admit(&request).await?;
+        if !corbel_proto::SUPPORTED_VERSIONS.contains(&request.protocol_version) {
+            return Err(Status::failed_precondition(format!(
+                "protocol version {} was not agreed: this server speaks {:?}; call Handshake first",
+                request.protocol_version,
+                corbel_proto::SUPPORTED_VERSIONS
+            )));
+        }
+        if slot.status() == ProviderStatus::Unloading {
+            return Err(Status::unavailable("the provider is being unloaded"));
+        }
+        let endpoint = self.check_endpoint(&request.endpoint)?;
+        let link = self.dial(&row, &slot, &endpoint).await?;
+        Ok(self.connect(slot, link, request, &endpoint).await)
+    }
+
+    /// The provider's row and slot, if the token is the stored one or the one
+    /// given to the process Corbel started last.
+    async fn admit(
+        &self,
+        request: &RegisterRequest,
+    ) -> Result<(rows::ProviderRow, Arc<Slot>), Status> {
         let id = parse_id(&request.id)?;
         let row = rows::find(&self.db, id)
             .await
@@ -227,38 +250,50 @@ impl RegistryService {
                 row.name
             )));
         }
-        if !corbel_proto::SUPPORTED_VERSIONS.contains(&request.protocol_version) {
-            return Err(Status::failed_precondition(format!(
-                "protocol version {} was not agreed: this server speaks {:?}; call Handshake first",
-                request.protocol_version,
-                corbel_proto::SUPPORTED_VERSIONS
-            )));
-        }
-        if slot.status() == ProviderStatus::Unloading {
-            return Err(Status::unavailable("the provider is being unloaded"));
-        }
-        let endpoint = self.check_endpoint(&request.endpoint)?;
+        Ok((row, slot))
+    }
 
+    /// Dials the provider's endpoint, checks its health and hands it its
+    /// configuration; any failure refuses the registration.
+    async fn dial(
+        &self,
+        row: &rows::ProviderRow,
+        slot: &Slot,
+        endpoint: &str,
+    ) -> Result<Link, Status> {
+        let id = row.id;
         let refuse = |slot: &Slot, message: String| {
             tracing::warn!(provider.id = %id, "registration failed: {message}");
             self.slots
                 .note(slot, &format!("registration failed: {message}"));
             Status::failed_precondition(message)
         };
-        let link = Link::dial(&endpoint, self.settings.call_timeout)
+        let link = Link::dial(endpoint, self.settings.call_timeout)
             .await
-            .map_err(|e| refuse(&slot, e.to_string()))?;
+            .map_err(|e| refuse(slot, e.to_string()))?;
         link.check_health(None)
             .await
-            .map_err(|e| refuse(&slot, e.to_string()))?;
+            .map_err(|e| refuse(slot, e.to_string()))?;
         let config = catalog::merge(
-            &catalog::parse_object(&row.config).map_err(|e| refuse(&slot, e.to_string()))?,
-            &catalog::parse_object(&row.secret_config).map_err(|e| refuse(&slot, e.to_string()))?,
+            &catalog::parse_object(&row.config).map_err(|e| refuse(slot, e.to_string()))?,
+            &catalog::parse_object(&row.secret_config).map_err(|e| refuse(slot, e.to_string()))?,
         );
         link.configure(config.to_string())
             .await
-            .map_err(|e| refuse(&slot, e.to_string()))?;
+            .map_err(|e| refuse(slot, e.to_string()))?;
+        Ok(link)
+    }
 
+    /// Installs the checked link in the slot under a new session, records the
+    /// registration, and has the supervisor watch the link's health.
+    async fn connect(
+        &self,
+        slot: Arc<Slot>,
+        link: Link,
+        request: RegisterRequest,
+        endpoint: &str,
+    ) -> String {
+        let id = slot.id;
         let (features, ignored): (Vec<String>, Vec<String>) = request
             .features
             .into_iter()
@@ -304,7 +339,7 @@ impl RegistryService {
             .await;
         self.supervisor
             .watch_health(slot.clone(), link, session.clone(), monitor);
-        Ok(session)
+        session
     }
 
     async fn unregister(&self, id: Uuid, session: &str) {
