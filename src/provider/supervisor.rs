@@ -534,23 +534,6 @@ fn backoff(initial: Duration, max: Duration, n: u32) -> Duration {
         .min(max)
 }
 
-impl From<&metadata::Metadata> for ProviderMetadata {
-    fn from(m: &metadata::Metadata) -> Self {
-        ProviderMetadata {
-            name: m.name.clone(),
-            description: m.description.clone(),
-            version: m.version.clone(),
-            author: m.author.clone(),
-            runtime: match m.runtime {
-                metadata::Runtime::Shell { .. } => "shell".into(),
-                metadata::Runtime::Docker { .. } => "docker".into(),
-            },
-            features: m.features.clone(),
-            resource_types: m.resource_types.clone(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
