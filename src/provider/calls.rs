@@ -1,15 +1,23 @@
-//! Calls about resources, for the deployment engine: deploy, destroy, inspect,
-//! describe, and finding the provider that serves a resource type. Protocol
+//! Calls on a connected provider, for the deployment engine and the API:
+//! deploy, destroy, inspect, describe, list nodes; finding the provider that
+//! serves a resource type, and waiting for a provider to connect. Protocol
 //! types are converted here; the engine sees only these domain types.
+//!
+//! Never starts, stops or registers a provider and never changes its state: a
+//! provider that is not connected is an `Unavailable` answer, not a reason to
+//! load it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use corbel_proto::v1 as proto;
 use corbel_proto::v1::resource_event::Event as E;
 use uuid::Uuid;
 
+use super::catalog::Catalog;
 use super::link::{Link, LinkError};
-use super::{ProviderError, ProviderStatus, Providers};
+use super::state::Slots;
+use super::{Provider, ProviderError, ProviderNode, ProviderStatus};
 
 /// One resource, as a provider is asked to handle it.
 #[derive(Clone, Debug)]
@@ -64,7 +72,52 @@ pub enum ResourceProgress {
     Log(String),
 }
 
-impl Providers {
+pub(super) struct Calls {
+    slots: Arc<Slots>,
+    catalog: Catalog,
+}
+
+impl Calls {
+    pub fn new(slots: Arc<Slots>, catalog: Catalog) -> Self {
+        Self { slots, catalog }
+    }
+
+    /// The provider's nodes, asked of it now.
+    pub async fn nodes(&self, id: Uuid) -> Result<Vec<ProviderNode>, ProviderError> {
+        let link = self.connected(id).await?;
+        let nodes = link
+            .list_nodes()
+            .await
+            .map_err(|e| ProviderError::Unavailable(e.to_string()))?;
+        Ok(nodes
+            .into_iter()
+            .map(|n| {
+                let mut capacity: Vec<_> = n.capacity.into_iter().collect();
+                capacity.sort();
+                let mut labels: Vec<_> = n.labels.into_iter().collect();
+                labels.sort();
+                ProviderNode {
+                    name: n.name,
+                    capacity,
+                    labels,
+                }
+            })
+            .collect())
+    }
+
+    /// The link of a connected provider, or why there is none.
+    pub async fn connected(&self, id: Uuid) -> Result<Link, ProviderError> {
+        if let Some(link) = self.slots.existing(id).and_then(|slot| slot.link()) {
+            return Ok(link);
+        }
+        let row = self.catalog.row(id).await?;
+        Err(ProviderError::Unavailable(format!(
+            "provider `{}` is not connected ({})",
+            row.name,
+            self.slots.slot(id).status().as_str()
+        )))
+    }
+
     /// Deploys one resource through the provider, reporting its progress to
     /// `progress`, and returns the resource's outputs.
     pub async fn deploy(
@@ -181,8 +234,8 @@ impl Providers {
         resource_type: &str,
         named: Option<&str>,
     ) -> Result<Uuid, ProviderError> {
-        let all = self.list().await?;
-        let serves = |p: &super::Provider| {
+        let all = self.catalog.list().await?;
+        let serves = |p: &Provider| {
             p.resource_types.iter().any(|t| t == resource_type)
                 || p.metadata
                     .as_ref()
@@ -200,7 +253,7 @@ impl Providers {
             }
             return Ok(provider.id);
         }
-        let mut serving: Vec<&super::Provider> = all.iter().filter(|p| serves(p)).collect();
+        let mut serving: Vec<&Provider> = all.iter().filter(|p| serves(p)).collect();
         // Prefer connected providers when several serve the type.
         serving.sort_by_key(|p| (p.status != ProviderStatus::Connected, p.name.clone()));
         match serving.as_slice() {
@@ -227,7 +280,7 @@ impl Providers {
 
     /// Waits until the provider is connected (or `limit` passes).
     pub async fn wait_connected(&self, id: Uuid, limit: Duration) -> bool {
-        let slot = self.slot(id);
+        let slot = self.slots.slot(id);
         let mut watch = slot.watch();
         let wait = async {
             loop {
@@ -240,6 +293,20 @@ impl Providers {
             }
         };
         tokio::time::timeout(limit, wait).await.is_ok() && slot.link().is_some()
+    }
+
+    /// The link of a connected provider that announced the `repository` feature.
+    pub async fn repository_link(&self, id: Uuid) -> Result<Link, String> {
+        let link = self.connected(id).await.map_err(|e| e.to_string())?;
+        let provider = self.catalog.get(id).await.map_err(|e| e.to_string())?;
+        if !provider.features.iter().any(|f| f == "repository") {
+            return Err(format!(
+                "provider `{}` does not have the `repository` feature (it has: {})",
+                provider.name,
+                provider.features.join(", ")
+            ));
+        }
+        Ok(link)
     }
 }
 

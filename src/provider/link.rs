@@ -2,6 +2,9 @@
 //! deadline, both as the gRPC timeout the provider sees and as a local timer, so
 //! a provider that hangs costs its caller the deadline and a clear error, never
 //! a stuck request.
+//!
+//! It never knows about slots, statuses or the database: callers decide what a
+//! failed call means.
 
 use std::future::Future;
 use std::time::Duration;

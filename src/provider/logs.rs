@@ -1,5 +1,6 @@
 //! A provider's captured output: build and run lines, kept in a bounded ring in
 //! memory, mirrored to tracing (with `provider.id`) and to the event bus.
+//! Lines are never stored in the database.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

@@ -4,11 +4,14 @@
 //! Parsing is strict about shape (unknown keys are errors, since they are usually
 //! typos) and lenient about meaning where providers may be newer than this server:
 //! unknown features are kept, not refused. Every error names the file and the field.
+//! It never fetches, builds or runs anything: it reads one file.
 
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
+
+use super::ProviderMetadata;
 
 pub const FILE_NAME: &str = "corbel-provider.yaml";
 /// Larger files are refused unread: the file is a few lines, and it comes from
@@ -310,6 +313,24 @@ pub fn load(dir: &Path) -> Result<Metadata, MetadataError> {
         message: "the file is not valid UTF-8".to_owned(),
     })?;
     parse(&text)
+}
+
+/// What is stored and shown of a provider's metadata.
+impl From<&Metadata> for ProviderMetadata {
+    fn from(m: &Metadata) -> Self {
+        ProviderMetadata {
+            name: m.name.clone(),
+            description: m.description.clone(),
+            version: m.version.clone(),
+            author: m.author.clone(),
+            runtime: match m.runtime {
+                Runtime::Shell { .. } => "shell".into(),
+                Runtime::Docker { .. } => "docker".into(),
+            },
+            features: m.features.clone(),
+            resource_types: m.resource_types.clone(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -6,9 +6,16 @@
 //! all before `Register` answers. The registry also serves `grpc.health.v1` with
 //! the service `corbel.provider.v1.Registry`: providers watch it, and exit when
 //! their server goes away.
+//!
+//! The registration path reads top to bottom here: `Register` → token check →
+//! protocol version → endpoint check → dial, health, configure → the slot is
+//! connected and the supervisor watches the link. The registry never starts or
+//! stops a process and never changes the stored provider beyond recording the
+//! registration.
 
 use std::future::Future;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -24,16 +31,15 @@ use tonic::{Request, Response, Status};
 use tonic_health::ServingStatus;
 use uuid::Uuid;
 
+use super::catalog::{self, token_hash};
 use super::link::Link;
-use super::state::{Connection, Slot};
-use super::{ProviderSettings, ProviderStatus, Providers, rows, same_secret, token_hash};
+use super::state::{Connection, Slot, Slots};
+use super::supervisor::Supervisor;
+use super::{ProviderSettings, ProviderStatus, Providers, rows};
+use crate::store::Db;
 
 /// The name providers watch in `grpc.health.v1`.
 pub const REGISTRY_SERVICE: &str = "corbel.provider.v1.Registry";
-
-/// The shortest deadline of a health check: a busy machine may take this long
-/// to answer one, and a provider must not be restarted for that.
-const MIN_PROBE: Duration = Duration::from_millis(500);
 
 /// Longest path a unix socket address holds on Linux.
 const MAX_SOCKET_PATH: usize = 107;
@@ -76,7 +82,7 @@ pub async fn serve_registry(
         };
         let server = tonic::transport::Server::builder()
             .add_service(health)
-            .add_service(RegistryServer::new(RegistryService { providers }))
+            .add_service(RegistryServer::new(RegistryService::new(&providers)))
             .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown);
         // Providers' health watches are endless streams: once stopping, give them
         // a moment to notice and then end the server regardless.
@@ -127,8 +133,25 @@ pub fn check_socket_paths(settings: &ProviderSettings) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What registration needs: the rows (token, configuration), the slots (the
+/// link), and the supervisor (health monitoring of a new link).
 struct RegistryService {
-    providers: Providers,
+    db: Db,
+    settings: ProviderSettings,
+    slots: Arc<Slots>,
+    supervisor: Arc<Supervisor>,
+}
+
+impl RegistryService {
+    fn new(providers: &Providers) -> Self {
+        let inner = &providers.inner;
+        Self {
+            db: inner.db.clone(),
+            settings: inner.settings.clone(),
+            slots: inner.slots.clone(),
+            supervisor: inner.supervisor.clone(),
+        }
+    }
 }
 
 #[tonic::async_trait]
@@ -156,7 +179,7 @@ impl Registry for RegistryService {
         &self,
         request: Request<RegisterRequest>,
     ) -> Result<Response<RegisterResponse>, Status> {
-        let session = self.providers.register(request.into_inner()).await?;
+        let session = self.register(request.into_inner()).await?;
         Ok(Response::new(RegisterResponse { session }))
     }
 
@@ -166,7 +189,7 @@ impl Registry for RegistryService {
     ) -> Result<Response<UnregisterResponse>, Status> {
         let request = request.into_inner();
         let id = parse_id(&request.id)?;
-        self.providers.unregister(id, &request.session).await;
+        self.unregister(id, &request.session).await;
         Ok(Response::new(UnregisterResponse {}))
     }
 }
@@ -176,32 +199,12 @@ fn parse_id(raw: &str) -> Result<Uuid, Status> {
         .map_err(|_| Status::invalid_argument(format!("id: `{raw}` is not a provider id")))
 }
 
-impl Providers {
+impl RegistryService {
+    /// Register, in order: the provider and its token, the protocol version,
+    /// the endpoint; then the link is dialled, checked and configured, and only
+    /// then does the provider count as connected.
     async fn register(&self, request: RegisterRequest) -> Result<String, Status> {
-        let id = parse_id(&request.id)?;
-        let row = rows::find(&self.inner.db, id)
-            .await
-            .map_err(|e| {
-                tracing::error!(provider.id = %id, error = %e, "cannot read the provider");
-                Status::internal("cannot read the provider")
-            })?
-            .ok_or_else(|| Status::not_found(format!("no provider with id {id}")))?;
-        let slot = self.slot(id);
-
-        let launched = slot
-            .launch_token()
-            .is_some_and(|t| same_secret(&t, &request.token));
-        let stored = same_secret(&token_hash(&request.token), &row.token_hash);
-        if !(launched || stored) {
-            let message = "registration refused: the token does not match".to_owned();
-            tracing::warn!(provider.id = %id, provider.name = %row.name, "{message}");
-            self.note(&slot, &message);
-            self.set_message(&slot, message.clone());
-            return Err(Status::permission_denied(format!(
-                "{message} provider `{}`",
-                row.name
-            )));
-        }
+        let (row, slot) = self.admit(&request).await?;
         if !corbel_proto::SUPPORTED_VERSIONS.contains(&request.protocol_version) {
             return Err(Status::failed_precondition(format!(
                 "protocol version {} was not agreed: this server speaks {:?}; call Handshake first",
@@ -213,26 +216,84 @@ impl Providers {
             return Err(Status::unavailable("the provider is being unloaded"));
         }
         let endpoint = self.check_endpoint(&request.endpoint)?;
+        let link = self.dial(&row, &slot, &endpoint).await?;
+        Ok(self.connect(slot, link, request, &endpoint).await)
+    }
 
+    /// The provider's row and slot, if the token is the stored one or the one
+    /// given to the process Corbel started last.
+    async fn admit(
+        &self,
+        request: &RegisterRequest,
+    ) -> Result<(rows::ProviderRow, Arc<Slot>), Status> {
+        let id = parse_id(&request.id)?;
+        let row = rows::find(&self.db, id)
+            .await
+            .map_err(|e| {
+                tracing::error!(provider.id = %id, error = %e, "cannot read the provider");
+                Status::internal("cannot read the provider")
+            })?
+            .ok_or_else(|| Status::not_found(format!("no provider with id {id}")))?;
+        let slot = self.slots.slot(id);
+
+        let launched = slot
+            .launch_token()
+            .is_some_and(|t| same_secret(&t, &request.token));
+        let stored = same_secret(&token_hash(&request.token), &row.token_hash);
+        if !(launched || stored) {
+            let message = "registration refused: the token does not match".to_owned();
+            tracing::warn!(provider.id = %id, provider.name = %row.name, "{message}");
+            self.slots.note(&slot, &message);
+            self.slots.set_message(&slot, message.clone());
+            return Err(Status::permission_denied(format!(
+                "{message} provider `{}`",
+                row.name
+            )));
+        }
+        Ok((row, slot))
+    }
+
+    /// Dials the provider's endpoint, checks its health and hands it its
+    /// configuration; any failure refuses the registration.
+    async fn dial(
+        &self,
+        row: &rows::ProviderRow,
+        slot: &Slot,
+        endpoint: &str,
+    ) -> Result<Link, Status> {
+        let id = row.id;
         let refuse = |slot: &Slot, message: String| {
             tracing::warn!(provider.id = %id, "registration failed: {message}");
-            self.note(slot, &format!("registration failed: {message}"));
+            self.slots
+                .note(slot, &format!("registration failed: {message}"));
             Status::failed_precondition(message)
         };
-        let link = Link::dial(&endpoint, self.inner.settings.call_timeout)
+        let link = Link::dial(endpoint, self.settings.call_timeout)
             .await
-            .map_err(|e| refuse(&slot, e.to_string()))?;
+            .map_err(|e| refuse(slot, e.to_string()))?;
         link.check_health(None)
             .await
-            .map_err(|e| refuse(&slot, e.to_string()))?;
-        let config = super::merge(
-            &super::parse_object(&row.config).map_err(|e| refuse(&slot, e.to_string()))?,
-            &super::parse_object(&row.secret_config).map_err(|e| refuse(&slot, e.to_string()))?,
+            .map_err(|e| refuse(slot, e.to_string()))?;
+        let config = catalog::merge(
+            &catalog::parse_object(&row.config).map_err(|e| refuse(slot, e.to_string()))?,
+            &catalog::parse_object(&row.secret_config).map_err(|e| refuse(slot, e.to_string()))?,
         );
         link.configure(config.to_string())
             .await
-            .map_err(|e| refuse(&slot, e.to_string()))?;
+            .map_err(|e| refuse(slot, e.to_string()))?;
+        Ok(link)
+    }
 
+    /// Installs the checked link in the slot under a new session, records the
+    /// registration, and has the supervisor watch the link's health.
+    async fn connect(
+        &self,
+        slot: Arc<Slot>,
+        link: Link,
+        request: RegisterRequest,
+        endpoint: &str,
+    ) -> String {
+        let id = slot.id;
         let (features, ignored): (Vec<String>, Vec<String>) = request
             .features
             .into_iter()
@@ -241,7 +302,7 @@ impl Providers {
             tracing::debug!(provider.id = %id, features = ?ignored, "unknown features ignored");
         }
         let session = Uuid::new_v4().to_string();
-        let monitor = self.inner.stopping.child_token();
+        let monitor = self.supervisor.monitor_stop();
         let replaced = slot.connect(Connection {
             link: link.clone(),
             session: session.clone(),
@@ -251,11 +312,12 @@ impl Providers {
         });
         if let Some(old) = replaced {
             old.monitor.cancel();
-            self.note(&slot, "registered again: the previous link is replaced");
+            self.slots
+                .note(&slot, "registered again: the previous link is replaced");
         }
         let now = Utc::now();
         if let Err(e) = rows::set_registered(
-            &self.inner.db,
+            &self.db,
             id,
             serde_json::to_string(&features).unwrap_or_else(|_| "[]".into()),
             serde_json::to_string(&request.resource_types).unwrap_or_else(|_| "[]".into()),
@@ -265,35 +327,35 @@ impl Providers {
         {
             tracing::error!(provider.id = %id, error = %e, "cannot store the registration");
         }
-        self.note(
+        self.slots.note(
             &slot,
             &format!(
                 "registered: {} {} (protocol {}) at {endpoint}",
                 request.name, request.version, request.protocol_version
             ),
         );
-        self.set_status(&slot, ProviderStatus::Connected, None)
+        self.slots
+            .set_status(&slot, ProviderStatus::Connected, None)
             .await;
-        self.inner.tasks.spawn(
-            self.clone()
-                .monitor(slot.clone(), link, session.clone(), monitor),
-        );
-        Ok(session)
+        self.supervisor
+            .watch_health(slot.clone(), link, session.clone(), monitor);
+        session
     }
 
     async fn unregister(&self, id: Uuid, session: &str) {
-        let slot = self.slot(id);
+        let slot = self.slots.slot(id);
         if slot.disconnect(Some(session)).is_none() {
             return; // a stale session: nothing to do
         }
-        self.note(&slot, "unregistered");
+        self.slots.note(&slot, "unregistered");
         if slot.status() != ProviderStatus::Unloading {
-            self.set_status(
-                &slot,
-                ProviderStatus::Disconnected,
-                Some("the provider unregistered".into()),
-            )
-            .await;
+            self.slots
+                .set_status(
+                    &slot,
+                    ProviderStatus::Disconnected,
+                    Some("the provider unregistered".into()),
+                )
+                .await;
         }
     }
 
@@ -302,7 +364,7 @@ impl Providers {
     fn check_endpoint(&self, endpoint: &str) -> Result<String, Status> {
         if let Some(path) = endpoint.strip_prefix("unix://") {
             let path = Path::new(path);
-            let dir = self.inner.settings.socket_dir();
+            let dir = self.settings.socket_dir();
             if path.is_absolute()
                 && path.starts_with(&dir)
                 && !path
@@ -327,57 +389,23 @@ impl Providers {
             "endpoint: `{endpoint}` must be unix://<socket in CORBEL_SOCKET_DIR> or http://127.0.0.1:<port>"
         )))
     }
+}
 
-    /// Health-checks one link until it is replaced, dropped or fails twice in a
-    /// row; a failed link is dropped and the provider marked `DISCONNECTED`.
-    ///
-    /// A check waits half an interval (at least [`MIN_PROBE`]) for its answer,
-    /// and a failed check is repeated at once: a provider that freezes is
-    /// declared gone about two intervals after its last answer.
-    async fn monitor(
-        self,
-        slot: std::sync::Arc<Slot>,
-        link: Link,
-        session: String,
-        stop: CancellationToken,
-    ) {
-        let interval = self.inner.settings.health_interval;
-        let probe = (interval / 2)
-            .max(MIN_PROBE)
-            .min(self.inner.settings.call_timeout.max(MIN_PROBE));
-        let mut failures = 0;
-        loop {
-            if failures == 0 {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(interval) => {}
-                }
-            }
-            let checked = tokio::select! {
-                _ = stop.cancelled() => return,
-                checked = link.check_health(Some(probe)) => checked,
-            };
-            match checked {
-                Ok(()) => {
-                    failures = 0;
-                    slot.saw(Utc::now());
-                }
-                Err(e) => {
-                    failures += 1;
-                    if failures < 2 {
-                        continue;
-                    }
-                    if slot.disconnect(Some(&session)).is_some() {
-                        let message = format!("health check failed: {e}");
-                        self.note(&slot, &message);
-                        if slot.status() != ProviderStatus::Unloading {
-                            self.set_status(&slot, ProviderStatus::Disconnected, Some(message))
-                                .await;
-                        }
-                    }
-                    return;
-                }
-            }
-        }
+/// Equal in constant time (for equal lengths; lengths are not secret here).
+fn same_secret(a: &str, b: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_comparison_needs_the_same_text() {
+        let token = catalog::new_token();
+        assert!(same_secret(&token_hash(&token), &token_hash(&token)));
+        assert!(!same_secret(&token_hash(&token), &token_hash("cbp_other")));
+        assert!(!same_secret("abc", "abcd"));
     }
 }

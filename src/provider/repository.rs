@@ -1,6 +1,9 @@
 //! The provider host as a source of repositories: `GetInventory` and
 //! `GetElement` through the link, converted to the inventory format here so the
 //! repository area never sees protocol types.
+//!
+//! It never finds or checks the link itself: `calls` hands over a connected
+//! provider's link, refused without the `repository` feature.
 
 use tokio::sync::mpsc;
 use uuid::Uuid;
@@ -15,7 +18,7 @@ impl ProviderSource for Providers {
         provider_id: Uuid,
         out: mpsc::Sender<SourcedEntry>,
     ) -> Result<(), String> {
-        let link = self.repository_link(provider_id).await?;
+        let link = self.inner.calls.repository_link(provider_id).await?;
         let mut stream = link.get_inventory().await.map_err(|e| e.to_string())?;
         while let Some(entry) = link
             .next("GetInventory", &mut stream)
@@ -53,26 +56,10 @@ impl ProviderSource for Providers {
         name: &str,
         version: &str,
     ) -> Result<String, String> {
-        let link = self.repository_link(provider_id).await?;
+        let link = self.inner.calls.repository_link(provider_id).await?;
         link.get_element(name, version)
             .await
             .map(|r| r.manifest_yaml)
             .map_err(|e| e.to_string())
-    }
-}
-
-impl Providers {
-    /// The link of a connected provider that announced the `repository` feature.
-    async fn repository_link(&self, id: Uuid) -> Result<super::link::Link, String> {
-        let link = self.connected(id).await.map_err(|e| e.to_string())?;
-        let provider = self.get(id).await.map_err(|e| e.to_string())?;
-        if !provider.features.iter().any(|f| f == "repository") {
-            return Err(format!(
-                "provider `{}` does not have the `repository` feature (it has: {})",
-                provider.name,
-                provider.features.join(", ")
-            ));
-        }
-        Ok(link)
     }
 }

@@ -3,6 +3,7 @@
 //!
 //! A started provider runs in its own process group so that stopping it reaches
 //! everything it spawned: SIGTERM to the group, SIGKILL after a grace period.
+//! A runtime never decides when to start, stop or restart: the supervisor does.
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};

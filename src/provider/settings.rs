@@ -1,5 +1,6 @@
 //! The provider area's settings: the `[provider]` section of the config file and
 //! the `--provider-*` flags (`CORBEL_PROVIDER_*`). Defaults live in `Default`.
+//! Settings are values only: nothing here acts on them.
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,7 +1,13 @@
-//! What Corbel knows about one provider while it runs: its live status, its
-//! link, its supervisor's mailbox and its log ring. The row in the database
-//! trails this; the API overlays it on the row.
+//! The in-memory slots: what Corbel knows about each provider while it runs —
+//! its live status, its link, its supervisor's mailbox and its log ring — and
+//! `Slots`, the map of them, through which every status change passes (memory,
+//! bus, row). The row in the database trails this; `catalog` overlays it on
+//! the row.
+//!
+//! Never starts, stops or calls a provider, and never decides anything: the
+//! supervisor and the registry change the slots, the others read them.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
@@ -11,7 +17,9 @@ use uuid::Uuid;
 
 use super::link::Link;
 use super::logs::{LogLine, LogRing, LogSink, LogStream};
-use super::{Provider, ProviderEvent, ProviderStatus, Providers, rows};
+use super::{Provider, ProviderEvent, ProviderStatus, rows};
+use crate::events::Bus;
+use crate::store::Db;
 
 /// What a supervisor can be told.
 pub(super) enum Command {
@@ -182,37 +190,60 @@ impl Slot {
     }
 }
 
-impl Providers {
-    pub(super) fn slot(&self, id: Uuid) -> Arc<Slot> {
-        self.inner
-            .slots
-            .lock()
-            .expect("the slot map is never poisoned")
+/// Every provider's slot, made on first use; status changes go through here
+/// so memory, the bus and the row agree.
+pub(super) struct Slots {
+    db: Db,
+    bus: Bus<ProviderEvent>,
+    log_lines: usize,
+    map: Mutex<HashMap<Uuid, Arc<Slot>>>,
+}
+
+impl Slots {
+    pub fn new(db: Db, bus: Bus<ProviderEvent>, log_lines: usize) -> Self {
+        Self {
+            db,
+            bus,
+            log_lines,
+            map: Mutex::default(),
+        }
+    }
+
+    fn map(&self) -> MutexGuard<'_, HashMap<Uuid, Arc<Slot>>> {
+        self.map.lock().expect("the slot map is never poisoned")
+    }
+
+    pub fn bus(&self) -> &Bus<ProviderEvent> {
+        &self.bus
+    }
+
+    pub fn slot(&self, id: Uuid) -> Arc<Slot> {
+        self.map()
             .entry(id)
-            .or_insert_with(|| Arc::new(Slot::new(id, self.inner.settings.log_lines)))
+            .or_insert_with(|| Arc::new(Slot::new(id, self.log_lines)))
             .clone()
     }
 
-    pub(super) fn existing_slot(&self, id: Uuid) -> Option<Arc<Slot>> {
-        self.inner
-            .slots
-            .lock()
-            .expect("the slot map is never poisoned")
-            .get(&id)
-            .cloned()
+    pub fn existing(&self, id: Uuid) -> Option<Arc<Slot>> {
+        self.map().get(&id).cloned()
     }
 
-    pub(super) fn sink(&self, slot: &Slot) -> LogSink {
-        LogSink::new(slot.id, slot.ring.clone(), self.inner.bus.clone())
+    /// Every slot touched since start.
+    pub fn all(&self) -> Vec<Arc<Slot>> {
+        self.map().values().cloned().collect()
+    }
+
+    /// Forgets a deleted provider.
+    pub fn remove(&self, id: Uuid) {
+        self.map().remove(&id);
+    }
+
+    pub fn sink(&self, slot: &Slot) -> LogSink {
+        LogSink::new(slot.id, slot.ring.clone(), self.bus.clone())
     }
 
     /// Records a status: in memory, on the bus and in the row.
-    pub(super) async fn set_status(
-        &self,
-        slot: &Slot,
-        status: ProviderStatus,
-        message: Option<String>,
-    ) {
+    pub async fn set_status(&self, slot: &Slot, status: ProviderStatus, message: Option<String>) {
         tracing::info!(
             provider.id = %slot.id,
             status = status.as_str(),
@@ -220,23 +251,23 @@ impl Providers {
             "provider status"
         );
         slot.set_status(status, message.clone());
-        self.inner.bus.publish(ProviderEvent::Status {
+        self.bus.publish(ProviderEvent::Status {
             provider_id: slot.id,
             status,
             message: message.clone(),
         });
         if let Err(e) =
-            rows::set_status(&self.inner.db, slot.id, status.as_str(), message.as_deref()).await
+            rows::set_status(&self.db, slot.id, status.as_str(), message.as_deref()).await
         {
             tracing::error!(provider.id = %slot.id, error = %e, "cannot store the provider's status");
         }
     }
 
     /// Updates the message alone (progress), in memory and on the bus.
-    pub(super) fn set_message(&self, slot: &Slot, message: String) {
+    pub fn set_message(&self, slot: &Slot, message: String) {
         let status = slot.status();
         slot.set_status(status, Some(message.clone()));
-        self.inner.bus.publish(ProviderEvent::Status {
+        self.bus.publish(ProviderEvent::Status {
             provider_id: slot.id,
             status,
             message: Some(message),
@@ -244,7 +275,7 @@ impl Providers {
     }
 
     /// A note from Corbel in the provider's log.
-    pub(super) fn note(&self, slot: &Slot, text: &str) {
+    pub fn note(&self, slot: &Slot, text: &str) {
         self.sink(slot).line(LogStream::Corbel, text);
     }
 }

@@ -5,16 +5,33 @@
 //!
 //! A provider that exits or stays silent before it registers is `FAILED` with
 //! its log tail: that is a broken provider, not a crash worth retrying.
+//!
+//! The supervisor also watches each registered link's health, and stops every
+//! provider at shutdown. It never reads or changes the stored provider beyond
+//! its status, source and restart count, and never accepts a registration: it
+//! waits for the registry to connect the slot.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot};
+use chrono::Utc;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
+use super::link::Link;
 use super::runtime::{Job, Running, Runtime, RuntimeError, ShellRuntime};
-use super::state::{Command, Slot};
-use super::{ProviderError, ProviderMetadata, ProviderStatus, Providers, metadata, rows, source};
+use super::state::{Command, Slot, Slots};
+use super::{
+    ProviderError, ProviderMetadata, ProviderSettings, ProviderStatus, catalog, metadata, rows,
+    source,
+};
+use crate::store::Db;
+
+/// The shortest deadline of a health check: a busy machine may take this long
+/// to answer one, and a provider must not be restarted for that.
+const MIN_PROBE: Duration = Duration::from_millis(500);
 
 /// Lines of output quoted when a provider fails.
 const TAIL_LINES: usize = 20;
@@ -26,11 +43,41 @@ enum Stop {
     Failed(String),
 }
 
-impl Providers {
+/// Runs the loaded providers: one task each, plus a health monitor per link.
+pub(super) struct Supervisor {
+    db: Db,
+    settings: ProviderSettings,
+    slots: Arc<Slots>,
+    /// Cancelled when the server stops.
+    stopping: CancellationToken,
+    /// Supervisors and health monitors.
+    tasks: TaskTracker,
+    /// Bounds how many providers fetch and build at once.
+    loading: Semaphore,
+}
+
+impl Supervisor {
+    pub fn new(
+        db: Db,
+        settings: ProviderSettings,
+        slots: Arc<Slots>,
+        stopping: CancellationToken,
+    ) -> Self {
+        let loading = Semaphore::new(settings.load_concurrency.max(1));
+        Self {
+            db,
+            settings,
+            slots,
+            stopping,
+            tasks: TaskTracker::new(),
+            loading,
+        }
+    }
+
     /// Starts loading a provider in the background.
-    pub async fn load(&self, id: Uuid) -> Result<super::Provider, ProviderError> {
-        let row = self.row(id).await?;
-        let slot = self.slot(id);
+    pub async fn load(self: &Arc<Self>, row: rows::ProviderRow) -> Result<(), ProviderError> {
+        let id = row.id;
+        let slot = self.slots.slot(id);
         let (mailbox, commands) = mpsc::channel(4);
         if slot.session().is_some() || !slot.claim(mailbox) {
             return Err(ProviderError::Conflict(format!(
@@ -39,39 +86,121 @@ impl Providers {
                 slot.status().as_str()
             )));
         }
-        self.set_status(&slot, ProviderStatus::Fetching, None).await;
+        self.slots
+            .set_status(&slot, ProviderStatus::Fetching, None)
+            .await;
         let this = self.clone();
         let span = tracing::info_span!("provider", provider.id = %id, provider.name = %row.name);
-        self.inner.tasks.spawn(tracing::Instrument::instrument(
+        self.tasks.spawn(tracing::Instrument::instrument(
             async move {
                 this.supervise(slot.clone(), row, commands).await;
                 slot.release();
             },
             span,
         ));
-        self.get(id).await
+        Ok(())
     }
 
     /// Stops a loaded provider and waits until it has stopped.
-    pub async fn unload(&self, id: Uuid) -> Result<super::Provider, ProviderError> {
-        self.row(id).await?;
-        let slot = self.slot(id);
-        self.unload_slot(slot).await;
-        self.get(id).await
-    }
-
-    pub(super) async fn unload_slot(&self, slot: Arc<Slot>) {
+    pub async fn unload(&self, slot: Arc<Slot>) {
         if let Some(mailbox) = slot.supervisor() {
             let (done, stopped) = oneshot::channel();
             if mailbox.send(Command::Unload(done)).await.is_ok() {
-                let bound = self.inner.settings.stop_grace + Duration::from_secs(10);
+                let bound = self.settings.stop_grace + Duration::from_secs(10);
                 let _ = tokio::time::timeout(bound, stopped).await;
             }
         } else if slot.session().is_some() {
             // Registered from outside: forget the link; the process is not ours.
             slot.disconnect(None);
-            self.note(&slot, "unloaded: the link is dropped");
-            self.set_status(&slot, ProviderStatus::Unloaded, None).await;
+            self.slots.note(&slot, "unloaded: the link is dropped");
+            self.slots
+                .set_status(&slot, ProviderStatus::Unloaded, None)
+                .await;
+        }
+    }
+
+    /// The token that stops a new link's health monitor (with the server).
+    pub fn monitor_stop(&self) -> CancellationToken {
+        self.stopping.child_token()
+    }
+
+    /// Watches a registered link's health in the background.
+    pub fn watch_health(
+        self: &Arc<Self>,
+        slot: Arc<Slot>,
+        link: Link,
+        session: String,
+        stop: CancellationToken,
+    ) {
+        self.tasks
+            .spawn(self.clone().monitor(slot, link, session, stop));
+    }
+
+    /// Health-checks one link until it is replaced, dropped or fails twice in a
+    /// row; a failed link is dropped and the provider marked `DISCONNECTED`.
+    ///
+    /// A check waits half an interval (at least [`MIN_PROBE`]) for its answer,
+    /// and a failed check is repeated at once: a provider that freezes is
+    /// declared gone about two intervals after its last answer.
+    async fn monitor(
+        self: Arc<Self>,
+        slot: Arc<Slot>,
+        link: Link,
+        session: String,
+        stop: CancellationToken,
+    ) {
+        let interval = self.settings.health_interval;
+        let probe = (interval / 2)
+            .max(MIN_PROBE)
+            .min(self.settings.call_timeout.max(MIN_PROBE));
+        let mut failures = 0;
+        loop {
+            if failures == 0 {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(interval) => {}
+                }
+            }
+            let checked = tokio::select! {
+                _ = stop.cancelled() => return,
+                checked = link.check_health(Some(probe)) => checked,
+            };
+            match checked {
+                Ok(()) => {
+                    failures = 0;
+                    slot.saw(Utc::now());
+                }
+                Err(e) => {
+                    failures += 1;
+                    if failures < 2 {
+                        continue;
+                    }
+                    if slot.disconnect(Some(&session)).is_some() {
+                        let message = format!("health check failed: {e}");
+                        self.slots.note(&slot, &message);
+                        if slot.status() != ProviderStatus::Unloading {
+                            self.slots
+                                .set_status(&slot, ProviderStatus::Disconnected, Some(message))
+                                .await;
+                        }
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Stops every provider: at server shutdown.
+    pub async fn shutdown(&self) {
+        let unloads = self.slots.all().into_iter().map(|slot| self.unload(slot));
+        futures_util::future::join_all(unloads).await;
+        self.tasks.close();
+        let bound = self.settings.stop_grace + Duration::from_secs(5);
+        if tokio::time::timeout(bound, self.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("provider tasks still running at shutdown");
         }
     }
 
@@ -92,12 +221,15 @@ impl Providers {
         let (runtime, job) = match prepared {
             Ok(ready) => ready,
             Err(Stop::Failed(message)) => {
-                self.set_status(&slot, ProviderStatus::Failed, Some(message))
+                self.slots
+                    .set_status(&slot, ProviderStatus::Failed, Some(message))
                     .await;
                 return;
             }
             Err(Stop::Unload(done)) => {
-                self.set_status(&slot, ProviderStatus::Unloaded, None).await;
+                self.slots
+                    .set_status(&slot, ProviderStatus::Unloaded, None)
+                    .await;
                 let _ = done.send(());
                 return;
             }
@@ -110,12 +242,15 @@ impl Providers {
                 .await
             {
                 Ended::Unloaded(done) => {
-                    self.set_status(&slot, ProviderStatus::Unloaded, None).await;
+                    self.slots
+                        .set_status(&slot, ProviderStatus::Unloaded, None)
+                        .await;
                     let _ = done.send(());
                     return;
                 }
                 Ended::Failed(message) => {
-                    self.set_status(&slot, ProviderStatus::Failed, Some(message))
+                    self.slots
+                        .set_status(&slot, ProviderStatus::Failed, Some(message))
                         .await;
                     return;
                 }
@@ -123,12 +258,12 @@ impl Providers {
                     reason,
                     connected_for,
                 } => {
-                    if connected_for > self.inner.settings.backoff_max {
+                    if connected_for > self.settings.backoff_max {
                         crashes = 0;
                     }
                     let delay = backoff(
-                        self.inner.settings.backoff_initial,
-                        self.inner.settings.backoff_max,
+                        self.settings.backoff_initial,
+                        self.settings.backoff_max,
                         crashes,
                     );
                     crashes = crashes.saturating_add(1);
@@ -137,19 +272,20 @@ impl Providers {
                         "{reason}; restarting in {} ms (restart {restarts})",
                         delay.as_millis()
                     );
-                    self.note(&slot, &message);
+                    self.slots.note(&slot, &message);
                     // The status first: nobody should see the new count on the
                     // old connection.
-                    self.set_status(&slot, ProviderStatus::Disconnected, Some(message))
+                    self.slots
+                        .set_status(&slot, ProviderStatus::Disconnected, Some(message))
                         .await;
                     slot.set_restarts(restarts);
-                    if let Err(e) = rows::set_restarts(&self.inner.db, slot.id, restarts).await {
+                    if let Err(e) = rows::set_restarts(&self.db, slot.id, restarts).await {
                         tracing::error!(error = %e, "cannot store the restart count");
                     }
                     tokio::select! {
                         _ = tokio::time::sleep(delay) => {}
                         Some(Command::Unload(done)) = commands.recv() => {
-                            self.set_status(&slot, ProviderStatus::Unloaded, None).await;
+                            self.slots.set_status(&slot, ProviderStatus::Unloaded, None).await;
                             let _ = done.send(());
                             return;
                         }
@@ -165,16 +301,16 @@ impl Providers {
         slot: &Arc<Slot>,
         row: &rows::ProviderRow,
     ) -> Result<(Box<dyn Runtime>, Job), Stop> {
-        let _permit = self.inner.loading.acquire().await;
-        let settings = &self.inner.settings;
+        let _permit = self.loading.acquire().await;
+        let settings = &self.settings;
         let dir = settings.provider_dir(slot.id);
         let src = dir.join("src");
         let progress = {
-            let this = self.clone();
+            let slots = self.slots.clone();
             let slot = slot.clone();
-            move |p: source::Progress| this.set_message(&slot, describe_progress(&p))
+            move |p: source::Progress| slots.set_message(&slot, describe_progress(&p))
         };
-        self.note(
+        self.slots.note(
             slot,
             &format!(
                 "fetching {} {}",
@@ -191,11 +327,12 @@ impl Providers {
         )
         .await
         .map_err(|e| Stop::Failed(format!("fetch failed: {e}")))?;
-        self.note(slot, &format!("checked out {}", fetched.commit));
+        self.slots
+            .note(slot, &format!("checked out {}", fetched.commit));
         let meta = metadata::load(&src).map_err(|e| Stop::Failed(e.to_string()))?;
         let shown = ProviderMetadata::from(&meta);
         let stored = serde_json::to_string(&shown).ok();
-        if let Err(e) = rows::set_source(&self.inner.db, slot.id, &fetched.commit, stored).await {
+        if let Err(e) = rows::set_source(&self.db, slot.id, &fetched.commit, stored).await {
             tracing::error!(error = %e, "cannot store the fetched commit");
         }
         let runtime: Box<dyn Runtime> = match meta.runtime {
@@ -212,10 +349,12 @@ impl Providers {
             .map_err(|e| Stop::Failed(format!("cannot create {}: {e}", state_dir.display())))?;
         let job = Job {
             source_dir: src,
-            logs: self.sink(slot),
+            logs: self.slots.sink(slot),
             build_timeout: settings.build_timeout,
         };
-        self.set_status(slot, ProviderStatus::Building, None).await;
+        self.slots
+            .set_status(slot, ProviderStatus::Building, None)
+            .await;
         runtime
             .build(&job)
             .await
@@ -231,9 +370,11 @@ impl Providers {
         job: &Job,
         commands: &mut mpsc::Receiver<Command>,
     ) -> Ended {
-        let settings = &self.inner.settings;
-        self.set_status(slot, ProviderStatus::Starting, None).await;
-        let token = super::new_token();
+        let settings = &self.settings;
+        self.slots
+            .set_status(slot, ProviderStatus::Starting, None)
+            .await;
+        let token = catalog::new_token();
         slot.set_launch_token(Some(token.clone()));
         let env = self.environment(slot.id, token);
         let mut watch = slot.watch();
@@ -245,7 +386,8 @@ impl Providers {
                 return Ended::Failed(e.to_string());
             }
         };
-        self.set_status(slot, ProviderStatus::Registering, None)
+        self.slots
+            .set_status(slot, ProviderStatus::Registering, None)
             .await;
 
         // Until it registers.
@@ -314,15 +456,17 @@ impl Providers {
     /// SIGTERM (the SDK unregisters), then SIGKILL after the grace period.
     async fn stop(&self, slot: &Arc<Slot>, running: &mut dyn Running, unloading: bool) {
         if unloading {
-            self.set_status(slot, ProviderStatus::Unloading, None).await;
+            self.slots
+                .set_status(slot, ProviderStatus::Unloading, None)
+                .await;
         }
-        running.stop(self.inner.settings.stop_grace).await;
+        running.stop(self.settings.stop_grace).await;
         slot.disconnect(None);
         slot.set_launch_token(None);
     }
 
     fn environment(&self, id: Uuid, token: String) -> Vec<(String, String)> {
-        let settings = &self.inner.settings;
+        let settings = &self.settings;
         vec![
             (
                 "CORBEL_REGISTRY".into(),
@@ -388,23 +532,6 @@ fn backoff(initial: Duration, max: Duration, n: u32) -> Duration {
         .checked_mul(1u32.checked_shl(n.min(20)).unwrap_or(u32::MAX))
         .unwrap_or(max)
         .min(max)
-}
-
-impl From<&metadata::Metadata> for ProviderMetadata {
-    fn from(m: &metadata::Metadata) -> Self {
-        ProviderMetadata {
-            name: m.name.clone(),
-            description: m.description.clone(),
-            version: m.version.clone(),
-            author: m.author.clone(),
-            runtime: match m.runtime {
-                metadata::Runtime::Shell { .. } => "shell".into(),
-                metadata::Runtime::Docker { .. } => "docker".into(),
-            },
-            features: m.features.clone(),
-            resource_types: m.resource_types.clone(),
-        }
-    }
 }
 
 #[cfg(test)]
