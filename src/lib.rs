@@ -11,6 +11,7 @@ pub mod events;
 pub mod provider;
 pub mod repository;
 pub mod resolve;
+pub mod seal;
 pub mod secret;
 pub mod settings;
 pub mod store;
