@@ -99,6 +99,7 @@ async fn run(bin: &Path) {
     let providers = Providers::new(
         db.clone(),
         config.provider_settings().expect("settings"),
+        corbel::seal::SecretKey::generate(),
         Bus::new(4096, stopping.clone()),
         stopping.clone(),
     );

@@ -117,6 +117,7 @@ async fn run(bins: &Path) {
     let providers = Providers::new(
         db,
         config.provider_settings().expect("settings"),
+        corbel::seal::SecretKey::generate(),
         Bus::new(4096, stopping.clone()),
         stopping.clone(),
     );

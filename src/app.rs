@@ -73,12 +73,34 @@ impl App {
         // the data directory, the database and a running server untouched.
         provider::check_socket_paths(&provider_settings)?;
         let location = config.database()?;
-        let mut lock = ServerLock::acquire(
+        let lock = ServerLock::acquire(
             Some(&provider_settings.data_dir),
             &location,
             Holder::me("serve", Some(config.listen)),
         )
         .await?;
+        // A server refused from here on gives the lock up before it returns,
+        // so whatever the operator runs next (another start, `corbel
+        // secret-key rotate`) finds it free.
+        let mut held = Some(lock);
+        let built = Self::build_locked(config, provider_settings, location, &mut held).await;
+        if built.is_err()
+            && let Some(lock) = held.take()
+        {
+            lock.release().await;
+        }
+        built
+    }
+
+    async fn build_locked(
+        config: &Config,
+        provider_settings: provider::ProviderSettings,
+        location: store::DatabaseLocation,
+        held: &mut Option<ServerLock>,
+    ) -> anyhow::Result<App> {
+        // Read (or, the first time, made) before the store is touched: a
+        // refused key file leaves the database as it was.
+        let secret_key = config.secret_key_file().load()?;
 
         let db = store::connect(&location).await?;
         store::migrate(&db).await?;
@@ -100,9 +122,20 @@ impl App {
         let providers = Providers::new(
             db.clone(),
             provider_settings,
+            secret_key,
             Bus::new(BUS_CAPACITY, stopping.clone()),
             stopping.clone(),
         );
+        let sealed = providers
+            .seal_stored_secrets()
+            .await
+            .context("checking the providers' stored secretConfig")?;
+        if sealed.plain > 0 {
+            tracing::info!(
+                providers = sealed.plain,
+                "sealed the secretConfig stored unsealed by an earlier version"
+            );
+        }
         providers
             .reset_after_restart()
             .await
@@ -191,6 +224,7 @@ impl App {
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let mut lock = held.take().expect("build holds the server lock");
         if let Ok(addr) = listener.local_addr() {
             lock.set_listen(addr).await;
         }

@@ -1,4 +1,5 @@
-//! The command line: `serve`, `migrate`, `schema`, `config`, `--version`.
+//! The command line: `serve`, `migrate`, `schema`, `config`, `secret-key`,
+//! `--version`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,6 +39,27 @@ pub enum Command {
     Schema,
     /// Print the effective configuration, secrets redacted.
     Config,
+    /// The key that seals providers' `secretConfig` at rest.
+    SecretKey {
+        #[command(subcommand)]
+        command: SecretKeyCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SecretKeyCommand {
+    /// Print the id of the configured secret key (the id errors name).
+    Id,
+    /// Seal every stored secret under a new key in one transaction, then
+    /// install the new key in place of the current key file. Takes the server
+    /// lock: stop the server first. If interrupted, run it again with the same
+    /// new key file: it finishes the job.
+    Rotate {
+        /// The new key (64 hex characters, mode 0600); made here if the file
+        /// does not exist. Keep it until this command has succeeded.
+        #[arg(long)]
+        new_key_file: PathBuf,
+    },
 }
 
 pub fn main() -> ExitCode {
@@ -82,7 +104,78 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }),
         Command::Serve => runtime()?.block_on(serve(config)),
+        Command::SecretKey {
+            command: SecretKeyCommand::Id,
+        } => {
+            let file = config.secret_key_file();
+            let key = crate::seal::SecretKey::load(&file.path)?;
+            println!("{}", key.id());
+            Ok(())
+        }
+        Command::SecretKey {
+            command: SecretKeyCommand::Rotate { new_key_file },
+        } => runtime()?.block_on(rotate_secret_key(config, new_key_file)),
     }
+}
+
+/// `corbel secret-key rotate`: under the server lock, every `secretConfig`
+/// is sealed under the new key in one transaction ([`crate::provider::reseal`]),
+/// and only then is the new key installed (an atomic rename) at the key file.
+/// A crash before the commit changes nothing; one after it leaves the rows
+/// under the new key and the old key file, and running the command again
+/// keeps those rows and installs the key.
+async fn rotate_secret_key(config: Config, new_key_file: PathBuf) -> anyhow::Result<()> {
+    use crate::seal::SecretKey;
+    crate::telemetry::init_logging(config.log_format, &config.log_filter);
+    let file = config.secret_key_file();
+    let location = config.database()?;
+    let data_dir = std::path::absolute(&config.data_dir).context("resolving the data directory")?;
+    if std::path::absolute(&new_key_file)? == std::path::absolute(&file.path)? {
+        anyhow::bail!(
+            "--new-key-file {} is the current key file: give the new key in another file",
+            new_key_file.display()
+        );
+    }
+    let lock = ServerLock::acquire(
+        Some(&data_dir),
+        &location,
+        Holder::me("secret-key rotate", None),
+    )
+    .await?;
+    let rotated = async {
+        let new = if std::fs::symlink_metadata(&new_key_file).is_ok() {
+            SecretKey::load(&new_key_file)?
+        } else {
+            let key = SecretKey::generate();
+            key.write_new(&new_key_file)?;
+            key
+        };
+        let current = file.load()?;
+        let db = crate::store::connect(&location).await?;
+        crate::store::migrate(&db).await?;
+        let done = crate::provider::reseal(&db, &current, &new).await;
+        db.close().await?;
+        let done = done?;
+        new.install(&file.path)?;
+        anyhow::Ok((current, new, done))
+    }
+    .await;
+    lock.release().await;
+    let (current, new, done) = rotated?;
+    println!(
+        "Secret key {} installed at {} (was {}): {} secretConfig(s) sealed again, \
+         {} sealed for the first time, {} already under the new key.\n\
+         Back up {} now; {} is no longer needed.",
+        new.id(),
+        file.path.display(),
+        current.id(),
+        done.rotated,
+        done.plain,
+        done.kept,
+        file.path.display(),
+        new_key_file.display(),
+    );
+    Ok(())
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

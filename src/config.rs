@@ -17,6 +17,7 @@ use crate::api::{GraphqlFlags, GraphqlLimits};
 use crate::deploy::{DeployFlags, DeploySettings};
 use crate::provider::{ProviderFlags, ProviderSettings};
 use crate::repository::{RepositoryFlags, RepositorySettings};
+use crate::seal::{KeyFileError, SecretKey};
 use crate::secret::Secret;
 use crate::settings::seconds;
 use crate::store::{DatabaseLocation, InvalidDatabaseUrl};
@@ -37,6 +38,9 @@ pub struct Config {
     pub log_filter: String,
     /// Taken as the admin's token instead of making one (`CORBEL_ADMIN_TOKEN`).
     pub admin_token: Option<Secret>,
+    /// The file holding the key that seals providers' `secretConfig` at rest;
+    /// `None` means `secret.key` in the data directory, made at first start.
+    pub secret_key_file: Option<PathBuf>,
     /// How long a session token from `login` stays valid.
     #[serde(rename = "session_ttl_seconds", with = "seconds")]
     pub session_ttl: Duration,
@@ -58,6 +62,7 @@ impl Default for Config {
             log_format: LogFormat::default(),
             log_filter: "info".to_owned(),
             admin_token: None,
+            secret_key_file: None,
             session_ttl: Duration::from_secs(12 * 3600),
             shutdown_grace: Duration::from_secs(10),
             graphql: GraphqlLimits::default(),
@@ -107,6 +112,11 @@ pub struct Overrides {
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub admin_token: Option<String>,
+    /// The key file that seals secrets at rest (64 hex characters, mode
+    /// 0600); default: `secret.key` in the data directory, made at first start.
+    #[arg(long, env = "CORBEL_SECRET_KEY_FILE", global = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_key_file: Option<PathBuf>,
     /// Lifetime of a login session, in seconds.
     #[arg(long, env = "CORBEL_SESSION_TTL_SECONDS", global = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -200,6 +210,21 @@ impl Config {
         }
     }
 
+    /// Where the secret key is: the file given, or `secret.key` in the data
+    /// directory.
+    pub fn secret_key_file(&self) -> SecretKeyFile {
+        match &self.secret_key_file {
+            Some(path) => SecretKeyFile {
+                path: path.clone(),
+                given: true,
+            },
+            None => SecretKeyFile {
+                path: self.data_dir.join("secret.key"),
+                given: false,
+            },
+        }
+    }
+
     /// The configuration as TOML, secrets redacted: what `corbel config` prints,
     /// in the shape `--config` reads.
     pub fn to_redacted_toml(&self) -> String {
@@ -211,6 +236,34 @@ impl Config {
             );
         }
         toml::to_string_pretty(&shown).expect("a table serialises")
+    }
+}
+
+/// The secret key file of a configuration.
+#[derive(Clone, Debug)]
+pub struct SecretKeyFile {
+    pub path: PathBuf,
+    /// Named by `--secret-key-file`: it must exist. Otherwise it is the data
+    /// directory's, made at first start.
+    pub given: bool,
+}
+
+impl SecretKeyFile {
+    /// Reads the key; the data directory's is made (mode 0600) if absent.
+    pub fn load(&self) -> Result<SecretKey, KeyFileError> {
+        if self.given {
+            return SecretKey::load(&self.path);
+        }
+        let (key, made) = SecretKey::load_or_create(&self.path)?;
+        if made {
+            tracing::info!(
+                path = %self.path.display(),
+                key.id = key.id(),
+                "made a new secret key file; back it up: without it the providers' \
+                 secretConfig cannot be read"
+            );
+        }
+        Ok(key)
     }
 }
 

@@ -112,7 +112,9 @@ impl From<ProviderError> for ApiError {
             ProviderError::Conflict(m) => Self::new(ErrorCode::Conflict, m),
             ProviderError::Unavailable(m) => Self::new(ErrorCode::ProviderUnavailable, m),
             ProviderError::Failed { message, .. } => Self::new(ErrorCode::ProviderFailed, message),
-            ProviderError::Db(_) | ProviderError::Corrupt(_) => Self::internal(&e),
+            ProviderError::Db(_) | ProviderError::Corrupt(_) | ProviderError::Sealed(_) => {
+                Self::internal(&e)
+            }
         }
     }
 }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::logs::LogLine;
+use super::secrets::Secrets;
 use super::state::Slots;
 use super::{
     NewProvider, Provider, ProviderError, ProviderPatch, ProviderSettings, ProviderStatus, rows,
@@ -24,14 +25,16 @@ pub(super) struct Catalog {
     db: Db,
     settings: ProviderSettings,
     slots: Arc<Slots>,
+    secrets: Secrets,
 }
 
 impl Catalog {
-    pub fn new(db: Db, settings: ProviderSettings, slots: Arc<Slots>) -> Self {
+    pub fn new(db: Db, settings: ProviderSettings, slots: Arc<Slots>, secrets: Secrets) -> Self {
         Self {
             db,
             settings,
             slots,
+            secrets,
         }
     }
 
@@ -59,14 +62,16 @@ impl Catalog {
         let config = config_object("config", new.config)?;
         let secret = config_object("secretConfig", new.secret_config)?;
         let token = new_token();
+        let id = Uuid::new_v4();
         let row = rows::insert(
             &self.db,
             rows::NewProvider {
+                id,
                 name: new.name.clone(),
                 git_url: new.git_url,
                 git_ref: new.git_ref,
                 config: config.to_string(),
-                secret_config: secret.to_string(),
+                secret_config: self.secrets.seal(id, &secret),
                 auto_load: new.auto_load,
                 token_hash: token_hash(&token),
             },
@@ -161,7 +166,7 @@ impl Catalog {
         let config = config_object("config", config)?;
         let secret = match secret {
             Some(value) => config_object("secretConfig", value)?,
-            None => parse_object(&row.secret_config)?,
+            None => self.secrets.open(&row)?,
         };
         if let Some(link) = self.slots.slot(id).link() {
             link.configure(merge(&config, &secret).to_string())
@@ -170,7 +175,7 @@ impl Catalog {
         }
         let change = rows::ProviderChange {
             config: Some(config.to_string()),
-            secret_config: Some(secret.to_string()),
+            secret_config: Some(self.secrets.seal(id, &secret)),
             ..Default::default()
         };
         rows::update(&self.db, row, change).await?;
@@ -209,7 +214,7 @@ impl Catalog {
 
     fn to_provider(&self, row: rows::ProviderRow) -> Result<Provider, ProviderError> {
         let config = parse_object(&row.config)?;
-        let secret = parse_object(&row.secret_config)?;
+        let secret = self.secrets.open(&row)?;
         let mut secret_keys: Vec<String> = secret
             .as_object()
             .map(|o| o.keys().cloned().collect())

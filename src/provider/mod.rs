@@ -12,6 +12,7 @@
 //! - `calls`: calls on a connected provider (deploy, destroy, inspect,
 //!   describe, nodes) and waiting for one to connect;
 //! - `state`: the in-memory slots (live status, link, log ring);
+//! - `secrets`: `secretConfig` sealed at rest with the server's key;
 //! - `repository`: the provider host as a repository source;
 //! - below them: `source` fetches with git2, `metadata` reads
 //!   `corbel-provider.yaml`, `runtime` builds and starts, `link` is Corbel's
@@ -28,6 +29,7 @@ pub mod metadata;
 mod registry;
 mod repository;
 mod runtime;
+mod secrets;
 mod settings;
 pub mod source;
 mod state;
@@ -45,13 +47,16 @@ pub use calls::{ResourceCall, ResourceDescription, ResourceProgress};
 pub use link::LinkError;
 pub use logs::{LogLine, LogStream};
 pub use registry::{check_socket_paths, serve_registry};
+pub use secrets::{Resealed, reseal};
 pub use settings::{ProviderFlags, ProviderSettings};
 
 use crate::events::Bus;
+use crate::seal::SecretKey;
 use crate::store::providers as rows;
 use crate::text::text_enum;
 use calls::Calls;
 use catalog::Catalog;
+use secrets::Secrets;
 use state::Slots;
 use supervisor::Supervisor;
 
@@ -71,6 +76,9 @@ pub enum ProviderError {
     Failed { message: String, retryable: bool },
     #[error("a stored row is not valid: {0}")]
     Corrupt(String),
+    /// A stored `secretConfig` does not open with this server's key.
+    #[error("{0}")]
+    Sealed(String),
     #[error(transparent)]
     Db(DbErr),
 }
@@ -193,17 +201,20 @@ struct Inner {
     catalog: Catalog,
     supervisor: Arc<Supervisor>,
     calls: Calls,
+    secrets: Secrets,
 }
 
 impl Providers {
     pub fn new(
         db: Db,
         settings: ProviderSettings,
+        key: SecretKey,
         bus: Bus<ProviderEvent>,
         stopping: CancellationToken,
     ) -> Self {
+        let secrets = Secrets::new(key);
         let slots = Arc::new(Slots::new(db.clone(), bus, settings.log_lines));
-        let catalog = Catalog::new(db.clone(), settings.clone(), slots.clone());
+        let catalog = Catalog::new(db.clone(), settings.clone(), slots.clone(), secrets.clone());
         let supervisor = Arc::new(Supervisor::new(
             db.clone(),
             settings.clone(),
@@ -219,6 +230,7 @@ impl Providers {
                 catalog,
                 supervisor,
                 calls,
+                secrets,
             }),
         }
     }
@@ -237,6 +249,14 @@ impl Providers {
     /// At boot nothing runs yet: statuses left by the previous run are reset.
     pub async fn reset_after_restart(&self) -> Result<(), ProviderError> {
         self.inner.catalog.reset_after_restart().await
+    }
+
+    /// At boot, before anything reads them: `secretConfig`s stored before
+    /// sealing existed are sealed, and every stored one must open with this
+    /// server's key (an error names each provider that does not, and both
+    /// key ids).
+    pub async fn seal_stored_secrets(&self) -> Result<Resealed, ProviderError> {
+        self.inner.secrets.seal_stored(&self.inner.db).await
     }
 
     /// Stores a new provider and, with `autoLoad`, loads it; the provider and

@@ -33,6 +33,7 @@ use uuid::Uuid;
 
 use super::catalog::{self, token_hash};
 use super::link::Link;
+use super::secrets::Secrets;
 use super::state::{Connection, Slot, Slots};
 use super::supervisor::Supervisor;
 use super::{ProviderSettings, ProviderStatus, Providers, rows};
@@ -140,6 +141,7 @@ struct RegistryService {
     settings: ProviderSettings,
     slots: Arc<Slots>,
     supervisor: Arc<Supervisor>,
+    secrets: Secrets,
 }
 
 impl RegistryService {
@@ -150,6 +152,7 @@ impl RegistryService {
             settings: inner.settings.clone(),
             slots: inner.slots.clone(),
             supervisor: inner.supervisor.clone(),
+            secrets: inner.secrets.clone(),
         }
     }
 }
@@ -276,7 +279,10 @@ impl RegistryService {
             .map_err(|e| refuse(slot, e.to_string()))?;
         let config = catalog::merge(
             &catalog::parse_object(&row.config).map_err(|e| refuse(slot, e.to_string()))?,
-            &catalog::parse_object(&row.secret_config).map_err(|e| refuse(slot, e.to_string()))?,
+            &self
+                .secrets
+                .open(row)
+                .map_err(|e| refuse(slot, e.to_string()))?,
         );
         link.configure(config.to_string())
             .await

@@ -12,8 +12,10 @@ use super::entities::provider;
 
 pub use provider::Model as ProviderRow;
 
-/// A new provider row.
+/// A new provider row. The id is the caller's: its `secret_config` is sealed
+/// for that id.
 pub struct NewProvider {
+    pub id: Uuid,
     pub name: String,
     pub git_url: String,
     pub git_ref: String,
@@ -30,7 +32,7 @@ pub async fn insert(
 ) -> Result<ProviderRow, DbErr> {
     let now = Utc::now();
     provider::ActiveModel {
-        id: Set(Uuid::new_v4()),
+        id: Set(new.id),
         name: Set(new.name),
         git_url: Set(new.git_url),
         git_ref: Set(new.git_ref),
@@ -190,6 +192,40 @@ pub async fn set_last_seen(
         .exec(db)
         .await
         .map(drop)
+}
+
+/// One provider's `secret_config` to replace: the value read, and the new one.
+pub struct SecretChange {
+    pub id: Uuid,
+    pub old: String,
+    pub new: String,
+}
+
+/// Replaces providers' `secret_config`s in one transaction, each only if it
+/// still holds the value read: all are replaced, or (an error, naming the
+/// provider that changed) none.
+pub async fn replace_secret_configs(
+    db: &DatabaseConnection,
+    changes: Vec<SecretChange>,
+) -> Result<(), DbErr> {
+    use sea_orm::TransactionTrait;
+    let txn = db.begin().await?;
+    for change in changes {
+        let done = provider::Entity::update_many()
+            .col_expr(provider::Column::SecretConfig, Expr::value(change.new))
+            .filter(provider::Column::Id.eq(change.id))
+            .filter(provider::Column::SecretConfig.eq(change.old))
+            .exec(&txn)
+            .await?;
+        if done.rows_affected != 1 {
+            txn.rollback().await?;
+            return Err(DbErr::Custom(format!(
+                "provider {} was changed or removed meanwhile; nothing was replaced",
+                change.id
+            )));
+        }
+    }
+    txn.commit().await
 }
 
 /// What deleting a provider did.

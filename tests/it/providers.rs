@@ -7,4 +7,5 @@ mod config;
 mod failures;
 mod faults;
 mod lifecycle;
+mod secrets;
 mod sources;

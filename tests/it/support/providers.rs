@@ -95,3 +95,56 @@ pub async fn nodes(app: &TestApp, id: &str) -> Value {
     )
     .await
 }
+
+/// A connection straight to the test's database, past the server.
+async fn raw_db(store: &TestStore) -> sea_orm::DatabaseConnection {
+    let url = match &store.database_url {
+        Some(url) => url.clone(),
+        None => format!("sqlite://{}", store.data_dir().join("corbel.db").display()),
+    };
+    sea_orm::Database::connect(&url)
+        .await
+        .expect("the test database")
+}
+
+/// The `secret_config` column of provider `name`, as stored.
+pub async fn raw_secret_config(store: &TestStore, name: &str) -> String {
+    use sea_orm::{ConnectionTrait, Statement};
+    let db = raw_db(store).await;
+    let backend = db.get_database_backend();
+    let sql = match backend {
+        sea_orm::DatabaseBackend::Postgres => "SELECT secret_config FROM providers WHERE name = $1",
+        _ => "SELECT secret_config FROM providers WHERE name = ?",
+    };
+    let row = db
+        .query_one_raw(Statement::from_sql_and_values(backend, sql, [name.into()]))
+        .await
+        .expect("the providers table")
+        .unwrap_or_else(|| panic!("no provider named {name}"));
+    db.close().await.ok();
+    row.try_get("", "secret_config").expect("secret_config")
+}
+
+/// Writes provider `name`'s `secret_config` column directly (a server must
+/// not be running on the store).
+pub async fn set_raw_secret_config(store: &TestStore, name: &str, value: &str) {
+    use sea_orm::{ConnectionTrait, Statement};
+    let db = raw_db(store).await;
+    let backend = db.get_database_backend();
+    let sql = match backend {
+        sea_orm::DatabaseBackend::Postgres => {
+            "UPDATE providers SET secret_config = $1 WHERE name = $2"
+        }
+        _ => "UPDATE providers SET secret_config = ? WHERE name = ?",
+    };
+    let done = db
+        .execute_raw(Statement::from_sql_and_values(
+            backend,
+            sql,
+            [value.into(), name.into()],
+        ))
+        .await
+        .expect("the update");
+    assert_eq!(done.rows_affected(), 1, "provider {name}");
+    db.close().await.ok();
+}
