@@ -47,11 +47,12 @@ impl fmt::Debug for SecretKey {
 /// Why a key file cannot be used. Never carries the key.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyFileError {
-    #[error("cannot {action} the secret key file {}: {source}", path.display())]
+    #[error("cannot {action} the secret key file {}: {error}", path.display())]
     Io {
         action: &'static str,
         path: PathBuf,
-        source: std::io::Error,
+        /// Not a `source`: shown in the message, so not twice in a chain.
+        error: std::io::Error,
     },
     #[error(
         "the secret key file {} has mode {mode:04o}: it must be readable by its owner only \
@@ -103,10 +104,10 @@ impl SecretKey {
     /// Reads a key file, refusing one others may read or write.
     pub fn load(path: &Path) -> Result<Self, KeyFileError> {
         let io = |action| {
-            move |source| KeyFileError::Io {
+            move |error| KeyFileError::Io {
                 action,
                 path: path.to_owned(),
-                source,
+                error,
             }
         };
         let meta = std::fs::metadata(path).map_err(io("read"))?;
@@ -139,10 +140,10 @@ impl SecretKey {
                 key.write_new(path)?;
                 Ok((key, true))
             }
-            Err(source) => Err(KeyFileError::Io {
+            Err(error) => Err(KeyFileError::Io {
                 action: "read",
                 path: path.to_owned(),
-                source,
+                error,
             }),
         }
     }
@@ -169,10 +170,10 @@ impl SecretKey {
     /// an existing file.
     pub fn write_new(&self, path: &Path) -> Result<(), KeyFileError> {
         let io = |action| {
-            move |source| KeyFileError::Io {
+            move |error| KeyFileError::Io {
                 action,
                 path: path.to_owned(),
-                source,
+                error,
             }
         };
         let mut file = std::fs::OpenOptions::new()
@@ -192,10 +193,10 @@ impl SecretKey {
     /// the new one, never a torn file.
     pub fn install(&self, path: &Path) -> Result<(), KeyFileError> {
         let io = |action| {
-            move |source| KeyFileError::Io {
+            move |error| KeyFileError::Io {
                 action,
                 path: path.to_owned(),
-                source,
+                error,
             }
         };
         let mut name = path
@@ -209,11 +210,11 @@ impl SecretKey {
         match std::fs::remove_file(&staged) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => {
+            Err(error) => {
                 return Err(KeyFileError::Io {
                     action: "remove",
                     path: staged,
-                    source,
+                    error,
                 });
             }
         }
