@@ -262,26 +262,24 @@ impl RegistryService {
             self.slots.note(slot, &message);
             Status::permission_denied(format!("{message} (provider `{}`)", row.name))
         };
-        match slot.launch_token(&request.token) {
-            LaunchToken::Spent => {
+        // The binding first: a process that is not the launched one is told
+        // so, whether or not the token is spent.
+        if let LaunchToken::Launch { spent, binding } = slot.launch_token(&request.token) {
+            match self.launched_binding(binding).await {
+                Ok(None) => {}
+                Ok(Some(binding)) => binding.check(peer).map_err(|why| {
+                    refuse(format!(
+                        "registration refused: this launch's token came from another process: {why}"
+                    ))
+                })?,
+                Err(why) => return Err(refuse(format!("registration refused: {why}"))),
+            }
+            if spent {
                 return Err(refuse(format!(
-                    "registration refused: a second registration with this launch's token was refused ({peer}); the token was spent by the first"
+                    "registration refused: a second registration with this launch's token was refused ({peer}); the first one spent it"
                 )));
             }
-            LaunchToken::Unspent(binding) => {
-                let binding = self.launched_binding(binding).await;
-                return match binding {
-                    Ok(None) => Ok((row, Admitted::Launch)),
-                    Ok(Some(binding)) => match binding.check(peer) {
-                        Ok(()) => Ok((row, Admitted::Launch)),
-                        Err(why) => Err(refuse(format!(
-                            "registration refused: this launch's token came from another process: {why}"
-                        ))),
-                    },
-                    Err(why) => Err(refuse(format!("registration refused: {why}"))),
-                };
-            }
-            LaunchToken::Other => {}
+            return Ok((row, Admitted::Launch));
         }
         if same_secret(&token_hash(&request.token), &row.token_hash) {
             return Ok((row, Admitted::Stored));

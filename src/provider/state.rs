@@ -65,12 +65,13 @@ struct Launch {
 pub(super) enum LaunchToken {
     /// Not this launch's token (or no launch).
     Other,
-    /// This launch's, already spent by a registration that succeeded.
-    Spent,
-    /// This launch's, unspent: the registration must come from the process
-    /// the binding names (the receiver yields it once the runtime started it;
-    /// `Some(None)`: the runtime cannot bind).
-    Unspent(watch::Receiver<Option<Option<Binding>>>),
+    /// This launch's: the registration must come from the process the
+    /// binding names (the receiver yields it once the runtime started it;
+    /// `Some(None)`: the runtime cannot bind), and the token must be unspent.
+    Launch {
+        spent: bool,
+        binding: watch::Receiver<Option<Option<Binding>>>,
+    },
 }
 
 pub(super) struct Slot {
@@ -157,13 +158,10 @@ impl Slot {
     pub fn launch_token(&self, token: &str) -> LaunchToken {
         let state = self.state();
         match &state.launch {
-            Some(launch) if same_secret(&launch.token, token) => {
-                if launch.spent {
-                    LaunchToken::Spent
-                } else {
-                    LaunchToken::Unspent(launch.binding.subscribe())
-                }
-            }
+            Some(launch) if same_secret(&launch.token, token) => LaunchToken::Launch {
+                spent: launch.spent,
+                binding: launch.binding.subscribe(),
+            },
             _ => LaunchToken::Other,
         }
     }
