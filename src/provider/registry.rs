@@ -276,7 +276,7 @@ impl RegistryService {
             }
             if spent {
                 return Err(refuse(format!(
-                    "registration refused: a second registration with this launch's token was refused ({peer}); the first one spent it"
+                    "a second registration with this launch's token was refused ({peer}): the first one spent it"
                 )));
             }
             return Ok((row, Admitted::Launch));
