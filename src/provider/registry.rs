@@ -7,7 +7,9 @@
 //! the service `corbel.provider.v1.Registry`: providers watch it, and exit when
 //! their server goes away.
 //!
-//! The registration path reads top to bottom here: `Register` → token check →
+//! The registration path reads top to bottom here: `Register` → token check (a
+//! launch's token: single use, and only from the launched process, see
+//! `binding.rs`) →
 //! protocol version → endpoint check → dial, health, configure → the slot is
 //! connected and the supervisor watches the link. The registry never starts or
 //! stops a process and never changes the stored provider beyond recording the
@@ -25,16 +27,19 @@ use corbel_proto::v1::{
     UnregisterResponse,
 };
 use tokio::net::UnixListener;
+use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Response, Status};
 use tonic_health::ServingStatus;
 use uuid::Uuid;
 
+use super::binding::{Binding, Peer};
 use super::catalog::{self, token_hash};
 use super::link::Link;
 use super::secrets::Secrets;
-use super::state::{Connection, Slot, Slots};
+use super::state::{Connection, LaunchToken, Slot, Slots, same_secret};
 use super::supervisor::Supervisor;
 use super::{ProviderSettings, ProviderStatus, Providers, rows};
 use crate::store::Db;
@@ -182,7 +187,14 @@ impl Registry for RegistryService {
         &self,
         request: Request<RegisterRequest>,
     ) -> Result<Response<RegisterResponse>, Status> {
-        let session = self.register(request.into_inner()).await?;
+        let peer = Peer {
+            pid: request
+                .extensions()
+                .get::<UdsConnectInfo>()
+                .and_then(|info| info.peer_cred)
+                .and_then(|cred| cred.pid()),
+        };
+        let session = self.register(request.into_inner(), peer).await?;
         Ok(Response::new(RegisterResponse { session }))
     }
 
@@ -203,11 +215,17 @@ fn parse_id(raw: &str) -> Result<Uuid, Status> {
 }
 
 impl RegistryService {
-    /// Register, in order: the provider and its token, the protocol version,
-    /// the endpoint; then the link is dialled, checked and configured, and only
+    /// Register, in order: the provider and its token (a launch's token only
+    /// from the process launched, and only once), the protocol version, the
+    /// endpoint; then the link is dialled, checked and configured, and only
     /// then does the provider count as connected.
-    async fn register(&self, request: RegisterRequest) -> Result<String, Status> {
-        let (row, slot) = self.admit(&request).await?;
+    async fn register(&self, request: RegisterRequest, peer: Peer) -> Result<String, Status> {
+        let id = parse_id(&request.id)?;
+        let slot = self.slots.slot(id);
+        // Until this registration ends, no other one for the provider starts:
+        // a launch's token is spent before the next one looks at it.
+        let _turn = slot.registration_turn().await;
+        let (row, admitted) = self.admit(id, &slot, &request, &peer).await?;
         if !corbel_proto::SUPPORTED_VERSIONS.contains(&request.protocol_version) {
             return Err(Status::failed_precondition(format!(
                 "protocol version {} was not agreed: this server speaks {:?}; call Handshake first",
@@ -220,16 +238,21 @@ impl RegistryService {
         }
         let endpoint = self.check_endpoint(&request.endpoint)?;
         let link = self.dial(&row, &slot, &endpoint).await?;
-        Ok(self.connect(slot, link, request, &endpoint).await)
+        if admitted == Admitted::Launch {
+            slot.spend_launch(&request.token);
+        }
+        Ok(self.connect(slot.clone(), link, request, &endpoint).await)
     }
 
-    /// The provider's row and slot, if the token is the stored one or the one
-    /// given to the process Corbel started last.
+    /// The provider's row, if the token is the stored one, or the one given to
+    /// the process Corbel started last, unspent and presented by that process.
     async fn admit(
         &self,
+        id: Uuid,
+        slot: &Slot,
         request: &RegisterRequest,
-    ) -> Result<(rows::ProviderRow, Arc<Slot>), Status> {
-        let id = parse_id(&request.id)?;
+        peer: &Peer,
+    ) -> Result<(rows::ProviderRow, Admitted), Status> {
         let row = rows::find(&self.db, id)
             .await
             .map_err(|e| {
@@ -237,23 +260,59 @@ impl RegistryService {
                 Status::internal("cannot read the provider")
             })?
             .ok_or_else(|| Status::not_found(format!("no provider with id {id}")))?;
-        let slot = self.slots.slot(id);
-
-        let launched = slot
-            .launch_token()
-            .is_some_and(|t| same_secret(&t, &request.token));
-        let stored = same_secret(&token_hash(&request.token), &row.token_hash);
-        if !(launched || stored) {
-            let message = "registration refused: the token does not match".to_owned();
-            tracing::warn!(provider.id = %id, provider.name = %row.name, "{message}");
-            self.slots.note(&slot, &message);
-            self.slots.set_message(&slot, message.clone());
-            return Err(Status::permission_denied(format!(
-                "{message} provider `{}`",
-                row.name
-            )));
+        let refuse = |message: String| {
+            tracing::warn!(provider.id = %id, provider.name = %row.name, peer = %peer, "{message}");
+            self.slots.note(slot, &message);
+            Status::permission_denied(format!("{message} (provider `{}`)", row.name))
+        };
+        // The binding first: a process that is not the launched one is told
+        // so, whether or not the token is spent.
+        if let LaunchToken::Launch { spent, binding } = slot.launch_token(&request.token) {
+            match self.launched_binding(binding).await {
+                Ok(None) => {}
+                Ok(Some(binding)) => binding.check(peer).map_err(|why| {
+                    refuse(format!(
+                        "registration refused: this launch's token came from another process: {why}"
+                    ))
+                })?,
+                Err(why) => return Err(refuse(format!("registration refused: {why}"))),
+            }
+            if spent {
+                return Err(refuse(format!(
+                    "a second registration with this launch's token was refused ({peer}): the first one spent it"
+                )));
+            }
+            return Ok((row, Admitted::Launch));
         }
-        Ok((row, slot))
+        if same_secret(&token_hash(&request.token), &row.token_hash) {
+            return Ok((row, Admitted::Stored));
+        }
+        let message = "registration refused: the token does not match".to_owned();
+        tracing::warn!(provider.id = %id, provider.name = %row.name, "{message}");
+        self.slots.note(slot, &message);
+        self.slots.set_message(slot, message.clone());
+        Err(Status::permission_denied(format!(
+            "{message} provider `{}`",
+            row.name
+        )))
+    }
+
+    /// The launch's binding, once the runtime has started the process (a
+    /// registration can arrive between the spawn and the binding being noted).
+    async fn launched_binding(
+        &self,
+        mut binding: watch::Receiver<Option<Option<Binding>>>,
+    ) -> Result<Option<Binding>, String> {
+        let known = tokio::time::timeout(
+            self.settings.call_timeout,
+            binding.wait_for(Option::is_some),
+        )
+        .await;
+        match known {
+            Ok(Ok(known)) => Ok(known.flatten()),
+            Ok(Err(_)) => Err("the launch this token belongs to has ended".to_owned()),
+            Err(_) => Err("the launched process was not noted in time".to_owned()),
+        }
     }
 
     /// Dials the provider's endpoint, checks its health and hands it its
@@ -397,10 +456,13 @@ impl RegistryService {
     }
 }
 
-/// Equal in constant time (for equal lengths; lengths are not secret here).
-fn same_secret(a: &str, b: &str) -> bool {
-    use subtle::ConstantTimeEq;
-    a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
+/// Which token admitted a registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admitted {
+    /// The stored token: a provider run outside Corbel; may register again.
+    Stored,
+    /// The token of the process Corbel launched: spent once the registration succeeds.
+    Launch,
 }
 
 #[cfg(test)]

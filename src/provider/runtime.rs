@@ -15,6 +15,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 
+use super::binding::Binding;
 use super::logs::{LogSink, LogStream};
 
 /// Lines of output quoted in a failure message.
@@ -65,6 +66,9 @@ pub trait Runtime: Send + Sync {
 /// A started provider.
 #[async_trait::async_trait]
 pub trait Running: Send {
+    /// How the registry recognises this process when it registers with its
+    /// launch's token (see `binding.rs`); `None` if this runtime cannot tell.
+    fn binding(&self) -> Option<Binding>;
     /// Resolves when it exits, saying how. Cancel-safe.
     async fn wait(&mut self) -> String;
     /// Stops it: a polite signal, then a forced one after `grace`.
@@ -149,7 +153,7 @@ struct Process {
 impl Process {
     fn signal_group(&self, signal: Signal) {
         if let Some(pid) = self.child.id() {
-            // The group id is the child's pid (process_group(0)). A group that is
+            // The group id is the child's pid (setsid). A group that is
             // already gone is fine.
             let _ = killpg(Pid::from_raw(pid as i32), signal);
         }
@@ -166,6 +170,11 @@ impl Process {
 
 #[async_trait::async_trait]
 impl Running for Process {
+    fn binding(&self) -> Option<Binding> {
+        // It leads its own session and group (setsid): the group id is its pid.
+        self.child.id().map(|pid| Binding::ProcessGroup(pid as i32))
+    }
+
     async fn wait(&mut self) -> String {
         let status = self.child.wait().await;
         self.drain().await;
@@ -207,8 +216,11 @@ impl Drop for Process {
     }
 }
 
-/// `sh -c command` in `dir`, in a new process group, with Corbel's own settings
-/// (`CORBEL_*`, which may hold secrets) removed from the inherited environment.
+/// `sh -c command` in `dir`, in a new session (so a new process group whose id
+/// is its pid), with Corbel's own settings (`CORBEL_*`, which may hold secrets)
+/// removed from the inherited environment. The session is what binds a
+/// registration to this process (see `binding.rs`): only what runs in it can
+/// join its group.
 fn shell(command: &str, dir: &Path, env: &[(String, String)]) -> Command {
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
@@ -216,8 +228,15 @@ fn shell(command: &str, dir: &Path, env: &[(String, String)]) -> Command {
         .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
+        .stderr(Stdio::piped());
+    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid()
+                .map(drop)
+                .map_err(std::io::Error::from)
+        });
+    }
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("CORBEL_") {
             cmd.env_remove(key);

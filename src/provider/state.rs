@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::binding::Binding;
 use super::link::Link;
 use super::logs::{LogLine, LogRing, LogSink, LogStream};
 use super::{Provider, ProviderEvent, ProviderStatus, rows};
@@ -42,17 +43,43 @@ struct SlotState {
     /// `None` until something happens to it in this process: the row knows.
     status: Option<(ProviderStatus, Option<String>)>,
     connection: Option<Connection>,
-    /// The token given to the process Corbel started last; accepted along with
-    /// the stored one, and forgotten when that process stops.
-    launch_token: Option<String>,
+    /// The process Corbel started last: its token is accepted along with the
+    /// stored one, once, and forgotten when that process stops.
+    launch: Option<Launch>,
     supervisor: Option<mpsc::Sender<Command>>,
     last_seen: Option<DateTime<Utc>>,
     restarts: Option<i32>,
 }
 
+/// One launch of a provider by the supervisor.
+struct Launch {
+    token: String,
+    /// How the registry recognises the launched process; `None` until the
+    /// runtime has started it (a registration arriving sooner waits for it).
+    binding: watch::Sender<Option<Option<Binding>>>,
+    /// A registration with the token succeeded: it is spent.
+    spent: bool,
+}
+
+/// What a launch says of a registration's token.
+pub(super) enum LaunchToken {
+    /// Not this launch's token (or no launch).
+    Other,
+    /// This launch's: the registration must come from the process the
+    /// binding names (the receiver yields it once the runtime started it;
+    /// `Some(None)`: the runtime cannot bind), and the token must be unspent.
+    Launch {
+        spent: bool,
+        binding: watch::Receiver<Option<Option<Binding>>>,
+    },
+}
+
 pub(super) struct Slot {
     pub id: Uuid,
     state: Mutex<SlotState>,
+    /// Held by a registration from its token check to its end, so a token is
+    /// spent before the next registration looks at it.
+    registering: tokio::sync::Mutex<()>,
     ring: Arc<Mutex<LogRing>>,
     /// Bumped whenever the link is set or lost; supervisors wait on it.
     changed: watch::Sender<u64>,
@@ -63,6 +90,7 @@ impl Slot {
         Self {
             id,
             state: Mutex::default(),
+            registering: tokio::sync::Mutex::new(()),
             ring: Arc::new(Mutex::new(LogRing::new(log_lines))),
             changed: watch::channel(0).0,
         }
@@ -104,12 +132,52 @@ impl Slot {
         self.changed.subscribe()
     }
 
-    pub fn launch_token(&self) -> Option<String> {
-        self.state().launch_token.clone()
+    /// A new launch with this token; its binding follows ([`bind_launch`](Self::bind_launch)).
+    pub fn begin_launch(&self, token: String) {
+        self.state().launch = Some(Launch {
+            token,
+            binding: watch::channel(None).0,
+            spent: false,
+        });
     }
 
-    pub fn set_launch_token(&self, token: Option<String>) {
-        self.state().launch_token = token;
+    /// The launched process is running: registrations with the launch's token
+    /// must come from what `binding` names (`None`: the runtime cannot tell).
+    pub fn bind_launch(&self, binding: Option<Binding>) {
+        if let Some(launch) = &self.state().launch {
+            launch.binding.send_replace(Some(binding));
+        }
+    }
+
+    /// The launched process has stopped (or never started): its token is void.
+    pub fn end_launch(&self) {
+        self.state().launch = None;
+    }
+
+    /// What the current launch says of `token`, compared in constant time.
+    pub fn launch_token(&self, token: &str) -> LaunchToken {
+        let state = self.state();
+        match &state.launch {
+            Some(launch) if same_secret(&launch.token, token) => LaunchToken::Launch {
+                spent: launch.spent,
+                binding: launch.binding.subscribe(),
+            },
+            _ => LaunchToken::Other,
+        }
+    }
+
+    /// A registration with `token` succeeded: a second one with it is refused.
+    pub fn spend_launch(&self, token: &str) {
+        if let Some(launch) = &mut self.state().launch
+            && same_secret(&launch.token, token)
+        {
+            launch.spent = true;
+        }
+    }
+
+    /// One registration at a time for this provider.
+    pub async fn registration_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.registering.lock().await
     }
 
     pub fn supervisor(&self) -> Option<mpsc::Sender<Command>> {
@@ -188,6 +256,12 @@ impl Slot {
             provider.resource_types = c.resource_types.clone();
         }
     }
+}
+
+/// Equal in constant time (for equal lengths; lengths are not secret here).
+pub(super) fn same_secret(a: &str, b: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
 }
 
 /// Every provider's slot, made on first use; status changes go through here

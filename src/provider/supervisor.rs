@@ -374,18 +374,20 @@ impl Supervisor {
         self.slots
             .set_status(slot, ProviderStatus::Starting, None)
             .await;
+        // A fresh token per launch, accepted once, from this launch only.
         let token = catalog::new_token();
-        slot.set_launch_token(Some(token.clone()));
+        slot.begin_launch(token.clone());
         let env = self.environment(slot.id, token);
         let mut watch = slot.watch();
         watch.borrow_and_update();
         let mut running = match runtime.start(job, &env).await {
             Ok(running) => running,
             Err(e) => {
-                slot.set_launch_token(None);
+                slot.end_launch();
                 return Ended::Failed(e.to_string());
             }
         };
+        slot.bind_launch(running.binding());
         self.slots
             .set_status(slot, ProviderStatus::Registering, None)
             .await;
@@ -401,7 +403,7 @@ impl Supervisor {
                     }
                 }
                 status = running.wait() => {
-                    slot.set_launch_token(None);
+                    slot.end_launch();
                     return Ended::Failed(format!(
                         "the provider exited before registering ({status}); last output:\n{}",
                         job.logs.tail(TAIL_LINES)
@@ -439,7 +441,7 @@ impl Supervisor {
                 }
                 status = running.wait() => {
                     slot.disconnect(None);
-                    slot.set_launch_token(None);
+                    slot.end_launch();
                     return Ended::Lost {
                         reason: format!("the provider exited ({status})"),
                         connected_for: since.elapsed(),
@@ -462,7 +464,7 @@ impl Supervisor {
         }
         running.stop(self.settings.stop_grace).await;
         slot.disconnect(None);
-        slot.set_launch_token(None);
+        slot.end_launch();
     }
 
     fn environment(&self, id: Uuid, token: String) -> Vec<(String, String)> {

@@ -4,6 +4,7 @@
 //! provider that misbehaves on purpose.
 
 mod config;
+mod credentials;
 mod failures;
 mod faults;
 mod lifecycle;

@@ -17,6 +17,12 @@ pub struct ProviderConfig {
     pub grace: Duration,
     /// Where records and logs go (`state_dir`), unless `CORBEL_STATE_DIR` says otherwise.
     pub state_dir: Option<PathBuf>,
+    /// Variables of the provider's own environment passed on to every service
+    /// (`pass_env`, default none), e.g. `["HTTP_PROXY", "NO_PROXY"]`. Services
+    /// start from a clean environment (see [`crate::lifecycle::BASE_ENV`]);
+    /// this is the opt-in for anything else the provider's host sets. Names
+    /// starting `CORBEL_` are refused: those are the provider's own.
+    pub pass_env: Vec<String>,
 }
 
 impl Default for ProviderConfig {
@@ -25,6 +31,7 @@ impl Default for ProviderConfig {
             capacity: 100,
             grace: Duration::from_millis(5000),
             state_dir: None,
+            pass_env: Vec::new(),
         }
     }
 }
@@ -51,6 +58,16 @@ impl ProviderConfig {
         if let Some(value) = present(map, "state_dir") {
             let dir = value.as_str().ok_or("state_dir: expected a string")?;
             parsed.state_dir = Some(PathBuf::from(dir));
+        }
+        if let Some(value) = present(map, "pass_env") {
+            let Value::Array(names) = value else {
+                return Err("pass_env: expected a list of variable names".to_string());
+            };
+            parsed.pass_env = names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| variable_name(name).map_err(|e| format!("pass_env[{i}]: {e}")))
+                .collect::<Result<_, _>>()?;
         }
         Ok(parsed)
     }
@@ -129,6 +146,20 @@ impl ServiceConfig {
     }
 }
 
+/// A variable name `pass_env` may hold.
+fn variable_name(value: &Value) -> Result<String, String> {
+    let name = value.as_str().ok_or("expected a variable name")?;
+    if name.is_empty() || name.contains(['=', '\0']) {
+        return Err(format!("{name:?} is not a variable name"));
+    }
+    if name.starts_with("CORBEL_") {
+        return Err(format!(
+            "{name} is not passed on: CORBEL_ variables are the provider's own"
+        ));
+    }
+    Ok(name.to_string())
+}
+
 /// A key's value, treating `null` as absent.
 fn present<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     map.get(key).filter(|v| !v.is_null())
@@ -158,9 +189,10 @@ mod tests {
             Ok(ProviderConfig::default())
         );
         let parsed = ProviderConfig::parse(
-            &json!({"capacity": 3, "grace_ms": 10, "state_dir": "/s", "x": 1}),
+            &json!({"capacity": 3, "grace_ms": 10, "state_dir": "/s", "pass_env": ["HTTP_PROXY"], "x": 1}),
         )
         .unwrap();
+        assert_eq!(parsed.pass_env, ["HTTP_PROXY"]);
         assert_eq!(parsed.capacity, 3);
         assert_eq!(parsed.grace, Duration::from_millis(10));
         assert_eq!(parsed.state_dir, Some(PathBuf::from("/s")));
@@ -169,6 +201,13 @@ mod tests {
             (json!({"capacity": -1}), "capacity"),
             (json!({"grace_ms": 1.5}), "grace_ms"),
             (json!({"state_dir": 7}), "state_dir"),
+            (json!({"pass_env": "PATH"}), "pass_env"),
+            (json!({"pass_env": ["A", 1]}), "pass_env[1]"),
+            (json!({"pass_env": ["A=b"]}), "pass_env[0]"),
+            (
+                json!({"pass_env": ["CORBEL_PROVIDER_TOKEN"]}),
+                "pass_env[0]",
+            ),
         ] {
             let error = ProviderConfig::parse(&config).unwrap_err();
             assert!(error.starts_with(key), "{error}");

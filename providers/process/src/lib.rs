@@ -9,6 +9,13 @@
 //! restarted provider manages what its predecessor started, or began to. The
 //! binary holds a lock on its state directory ([`ProcessProvider::lock_state_dir`])
 //! so that it and its predecessor never run at once.
+//!
+//! Credentials: a service starts from a clean environment
+//! ([`lifecycle::service_env`]: a few base variables, the provider's
+//! `pass_env` list, its own `env`, `PORT`, its tag), in a session of its own,
+//! so it neither inherits the provider's registration variables (which the
+//! SDK's `run` has removed from the provider's environment anyway) nor can
+//! join the provider's process group, by which Corbel recognises the provider.
 
 pub mod config;
 pub mod lifecycle;
@@ -23,7 +30,7 @@ use std::time::Duration;
 use corbel_provider_sdk::records::{DEFAULT_STATE_DIR, StateLock};
 use corbel_provider_sdk::serde_json::{Value, json};
 use corbel_provider_sdk::{
-    Events, Failure, Provider, ProviderInfo, Status, StepResult, async_trait, proto,
+    Events, Failure, Provider, ProviderEnv, ProviderInfo, Status, StepResult, async_trait, proto,
 };
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -59,13 +66,9 @@ impl ProcessProvider {
         }
     }
 
-    /// A provider reading `CORBEL_STATE_DIR` from the environment.
+    /// A provider with `CORBEL_STATE_DIR` as [`ProviderEnv::take`] took it.
     pub fn from_env() -> Self {
-        Self::new(
-            std::env::var_os(ENV_STATE_DIR)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from),
-        )
+        Self::new(ProviderEnv::take().state_dir())
     }
 
     fn config(&self) -> ProviderConfig {
@@ -189,7 +192,8 @@ impl Provider for ProcessProvider {
             // service) goes before a new one starts.
             lifecycle::stop(&record, self.config().grace, &events).await?;
         }
-        Ok(start(&state, &id, &service, &events).await?)
+        let pass_env = self.config().pass_env;
+        Ok(start(&state, &id, &service, &pass_env, &events).await?)
     }
 
     /// Stops the recorded service and anything tagged with its resource id;
@@ -285,12 +289,13 @@ async fn start(
     state: &StateDir,
     resource_id: &str,
     service: &ServiceConfig,
+    pass_env: &[String],
     events: &Events,
 ) -> Result<Value, Failure> {
     let shown = shell_words(&service.command, &service.args);
     events.progress(10, format!("starting `{shown}`")).await;
     let intent = lifecycle::record_intent(state, resource_id, service).await?;
-    let spawned = match lifecycle::spawn_tagged(&intent, service) {
+    let spawned = match lifecycle::spawn_tagged(&intent, service, pass_env) {
         Ok(spawned) => spawned,
         Err(failure) => {
             forget(state, resource_id).await;

@@ -10,13 +10,13 @@
 //! public so a test can stop between any two, as a killed provider would.
 //! Callers hold the resource's lock.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use corbel_provider_sdk::serde_json::{Value, json};
-use corbel_provider_sdk::{Events, Failure, PROVIDER_ENV};
+use corbel_provider_sdk::{Events, Failure};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
@@ -29,6 +29,14 @@ use crate::state::{Phase, Record, Running, StateDir};
 /// The environment variable every service is started with, naming its
 /// resource id; how a service is found when no record names its pid.
 pub const TAG: &str = "CORBEL_RESOURCE_ID";
+/// The variables of the provider's own environment every service gets, when
+/// the provider has them: the rest of a service's environment is its `env`,
+/// the provider's `pass_env` list, `PORT` and [`TAG`]. Nothing else is
+/// inherited: not the provider's `CORBEL_*` registration variables, nor
+/// anything else its host happens to set.
+pub const BASE_ENV: [&str; 7] = ["PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR"];
+/// `PATH` when the provider has none.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// How long a SIGKILLed process may take to disappear before a stop gives up.
 const KILL_WAIT: Duration = Duration::from_secs(5);
 /// How often a stop looks whether its processes are gone.
@@ -74,9 +82,43 @@ pub struct Spawned {
     pub log_offset: u64,
 }
 
-/// Step 2: spawns the intended service in its own process group, tagged with
-/// its resource id, its output appended to the log.
-pub fn spawn_tagged(intent: &Record, service: &ServiceConfig) -> Result<Spawned, Failure> {
+/// A service's whole environment, lowest precedence first: [`BASE_ENV`] from
+/// `provider_env` (`PATH` defaulting to [`DEFAULT_PATH`]), the `pass_env`
+/// variables `provider_env` has, the service's own `env`, then `PORT` (when
+/// the intent picked one) and the [`TAG`], which nothing overrides.
+pub fn service_env(
+    intent: &Record,
+    service: &ServiceConfig,
+    pass_env: &[String],
+    provider_env: impl Fn(&str) -> Option<String>,
+) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    env.insert("PATH".to_string(), DEFAULT_PATH.to_string());
+    for name in BASE_ENV
+        .iter()
+        .copied()
+        .chain(pass_env.iter().map(String::as_str))
+    {
+        if let Some(value) = provider_env(name) {
+            env.insert(name.to_string(), value);
+        }
+    }
+    env.extend(service.env.clone());
+    if let Some(port) = intent.port {
+        env.insert("PORT".to_string(), port.to_string());
+    }
+    env.insert(TAG.to_string(), intent.resource_id.clone());
+    env
+}
+
+/// Step 2: spawns the intended service in a session (and so a process group)
+/// of its own, tagged with its resource id, with the environment
+/// [`service_env`] makes, its output appended to the log.
+pub fn spawn_tagged(
+    intent: &Record,
+    service: &ServiceConfig,
+    pass_env: &[String],
+) -> Result<Spawned, Failure> {
     let log = &intent.log;
     let out = std::fs::OpenOptions::new()
         .create(true)
@@ -91,23 +133,30 @@ pub fn spawn_tagged(intent: &Record, service: &ServiceConfig) -> Result<Spawned,
 
     let mut command = Command::new(&service.command);
     command.args(&service.args);
-    // The provider's registration is its own: a workload must not be able to
-    // register as the provider or write to its state.
-    for name in PROVIDER_ENV {
-        command.env_remove(name);
-    }
+    // A clean, explicit environment: the provider's registration is its own,
+    // and a workload must not be able to register as the provider or write to
+    // its state.
     command
-        .envs(&service.env)
-        .env(TAG, &intent.resource_id)
+        .env_clear()
+        .envs(service_env(intent, service, pass_env, |name| {
+            std::env::var(name).ok()
+        }))
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
-        // Its own group: signals to the provider's group do not reach it, and
-        // a stop can signal everything it started.
-        .process_group(0)
         .kill_on_drop(false);
-    if let Some(port) = intent.port {
-        command.env("PORT", port.to_string());
+    // Its own session, hence its own process group (pgid == pid): signals to
+    // the provider's group do not reach it, a stop can signal everything it
+    // started, and it cannot join the provider's group (setpgid works only
+    // within a session), which Corbel's registry relies on to tell the
+    // provider from its workloads.
+    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        command.pre_exec(|| {
+            nix::unistd::setsid()
+                .map(drop)
+                .map_err(std::io::Error::from)
+        });
     }
     if let Some(cwd) = &service.cwd {
         command.current_dir(cwd);
@@ -373,4 +422,51 @@ pub fn shell_words(command: &str, args: &[String]) -> String {
         .chain(args.iter().map(String::as_str))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    #[test]
+    fn a_service_environment_is_the_base_the_pass_list_its_env_port_and_tag() {
+        let intent = Record {
+            resource_id: "r1".into(),
+            command: "x".into(),
+            args: vec![],
+            port: Some(4000),
+            log: PathBuf::from("/l"),
+            phase: Phase::Intent,
+        };
+        let service = ServiceConfig {
+            command: "x".into(),
+            args: vec![],
+            env: [("LANG", "C"), ("OWN", "1"), ("PORT", "1"), (TAG, "forged")]
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .into(),
+            cwd: None,
+            port: true,
+        };
+        let provider = |name: &str| match name {
+            "HOME" => Some("/home/p".to_string()),
+            "LANG" => Some("en_US.UTF-8".to_string()),
+            "HTTP_PROXY" => Some("http://proxy:3128".to_string()),
+            "CORBEL_PROVIDER_TOKEN" | "SECRET" => Some("leak".to_string()),
+            _ => None,
+        };
+        let env = service_env(&intent, &service, &["HTTP_PROXY".to_string()], provider);
+        let expected: BTreeMap<String, String> = [
+            ("PATH", DEFAULT_PATH),
+            ("HOME", "/home/p"),
+            ("LANG", "C"),
+            ("HTTP_PROXY", "http://proxy:3128"),
+            ("OWN", "1"),
+            ("PORT", "4000"),
+            (TAG, "r1"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into();
+        assert_eq!(env, expected);
+    }
 }

@@ -520,7 +520,7 @@ mod killed_mid_start {
         let intent = lifecycle::record_intent(&state, &svc.resource_id, &service)
             .await
             .unwrap();
-        let spawned = lifecycle::spawn_tagged(&intent, &service).unwrap();
+        let spawned = lifecycle::spawn_tagged(&intent, &service, &[]).unwrap();
         let pid = spawned.pid;
         let port = intent.port.expect("a chosen port");
         // The provider dies here: its running record is never written.
@@ -575,7 +575,7 @@ mod killed_mid_start {
         let intent = lifecycle::record_intent(&state, &svc.resource_id, &service)
             .await
             .unwrap();
-        let pid = lifecycle::spawn_tagged(&intent, &service).unwrap().pid;
+        let pid = lifecycle::spawn_tagged(&intent, &service, &[]).unwrap().pid;
 
         let host = host_in(dir.path()).await;
         // Corbel never saw outputs: it destroys with none.

@@ -115,8 +115,12 @@ fn retry(error: std::io::Error) -> Failure {
     Failure::retryable(error.to_string())
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    // `$CORBEL_STATE_DIR/resources`, a directory Corbel keeps for this provider.
-    corbel_provider_sdk::serve(Hello::new(Records::from_env())).await
+fn main() -> ExitCode {
+    // `run` takes Corbel's variables out of the environment before it starts
+    // the runtime's threads, so nothing this provider starts inherits them.
+    corbel_provider_sdk::run(|env| {
+        // `$CORBEL_STATE_DIR/resources`, a directory Corbel keeps for this provider.
+        let records = Records::in_state_dir(env.state_dir().unwrap_or_else(|| "./state".into()));
+        corbel_provider_sdk::serve_env(env, Hello::new(records))
+    })
 }

@@ -12,17 +12,18 @@
 //!     }
 //! }
 //!
-//! #[tokio::main]
-//! async fn main() -> std::process::ExitCode {
-//!     corbel_provider_sdk::serve(Hello).await
+//! fn main() -> std::process::ExitCode {
+//!     corbel_provider_sdk::run(|env| corbel_provider_sdk::serve_env(env, Hello))
 //! }
 //! ```
 //!
-//! The SDK reads the environment Corbel sets, handshakes, serves the
+//! The SDK takes the environment Corbel sets out of the process (so nothing the
+//! provider starts inherits its token; see [`run`]), handshakes, serves the
 //! `Provider` service and `grpc.health.v1` on `<CORBEL_SOCKET_DIR>/<id>.sock`,
 //! registers, exits when Corbel goes away, and unregisters on SIGTERM. See the
 //! crate's README for the lifecycle and [`testing`] to test without Corbel.
 
+mod env;
 mod error;
 mod provider;
 pub mod records;
@@ -39,12 +40,13 @@ pub use async_trait::async_trait;
 pub use serde_json;
 pub use tonic::{Code, Status};
 
+pub use env::{ProviderEnv, run, single_threaded};
 pub use error::SdkError;
 pub use provider::{
     Events, Failure, InventorySink, Provider, ProviderInfo, Registration, StepError, StepResult,
 };
 pub use records::{Records, StateLock};
-pub use serve::{REGISTRY_HEALTH_SERVICE, Stopped, connect, serve, serve_with};
+pub use serve::{REGISTRY_HEALTH_SERVICE, Stopped, connect, serve, serve_env, serve_with};
 pub use settings::{
     ENV_PROVIDER_ID, ENV_PROVIDER_TOKEN, ENV_REGISTRY, ENV_SOCKET_DIR, ENV_STATE_DIR, PROVIDER_ENV,
     Settings,

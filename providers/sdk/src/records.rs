@@ -18,19 +18,17 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::settings::ENV_STATE_DIR;
-
 /// The state directory used when `CORBEL_STATE_DIR` is unset (relative to the
 /// working directory). Corbel always sets it for the providers it starts.
 pub const DEFAULT_STATE_DIR: &str = "./state";
 /// The directory, inside a state directory, that [`Records::in_state_dir`] uses.
 pub const RECORDS_DIR: &str = "resources";
 
-/// `CORBEL_STATE_DIR`, or [`DEFAULT_STATE_DIR`] when it is unset or empty.
+/// `CORBEL_STATE_DIR` (as [`ProviderEnv::take`](crate::ProviderEnv::take)
+/// took it), or [`DEFAULT_STATE_DIR`] when it is unset or empty.
 pub fn state_dir_from_env() -> PathBuf {
-    std::env::var_os(ENV_STATE_DIR)
-        .filter(|dir| !dir.is_empty())
-        .map(PathBuf::from)
+    crate::ProviderEnv::take()
+        .state_dir()
         .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR))
 }
 

@@ -1,4 +1,4 @@
-//! A provider's life, in order: read the environment, connect to the
+//! A provider's life, in order: take the environment (see `env.rs`), connect to the
 //! registry, handshake, listen on `<socket dir>/<id>.sock`, register, serve
 //! until told to stop (unregister, exit 0) or until the registry goes away
 //! (the watchdog: a provider never outlives its server).
@@ -32,7 +32,7 @@ use tracing::{info, warn};
 use crate::proto;
 use crate::proto::registry_client::RegistryClient;
 use crate::service::ProviderService;
-use crate::{Provider, Registration, SdkError, Settings};
+use crate::{PROVIDER_ENV, Provider, ProviderEnv, Registration, SdkError, Settings};
 
 /// The health service name the watchdog watches on the registry connection.
 /// Corbel serves `grpc.health.v1` on its registry socket with this name SERVING.
@@ -49,15 +49,31 @@ pub enum Stopped {
 }
 
 /// Runs a provider under Corbel: settings from the environment, stop on
-/// SIGTERM or SIGINT. Use it as `main`'s last line.
+/// SIGTERM or SIGINT. Prefer [`run`](crate::run) with [`serve_env`] as `main`:
+/// called from `#[tokio::main]`, the runtime's threads already run, so Corbel's
+/// variables cannot be removed from the environment (see
+/// [`ProviderEnv`]); `serve` then warns in its log.
 ///
 /// Exit codes: 0 after a requested stop or when the registry went away; 2 when
 /// the environment is incomplete; 1 for any other error (refused handshake or
 /// registration, unreachable registry, unusable socket). Errors go to stderr.
 pub async fn serve<P: Provider>(provider: P) -> ExitCode {
+    serve_env(ProviderEnv::take(), provider).await
+}
+
+/// [`serve`] with the variables [`ProviderEnv::take`] took (by [`run`](crate::run)).
+pub async fn serve_env<P: Provider>(env: ProviderEnv, provider: P) -> ExitCode {
     init_tracing();
     let name = provider.info().name;
-    let settings = match Settings::from_env() {
+    if !env.removed() {
+        warn!(
+            "Corbel's variables ({}) are still in this process's environment, so programs it \
+             starts inherit the registration token: they were taken with other threads \
+             running; start the provider with corbel_provider_sdk::run",
+            PROVIDER_ENV.join(", ")
+        );
+    }
+    let settings = match env.settings() {
         Ok(settings) => settings,
         Err(error) => return fail(&name, error),
     };

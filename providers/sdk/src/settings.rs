@@ -18,9 +18,10 @@ pub const ENV_SOCKET_DIR: &str = "CORBEL_SOCKET_DIR";
 /// The provider's own directory for what it must remember across restarts
 /// (see [`Records`](crate::records::Records)); it outlives the provider.
 pub const ENV_STATE_DIR: &str = "CORBEL_STATE_DIR";
-/// Every variable Corbel sets for a provider. They are the provider's alone: a
-/// provider that starts programs removes them from their environment, so a
-/// workload cannot register as the provider or write to its state.
+/// Every variable Corbel sets for a provider. They are the provider's alone:
+/// [`ProviderEnv::take`](crate::ProviderEnv::take) (called by [`run`](crate::run)
+/// and [`serve`](crate::serve)) removes them from the process environment, so
+/// nothing the provider starts can register as the provider or write to its state.
 pub const PROVIDER_ENV: [&str; 5] = [
     ENV_REGISTRY,
     ENV_PROVIDER_ID,
@@ -68,9 +69,11 @@ impl Settings {
     }
 
     /// Reads `CORBEL_REGISTRY`, `CORBEL_PROVIDER_ID`, `CORBEL_PROVIDER_TOKEN` and
-    /// `CORBEL_SOCKET_DIR`. A missing one is an error naming it.
+    /// `CORBEL_SOCKET_DIR` as [`ProviderEnv::take`](crate::ProviderEnv::take)
+    /// took them (taking them now if nothing did before). A missing one is an
+    /// error naming it.
     pub fn from_env() -> Result<Self, SdkError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
+        crate::ProviderEnv::take().settings()
     }
 
     /// Like [`from_env`](Self::from_env) with the variables looked up by `lookup`.
