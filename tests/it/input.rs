@@ -13,9 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::binary::{serve, terminate};
 use crate::support::nginx::Nginx;
-use crate::support::repositories::{
-    create_id, element_ids, put_element, settled, write_inventory,
-};
+use crate::support::repositories::{create_id, element_ids, put_element, settled, write_inventory};
 use crate::support::{ADMIN_TOKEN, TestApp, TestStore, data, eventually};
 
 /// The process's peak resident memory so far (`VmHWM`), in bytes. The server
@@ -50,7 +48,8 @@ fn alias_bomb(head: &str) -> String {
 async fn yaml_bombs_through_create_blueprint_are_refused_with_memory_bounded() {
     let app = TestApp::spawn().await;
     let before = peak_rss();
-    let mutation = "mutation($input: CreateBlueprintInput!) { createBlueprint(input: $input) { id } }";
+    let mutation =
+        "mutation($input: CreateBlueprintInput!) { createBlueprint(input: $input) { id } }";
     let body = app
         .gql(
             mutation,
@@ -299,10 +298,9 @@ async fn credentials_in_urls_reach_no_answer_and_no_log_line() {
     })
     .await;
     assert!(
-        repo["statusMessage"]
-            .as_str()
-            .unwrap()
-            .contains(&format!("GET http://***@127.0.0.1:{port}/inventory.json?access_token=***: HTTP 500")),
+        repo["statusMessage"].as_str().unwrap().contains(&format!(
+            "GET http://***@127.0.0.1:{port}/inventory.json?access_token=***: HTTP 500"
+        )),
         "{repo}"
     );
     assert!(with_token.load(Ordering::SeqCst) > 0, "the token was sent");
