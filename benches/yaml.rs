@@ -31,7 +31,7 @@ fn main() {
     let mut manifest = String::from(
         "name: web\nversion: 1.2.3\nrequirements:\n  core: {from_version: 1.0.0, to_version: 2.0.0}\nresources:\n",
     );
-    for i in 0..50 {
+    for i in 0u32..50 {
         manifest.push_str(&format!(
             "  r{i}:\n    type: process.v1.service\n    depends_on: [r{}]\n    config:\n      command: [\"/bin/run\", \"--port\", \"{}\"]\n      env: {{A: \"1\", B: two}}\n",
             i.saturating_sub(1),
