@@ -292,10 +292,10 @@ mod tests {
     fn an_alias_counts_what_it_expands_to() {
         // 100 bytes, then used 8 times, and the keys `a` and `b`: 902 bytes.
         let s = "x".repeat(100);
-        let ok = format!("a: &a {s}\nb: [{}]\n", vec!["*a"; 8].join(", "));
+        let ok = format!("a: &a {s}\nb: [{}]\n", ["*a"; 8].join(", "));
         check(&ok, "doc.yaml", &SMALL).unwrap();
         // Once more is over, though the text is only a few bytes longer.
-        let over = format!("a: &a {s}\nb: [{}]\n", vec!["*a"; 9].join(", "));
+        let over = format!("a: &a {s}\nb: [{}]\n", ["*a"; 9].join(", "));
         let e = err(&over, &SMALL);
         assert!(
             e.starts_with("doc.yaml: YAML too large after alias expansion at line 2:")
