@@ -9,6 +9,7 @@ pub mod config;
 pub mod deploy;
 pub mod events;
 pub mod provider;
+pub mod redact;
 pub mod repository;
 pub mod resolve;
 pub mod seal;
@@ -18,6 +19,7 @@ pub mod store;
 pub mod telemetry;
 pub mod text;
 pub mod web;
+pub mod yaml;
 
 /// The crate version, as shown by `corbel --version` and `serverInfo.version`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -6,7 +6,7 @@
 //! The layers, bottom first (a module may use modules of lower layers, and
 //! modules of its own layer as long as no cycle forms):
 //!
-//! 0. leaves: `seal`, `secret`, `settings`, `events`, `telemetry`, `text`: import nothing of
+//! 0. leaves: `seal`, `secret`, `settings`, `events`, `telemetry`, `text`, `yaml`, `redact`: import nothing of
 //!    the crate;
 //! 1. `store` (the database), `resolve` (pure dependency resolution);
 //! 2. `auth`, `repository`: areas on the store;
@@ -20,7 +20,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 const LAYERS: &[&[&str]] = &[
-    &["seal", "secret", "settings", "events", "telemetry", "text"],
+    &[
+        "seal",
+        "secret",
+        "settings",
+        "events",
+        "telemetry",
+        "text",
+        "yaml",
+        "redact",
+    ],
     &["store", "resolve"],
     &["auth", "repository"],
     &["provider"],

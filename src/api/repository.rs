@@ -139,6 +139,7 @@ pub struct ElementFilter {
 #[derive(SimpleObject)]
 pub struct HttpDriver {
     kind: String,
+    /// The URL with its credentials hidden (userinfo, token parameters).
     url: String,
 }
 
@@ -191,7 +192,7 @@ impl Repository {
         match &self.0.driver {
             DriverSpec::Http { url } => Driver::Http(HttpDriver {
                 kind,
-                url: url.clone(),
+                url: crate::redact::url(url),
             }),
             DriverSpec::Local { path } => Driver::Local(LocalDriver {
                 kind,

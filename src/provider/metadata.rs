@@ -144,6 +144,11 @@ fn invalid(field: impl Into<String>, message: impl Into<String>) -> MetadataErro
 
 /// Parses and checks the text of a `corbel-provider.yaml`.
 pub fn parse(text: &str) -> Result<Metadata, MetadataError> {
+    crate::yaml::check(text, "corbel-provider.yaml", &crate::yaml::LIMITS).map_err(|e| {
+        MetadataError::Parse {
+            message: e.to_string(),
+        }
+    })?;
     let deserializer = serde_yaml_ng::Deserializer::from_str(text);
     let raw: RawMetadata = serde_path_to_error::deserialize(deserializer).map_err(|e| {
         let path = e.path().to_string();

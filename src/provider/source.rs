@@ -5,8 +5,9 @@
 //! such as `ext::` never), the git2 work itself, and the deadline around it. It does
 //! not know about providers' states or the database: the caller records the outcome.
 //!
-//! Every error message names the URL with its userinfo removed, so a token put in a
-//! URL (`https://TOKEN@host/repo`) never reaches a status message or a log.
+//! Every error message names the URL redacted by `crate::redact` (userinfo, the scp
+//! form's password, credential query parameters), so a token put in a URL
+//! (`https://TOKEN@host/repo`) never reaches a status message or a log.
 //!
 //! Architecture invariant: the transport is libgit2 only. No `git` process is started
 //! and no transport helper is reachable, so a URL cannot run a command on the server.
@@ -22,6 +23,8 @@ use git2::{
     AutotagOption, Commit, ErrorCode, FetchOptions, FetchPrune, RemoteCallbacks, Repository,
     SubmoduleUpdateOptions,
 };
+
+use crate::redact;
 
 /// Refspecs fetched every time, so that both branches and tags can be asked for.
 const REFSPECS: [&str; 2] = [
@@ -213,20 +216,10 @@ fn split_userinfo(url: &str) -> Option<(&str, Option<&str>, &str)> {
     })
 }
 
-/// `url` as it may be shown: userinfo removed, control characters escaped.
+/// `url` as it may be shown: credentials hidden (`crate::redact`), control
+/// characters escaped.
 pub fn display_url(url: &str) -> String {
-    let redacted = match (url_form(url), split_userinfo(url)) {
-        (_, Some((scheme, Some(_), after))) => format!("{scheme}://{after}"),
-        (UrlForm::ScpLike, _) => {
-            let host_end = url.find(':').unwrap_or(url.len());
-            match url[..host_end].rfind('@') {
-                Some(at) => url[at + 1..].to_owned(),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    };
-    escape_controls(&redacted)
+    escape_controls(&redact::url(url))
 }
 
 /// Escapes control characters only, so paths and hosts stay readable.
@@ -244,16 +237,7 @@ fn escape_controls(text: &str) -> String {
 
 /// A message from libgit2 made safe to show: it may quote the URL with its userinfo.
 fn sanitize(message: &str, url: &str) -> String {
-    let mut text = message.replace(url, &display_url(url));
-    if let Some((_, Some(userinfo), _)) = split_userinfo(url) {
-        text = text.replace(&format!("{userinfo}@"), "");
-        if let Some((_, password)) = userinfo.split_once(':')
-            && !password.is_empty()
-        {
-            text = text.replace(password, "***");
-        }
-    }
-    escape_controls(&text)
+    escape_controls(&redact::message(message, url))
 }
 
 /// Checks that `url` may be fetched under `settings`, without any IO.
@@ -1203,15 +1187,19 @@ mod tests {
     fn urls_are_shown_without_credentials() {
         assert_eq!(
             display_url("https://user:hunter22@example.com/a.git"),
-            "https://example.com/a.git"
+            "https://***@example.com/a.git"
         );
         assert_eq!(
             display_url("https://TOKEN@example.com/a@b.git"),
-            "https://example.com/a@b.git"
+            "https://***@example.com/a@b.git"
         );
         assert_eq!(
             display_url("git@example.com:org/a.git"),
-            "example.com:org/a.git"
+            "git@example.com:org/a.git"
+        );
+        assert_eq!(
+            display_url("git:pw1234@example.com:org/a.git"),
+            "git:***@example.com:org/a.git"
         );
         assert_eq!(display_url("/srv/a@b/repo"), "/srv/a@b/repo");
         assert_eq!(display_url("https://x\n/a"), "https://x\\n/a");

@@ -1,13 +1,21 @@
 //! `inventory.json`, read as a stream: entries are handed over one at a time as
 //! the parser meets them, so a large inventory is never held twice in memory.
 //!
+//! Bounds: the whole text by the caller (`max_inventory_bytes`, spooled to
+//! disk); nesting costs no stack (what is skipped or kept raw, serde_json
+//! reads without recursion; `RawEntry`'s own fields are flat); and each entry, which
+//! is held in memory while it is checked and hashed, by [`MAX_ENTRY_BYTES`],
+//! counted as it is read, so an oversized entry is refused before it is whole.
+//!
 //! ```json
 //! {"elements": {"core": {"0.1.12-dev+abc": {"name": "core", "version": "0.1.12-dev+abc",
 //!   "index": {"manifests": {"<uuid>": "core.yaml"}, "images": {...}}}}}}
 //! ```
 
+use std::cell::Cell;
 use std::fmt;
 use std::io::Read;
+use std::rc::Rc;
 
 use serde::Deserialize;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
@@ -15,6 +23,41 @@ use sha2::{Digest, Sha256};
 
 use super::RepositoryError;
 use crate::resolve::Version;
+
+/// Largest text of one entry (one element version) of an inventory.
+pub const MAX_ENTRY_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Bytes the parser has consumed, and where the entry being read must end.
+#[derive(Default)]
+struct Budget {
+    read: Cell<u64>,
+    /// `u64::MAX` outside an entry.
+    entry_end: Cell<u64>,
+}
+
+/// A reader that counts for its [`Budget`] and fails past an entry's end.
+struct Counted<R> {
+    inner: R,
+    budget: Rc<Budget>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let read = self.budget.read.get();
+        let end = self.budget.entry_end.get();
+        if read >= end {
+            return Err(std::io::Error::other(format!(
+                "an entry is over the limit of {MAX_ENTRY_BYTES} bytes"
+            )));
+        }
+        // Never past the entry's end, so the error comes before the bytes.
+        let room = usize::try_from(end - read).unwrap_or(usize::MAX);
+        let limit = buf.len().min(room);
+        let n = self.inner.read(&mut buf[..limit])?;
+        self.budget.read.set(read + n as u64);
+        Ok(n)
+    }
+}
 
 /// Artifact categories of the inventory format.
 pub const CATEGORIES: [&str; 5] = ["artifacts", "configs", "images", "manifests", "templates"];
@@ -60,13 +103,22 @@ pub fn parse(
 ) -> Result<u64, RepositoryError> {
     let mut count = 0u64;
     let mut failure = None;
-    let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::new(reader));
+    let budget = Rc::new(Budget::default());
+    budget.entry_end.set(u64::MAX);
+    // serde_json's IoRead takes one byte at a time: the buffer sits below the
+    // count, so the count is what the parser consumed.
+    let counted = Counted {
+        inner: std::io::BufReader::new(reader),
+        budget: budget.clone(),
+    };
+    let mut de = serde_json::Deserializer::from_reader(counted);
     let result = Root {
         each: &mut |entry| {
             count += 1;
             each(entry)
         },
         failure: &mut failure,
+        budget: &budget,
     }
     .deserialize(&mut de)
     .and_then(|()| de.end());
@@ -186,6 +238,7 @@ pub fn check_file_name(file: &str) -> Result<(), String> {
 struct Root<'a, F> {
     each: &'a mut F,
     failure: &'a mut Option<RepositoryError>,
+    budget: &'a Budget,
 }
 
 impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> DeserializeSeed<'de>
@@ -210,6 +263,7 @@ impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> Visitor<'de> 
                 map.next_value_seed(Names {
                     each: &mut *self.each,
                     failure: &mut *self.failure,
+                    budget: self.budget,
                 })?;
             } else {
                 map.next_value::<IgnoredAny>()?;
@@ -225,6 +279,7 @@ impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> Visitor<'de> 
 struct Names<'a, F> {
     each: &'a mut F,
     failure: &'a mut Option<RepositoryError>,
+    budget: &'a Budget,
 }
 
 impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> DeserializeSeed<'de>
@@ -247,6 +302,7 @@ impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> Visitor<'de> 
                 name: &name,
                 each: &mut *self.each,
                 failure: &mut *self.failure,
+                budget: self.budget,
             })?;
         }
         Ok(())
@@ -257,6 +313,7 @@ struct Versions<'a, F> {
     name: &'a str,
     each: &'a mut F,
     failure: &'a mut Option<RepositoryError>,
+    budget: &'a Budget,
 }
 
 impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> DeserializeSeed<'de>
@@ -278,7 +335,17 @@ impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> Visitor<'de>
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         while let Some(version) = map.next_key::<String>()? {
             // The entry's own text: parsed once into what we read, and hashed as is.
-            let raw_json: Box<serde_json::value::RawValue> = map.next_value()?;
+            let start = self.budget.read.get();
+            self.budget
+                .entry_end
+                .set(start.saturating_add(MAX_ENTRY_BYTES));
+            let raw_json = map.next_value::<Box<serde_json::value::RawValue>>();
+            self.budget.entry_end.set(u64::MAX);
+            let raw_json = raw_json.map_err(|e| {
+                let message = format!("element `{}` {version}: {e}", self.name);
+                *self.failure = Some(RepositoryError::Inventory(message.clone()));
+                serde::de::Error::custom(message)
+            })?;
             let outcome =
                 entry_from_json(self.name, &version, raw_json.get()).and_then(&mut *self.each);
             if let Err(e) = outcome {
@@ -319,6 +386,33 @@ mod tests {
         let urns: Vec<String> = entries[0].artifacts.iter().map(ArtifactRef::urn).collect();
         assert_eq!(urns, ["images:77", "manifests:0a1b"]);
         assert_ne!(entries[0].hash, entries[1].hash);
+    }
+
+    #[test]
+    fn an_oversized_entry_is_refused_as_it_is_read_and_deep_nesting_is_no_danger() {
+        let big = "x".repeat(MAX_ENTRY_BYTES as usize);
+        let text = format!(
+            r#"{{"elements": {{"ok": {{"1.0.0": {{}}}}, "huge": {{"1.0.0": {{"pad": "{big}"}}}}}}}}"#
+        );
+        let mut seen = Vec::new();
+        let e = parse(text.as_bytes(), |entry| {
+            seen.push(entry.name);
+            Ok(())
+        })
+        .unwrap_err()
+        .to_string();
+        assert_eq!(seen, ["ok"]);
+        assert!(
+            e.starts_with("element `huge` 1.0.0: ")
+                && e.contains(&format!("over the limit of {MAX_ENTRY_BYTES} bytes")),
+            "{e}"
+        );
+        // Deep nesting costs no stack: serde_json skips what we do not read
+        // without recursion, and an entry's depth is bounded by its size.
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let text =
+            format!(r#"{{"other": {deep}, "elements": {{"a": {{"1.0.0": {{"x": {deep}}}}}}}}}"#);
+        assert_eq!(collect(&text).unwrap().len(), 1);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Element manifests: YAML (or JSON) with `name`, `version`, `resources`, and
-//! optional `requirements`. Parsed with a size limit; the YAML parser refuses
-//! alias expansion beyond its repetition limit, so an alias bomb is an error.
+//! optional `requirements`. Parsed with a size limit, through `crate::yaml`
+//! (bounded in depth and in size after alias expansion).
 
 use serde_json::Value;
 
@@ -26,8 +26,8 @@ pub fn parse_yaml(text: &str, max_bytes: usize, origin: &str) -> Result<Manifest
             text.len()
         )));
     }
-    let document: Value = serde_yaml_ng::from_str(text)
-        .map_err(|e| RepositoryError::Manifest(format!("{origin}: not valid YAML: {e}")))?;
+    let document: Value = crate::yaml::from_str(text, origin)
+        .map_err(|e| RepositoryError::Manifest(e.to_string()))?;
     check(document, origin)
 }
 

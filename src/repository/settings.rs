@@ -17,9 +17,15 @@ pub struct RepositorySettings {
     pub max_inventory_bytes: u64,
     /// Largest element manifest accepted, in bytes.
     pub max_manifest_bytes: usize,
-    /// Deadline of each request to a repository's source.
+    /// Idle deadline of each request to a repository's source: connecting,
+    /// and each wait for more of a body.
     #[serde(rename = "http_timeout_seconds", with = "seconds")]
     pub http_timeout: Duration,
+    /// Total deadline of one sync, every request in it included, and of each
+    /// artifact download from a source: a source that trickles bytes cannot
+    /// hold a sync (or a download) longer.
+    #[serde(rename = "sync_deadline_seconds", with = "seconds")]
+    pub sync_deadline: Duration,
     /// How often due refreshes are looked for.
     #[serde(rename = "refresh_check_ms", with = "millis")]
     pub refresh_check: Duration,
@@ -42,6 +48,7 @@ impl Default for RepositorySettings {
             max_inventory_bytes: 512 * 1024 * 1024,
             max_manifest_bytes: 1024 * 1024,
             http_timeout: Duration::from_secs(30),
+            sync_deadline: Duration::from_secs(30 * 60),
             refresh_check: Duration::from_secs(5),
             fetch_concurrency: 8,
             providers: ProviderSources::default(),
@@ -55,6 +62,7 @@ impl RepositorySettings {
     pub fn bounded(self) -> Self {
         Self {
             refresh_check: at_least(self.refresh_check, Duration::from_millis(10)),
+            sync_deadline: at_least(self.sync_deadline, Duration::from_secs(1)),
             ..self
         }
     }
@@ -87,6 +95,15 @@ pub struct RepositoryFlags {
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_timeout_seconds: Option<u64>,
+    /// Total deadline of one repository sync (and of one artifact download
+    /// from a source), in seconds.
+    #[arg(
+        long = "repo-sync-deadline-seconds",
+        env = "CORBEL_REPO_SYNC_DEADLINE_SECONDS",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sync_deadline_seconds: Option<u64>,
     /// How often due repository refreshes are looked for, in milliseconds.
     #[arg(
         long = "repo-refresh-check-ms",

@@ -29,7 +29,16 @@ pub async fn run(repos: &Repositories, id: Uuid) -> Result<(), RepositoryError> 
     rows::set_repository_progress(db, id, 0, 0).await?;
     publish(repos, id, RepositoryStatus::Syncing, None, 0, 0);
     tracing::info!(repository.id = %id, repository.name = %repository.name, "sync started");
-    let outcome = sync(repos, &repository).await;
+    // The total deadline: a source that trickles bytes (each within the idle
+    // deadline) or a provider that streams its inventory slowly ends here.
+    let deadline = repos.settings.sync_deadline;
+    let outcome = match tokio::time::timeout(deadline, sync(repos, &repository)).await {
+        Ok(outcome) => outcome,
+        Err(_elapsed) => Err(RepositoryError::Source(format!(
+            "the sync passed its deadline of {}s (sync_deadline_seconds) and was stopped",
+            deadline.as_secs_f32()
+        ))),
+    };
     let next = Utc::now() + chrono::TimeDelta::seconds(repository.refresh_interval_seconds);
     match outcome {
         Ok(stats) => {
@@ -57,7 +66,12 @@ pub async fn run(repos: &Repositories, id: Uuid) -> Result<(), RepositoryError> 
             );
         }
         Err(e) => {
-            let message = e.to_string();
+            // Whatever a driver or library put in the message, the URL's
+            // secrets do not reach the log, the row or the events.
+            let message = match &repository.driver {
+                driver::DriverSpec::Http { url } => crate::redact::message(&e.to_string(), url),
+                _ => e.to_string(),
+            };
             tracing::warn!(repository.id = %id, error = %message, "sync failed");
             let message = match e {
                 RepositoryError::Db(_) | RepositoryError::Corrupt(_) => {
@@ -279,7 +293,10 @@ impl Diff {
     }
 }
 
-/// COPY: fetches the manifests the inventory did not carry, a few at once.
+/// COPY: fetches the manifests the inventory did not carry, a few at once. A
+/// bad manifest (too large, not valid, past the YAML bounds) does not stop the
+/// others: each good one is stored, and the first bad one is reported at the
+/// end (with how many more there were). Anything else stops the fetch.
 async fn fetch_manifests(
     repos: &Repositories,
     source: &dyn driver::Driver,
@@ -304,8 +321,23 @@ async fn fetch_manifests(
             Ok::<_, RepositoryError>(())
         })
         .buffer_unordered(repos.settings.fetch_concurrency.max(1));
+    let mut refused: Option<RepositoryError> = None;
+    let mut more = 0usize;
     while let Some(result) = fetches.next().await {
-        result?;
+        match result {
+            Ok(()) => {}
+            Err(e @ RepositoryError::Manifest(_)) => match refused {
+                None => refused = Some(e),
+                Some(_) => more += 1,
+            },
+            Err(e) => return Err(e),
+        }
     }
-    Ok(())
+    match refused {
+        None => Ok(()),
+        Some(e) if more == 0 => Err(e),
+        Some(e) => Err(RepositoryError::Manifest(format!(
+            "{e} (and {more} more manifests refused)"
+        ))),
+    }
 }

@@ -10,6 +10,7 @@ mod crash;
 mod deployments;
 mod engine;
 mod http;
+mod input;
 mod lock;
 mod providers;
 mod repositories;

@@ -28,8 +28,9 @@ const RESOURCE_KEYS: &[&str] = &[
 ];
 const DATA_KEYS: &[&str] = &["type", "provider", "config"];
 
-/// Parses blueprint YAML (JSON is YAML too). Alias expansion is bounded by the
-/// YAML parser (an alias bomb is an error), `<<` merge keys are applied, and
+/// Parses blueprint YAML (JSON is YAML too). Size, depth and size after alias
+/// expansion are bounded by `crate::yaml` before anything is built, `<<` merge
+/// keys are applied, and
 /// unknown keys are errors everywhere but inside `config`.
 pub fn parse(yaml: &str) -> Result<Blueprint, Problems> {
     if yaml.len() > MAX_BYTES {
@@ -42,8 +43,8 @@ pub fn parse(yaml: &str) -> Result<Blueprint, Problems> {
         )
         .into());
     }
-    let mut doc: Yaml = serde_yaml_ng::from_str(yaml)
-        .map_err(|e| Problem::new("", format!("not valid YAML: {e}")))?;
+    let mut doc: Yaml =
+        crate::yaml::from_str(yaml, "blueprint").map_err(|e| Problem::new("", e.to_string()))?;
     doc.apply_merge()
         .map_err(|e| Problem::new("", format!("bad YAML merge key (<<): {e}")))?;
     let mut reader = Reader::default();

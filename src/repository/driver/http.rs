@@ -3,33 +3,50 @@
 //! `{url}/{name}/{version}/inventory.json`, and artifacts at
 //! `{url}/{name}/{version}/{category}/{file}`.
 //!
+//! A query string on the URL (`?access_token=…`) is kept on every request.
+//! Each request has an idle deadline (`http_timeout`: connecting, and each wait
+//! for more of a body) and a total one (`sync_deadline`, body included), and
+//! every message shows URLs through `crate::redact`.
+//!
 //! The inventory is spooled to a temporary file as it arrives (bounded by the
 //! size limit) and parsed from there as a stream, so memory holds neither the
 //! body nor a second copy of it.
 
 use std::io::Write;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::{StreamExt, TryStreamExt};
 use tokio::sync::mpsc;
 
 use super::{ByteStream, Driver, FetchedElement, Listed};
+use crate::redact;
 use crate::repository::inventory::{self, ArtifactRef};
 use crate::repository::manifest::{self, Manifest};
 use crate::repository::{RepositoryError, RepositorySettings};
 use crate::resolve::Version;
 
 pub struct HttpDriver {
+    /// The URL up to its path, without a trailing `/`.
     base: String,
+    /// The URL's query (`?…`), or empty: added to every request.
+    query: String,
+    /// The URL as given: what its secrets are hidden from in messages.
+    given: String,
     client: reqwest::Client,
+    /// Idle deadline.
     timeout: Duration,
+    /// Total deadline of one request.
+    deadline: Duration,
     max_inventory_bytes: u64,
     max_manifest_bytes: usize,
 }
 
 pub fn validate_url(url: &str) -> Result<(), RepositoryError> {
     let parsed = url::Url::parse(url).map_err(|e| {
-        RepositoryError::Invalid(format!("driver.http.url: `{url}` is not a URL ({e})"))
+        RepositoryError::Invalid(format!(
+            "driver.http.url: `{}` is not a URL ({e})",
+            redact::url(url)
+        ))
     })?;
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(RepositoryError::Invalid(format!(
@@ -39,7 +56,8 @@ pub fn validate_url(url: &str) -> Result<(), RepositoryError> {
     }
     if parsed.host_str().is_none_or(str::is_empty) {
         return Err(RepositoryError::Invalid(format!(
-            "driver.http.url: `{url}` has no host"
+            "driver.http.url: `{}` has no host",
+            redact::url(url)
         )));
     }
     Ok(())
@@ -51,26 +69,41 @@ impl HttpDriver {
         let client = reqwest::Client::builder()
             .connect_timeout(settings.http_timeout)
             .read_timeout(settings.http_timeout)
+            .timeout(settings.sync_deadline)
             .build()
             .map_err(|e| RepositoryError::Source(format!("HTTP client: {e}")))?;
+        // A fragment is never sent; a query is sent with every request.
+        let without_fragment = url.split_once('#').map_or(url, |(before, _)| before);
+        let (path, query) = match without_fragment.split_once('?') {
+            Some((path, query)) => (path, format!("?{query}")),
+            None => (without_fragment, String::new()),
+        };
         Ok(Self {
-            base: url.trim_end_matches('/').to_owned(),
+            base: path.trim_end_matches('/').to_owned(),
+            query,
+            given: url.to_owned(),
             client,
             timeout: settings.http_timeout,
+            deadline: settings.sync_deadline,
             max_inventory_bytes: settings.max_inventory_bytes,
             max_manifest_bytes: settings.max_manifest_bytes,
         })
     }
 
+    /// `{base}/{path}{query}`.
+    fn url_for(&self, path: &str) -> String {
+        format!("{}/{path}{}", self.base, self.query)
+    }
+
     fn element_url(&self, name: &str, version: &Version, rest: &str) -> String {
-        format!("{}/{}/{}/{}", self.base, name, version, rest)
+        self.url_for(&format!("{name}/{version}/{rest}"))
     }
 
     /// GETs `url`; any status but success is an error naming it.
     async fn get(&self, url: &str) -> Result<reqwest::Response, RepositoryError> {
-        self.get_if_present(url)
-            .await?
-            .ok_or_else(|| RepositoryError::Source(format!("GET {url}: HTTP 404 Not Found")))
+        self.get_if_present(url).await?.ok_or_else(|| {
+            RepositoryError::Source(format!("GET {}: HTTP 404 Not Found", self.shown(url)))
+        })
     }
 
     /// GETs `url`; `Ok(None)` on 404.
@@ -78,18 +111,22 @@ impl HttpDriver {
         &self,
         url: &str,
     ) -> Result<Option<reqwest::Response>, RepositoryError> {
+        let started = Instant::now();
         let response = self
             .client
             .get(url)
             .send()
             .await
-            .map_err(|e| describe(url, &e, self.timeout))?;
+            .map_err(|e| self.describe(url, &e, started))?;
         let status = response.status();
         if status == reqwest::StatusCode::NOT_FOUND {
             return Ok(None);
         }
         if !status.is_success() {
-            return Err(RepositoryError::Source(format!("GET {url}: HTTP {status}")));
+            return Err(RepositoryError::Source(format!(
+                "GET {}: HTTP {status}",
+                self.shown(url)
+            )));
         }
         Ok(Some(response))
     }
@@ -101,37 +138,53 @@ impl HttpDriver {
         response: reqwest::Response,
         limit: usize,
     ) -> Result<String, RepositoryError> {
+        let started = Instant::now();
         let mut body = Vec::new();
         let mut stream = response.bytes_stream();
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| describe(url, &e, self.timeout))?;
+            let chunk = chunk.map_err(|e| self.describe(url, &e, started))?;
             if body.len() + chunk.len() > limit {
                 return Err(RepositoryError::Manifest(format!(
-                    "GET {url}: body is over the limit of {limit} bytes"
+                    "GET {}: body is over the limit of {limit} bytes",
+                    self.shown(url)
                 )));
             }
             body.extend_from_slice(&chunk);
         }
-        String::from_utf8(body)
-            .map_err(|_| RepositoryError::Manifest(format!("GET {url}: body is not UTF-8")))
+        String::from_utf8(body).map_err(|_| {
+            RepositoryError::Manifest(format!("GET {}: body is not UTF-8", self.shown(url)))
+        })
     }
-}
 
-fn describe(url: &str, e: &reqwest::Error, timeout: Duration) -> RepositoryError {
-    let what = if e.is_timeout() {
-        format!("timed out after {}s", timeout.as_secs_f32())
-    } else if e.is_connect() {
-        "cannot connect".to_owned()
-    } else {
-        e.to_string()
-    };
-    RepositoryError::Source(format!("GET {url}: {what}"))
+    /// A URL of this repository as it may be shown.
+    fn shown(&self, url: &str) -> String {
+        redact::url(url)
+    }
+
+    /// Why a request failed, naming its URL (redacted) and which deadline ran
+    /// out, if one did.
+    fn describe(&self, url: &str, e: &reqwest::Error, started: Instant) -> RepositoryError {
+        let what = if e.is_timeout() && started.elapsed() >= self.deadline {
+            format!(
+                "passed its total deadline of {}s (sync_deadline_seconds)",
+                self.deadline.as_secs_f32()
+            )
+        } else if e.is_timeout() {
+            format!("timed out after {}s", self.timeout.as_secs_f32())
+        } else if e.is_connect() {
+            "cannot connect".to_owned()
+        } else {
+            redact::message(&redact::message(&e.to_string(), url), &self.given)
+        };
+        RepositoryError::Source(format!("GET {}: {what}", self.shown(url)))
+    }
 }
 
 #[async_trait::async_trait]
 impl Driver for HttpDriver {
     async fn inventory(&self, out: mpsc::Sender<Listed>) -> Result<(), RepositoryError> {
-        let url = format!("{}/inventory.json", self.base);
+        let url = self.url_for("inventory.json");
+        let started = Instant::now();
         let response = self.get(&url).await?;
         let spool = tempfile::tempfile()
             .map_err(|e| RepositoryError::Source(format!("cannot make a spool file: {e}")))?;
@@ -139,21 +192,22 @@ impl Driver for HttpDriver {
         let mut received: u64 = 0;
         let mut stream = response.bytes_stream();
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| describe(&url, &e, self.timeout))?;
+            let chunk = chunk.map_err(|e| self.describe(&url, &e, started))?;
             received += chunk.len() as u64;
             if received > self.max_inventory_bytes {
                 return Err(RepositoryError::Inventory(format!(
-                    "GET {url}: inventory is over the limit of {} bytes",
+                    "GET {}: inventory is over the limit of {} bytes",
+                    self.shown(&url),
                     self.max_inventory_bytes
                 )));
             }
-            writer
-                .write_all(&chunk)
-                .map_err(|e| RepositoryError::Source(format!("spooling {url}: {e}")))?;
+            writer.write_all(&chunk).map_err(|e| {
+                RepositoryError::Source(format!("spooling {}: {e}", self.shown(&url)))
+            })?;
         }
         let mut spool = writer
             .into_inner()
-            .map_err(|e| RepositoryError::Source(format!("spooling {url}: {e}")))?;
+            .map_err(|e| RepositoryError::Source(format!("spooling {}: {e}", self.shown(&url))))?;
         tokio::task::spawn_blocking(move || {
             use std::io::Seek;
             spool
@@ -182,10 +236,11 @@ impl Driver for HttpDriver {
         let text = self
             .small_body(&url, response, self.max_manifest_bytes)
             .await?;
-        let manifest = manifest::parse_yaml(&text, self.max_manifest_bytes, &url)?;
+        let shown = self.shown(&url);
+        let manifest = manifest::parse_yaml(&text, self.max_manifest_bytes, &shown)?;
         if manifest.name != name || manifest.version != *version {
             return Err(RepositoryError::Manifest(format!(
-                "{url}: manifest is {} {}, not {name} {version}",
+                "{shown}: manifest is {} {}, not {name} {version}",
                 manifest.name, manifest.version
             )));
         }
@@ -217,13 +272,13 @@ impl Driver for HttpDriver {
             version,
             &format!("{}/{}", artifact.category, artifact.file_name),
         );
-        let response = self
-            .get_if_present(&url)
-            .await?
-            .ok_or_else(|| RepositoryError::NotFound(format!("GET {url}: not found")))?;
-        Ok(Box::pin(
-            response.bytes_stream().map_err(std::io::Error::other),
-        ))
+        let response = self.get_if_present(&url).await?.ok_or_else(|| {
+            RepositoryError::NotFound(format!("GET {}: not found", self.shown(&url)))
+        })?;
+        let given = self.given.clone();
+        Ok(Box::pin(response.bytes_stream().map_err(move |e| {
+            std::io::Error::other(redact::message(&e.to_string(), &given))
+        })))
     }
 
     async fn upload(&self, _manifest: &Manifest, _yaml: &str) -> Result<(), RepositoryError> {

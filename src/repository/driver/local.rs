@@ -68,8 +68,12 @@ impl LocalDriver {
         }
         let text = std::fs::read_to_string(file)
             .map_err(|e| RepositoryError::Source(format!("{origin}: {e}")))?;
-        let Ok(value) = serde_yaml_ng::from_str::<serde_json::Value>(&text) else {
-            return Ok(None);
+        // Text that is not YAML is not a manifest; YAML past the bounds is
+        // refused like any bad manifest.
+        let value = match crate::yaml::from_str::<serde_json::Value>(&text, &origin) {
+            Ok(value) => value,
+            Err(crate::yaml::YamlError::Invalid { .. }) => return Ok(None),
+            Err(e) => return Err(RepositoryError::Manifest(e.to_string())),
         };
         let is_manifest = value.as_object().is_some_and(|m| {
             ["name", "version", "resources"]

@@ -1,0 +1,369 @@
+//! The one way YAML from outside is read (blueprints, manifests, a local
+//! repository's files, `corbel-provider.yaml`). A leaf: it uses nothing else of
+//! the crate.
+//!
+//! Before serde_yaml_ng builds anything, [`check`] reads the text once as a
+//! stream of events (saphyr-parser, linear, with its own flow-nesting limit)
+//! and refuses it if it is too big, too deep, or too big *after alias
+//! expansion*: each time an alias is used, the nodes and scalar bytes of its
+//! anchor count again, so `&a` on a 100 KB string used 1,000 times counts
+//! 100 MB and is refused after the first few dozen uses, not after the
+//! expansion was made. serde_yaml_ng's own alias limit only counts uses, and
+//! libyaml is quadratic on deeply nested flow collections; neither is reached
+//! with text that passed the check.
+
+use saphyr_parser::{Event, Parser};
+use serde::de::DeserializeOwned;
+
+/// The bounds every YAML document is read under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Size of the text.
+    pub max_bytes: usize,
+    /// Nested mappings and sequences, aliases expanded.
+    pub max_depth: usize,
+    /// Nodes (scalars, mappings, sequences), each alias use counting its
+    /// anchor's nodes again.
+    pub max_nodes: u64,
+    /// Bytes of scalars, each alias use counting its anchor's bytes again.
+    pub max_scalar_bytes: u64,
+}
+
+/// The limits on every path: generous for any real manifest or blueprint (a
+/// few KB), small enough that what serde_yaml_ng builds stays in tens of MB.
+pub const LIMITS: Limits = Limits {
+    max_bytes: 4 * 1024 * 1024,
+    max_depth: 64,
+    max_nodes: 250_000,
+    max_scalar_bytes: 8 * 1024 * 1024,
+};
+
+/// Why a document was refused. Each message names the document (`origin`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum YamlError {
+    #[error("{origin}: YAML is {bytes} bytes, over the limit of {limit}")]
+    TooLong {
+        origin: String,
+        bytes: usize,
+        limit: usize,
+    },
+    #[error(
+        "{origin}: YAML too deep at line {line}: over the limit of {limit} nested mappings and sequences (aliases expanded)"
+    )]
+    TooDeep {
+        origin: String,
+        line: usize,
+        limit: usize,
+    },
+    #[error(
+        "{origin}: YAML too large after alias expansion at line {line}: {count} {what}, over the limit of {limit}"
+    )]
+    TooLarge {
+        origin: String,
+        line: usize,
+        what: &'static str,
+        count: u64,
+        limit: u64,
+    },
+    #[error("{origin}: not valid YAML: {message}")]
+    Invalid { origin: String, message: String },
+}
+
+/// What a finished node adds each time it appears (itself or by alias).
+#[derive(Clone, Copy, Default)]
+struct Size {
+    nodes: u64,
+    bytes: u64,
+    /// Collections nested in it, itself included.
+    height: usize,
+}
+
+/// An open mapping or sequence.
+struct Open {
+    anchor: usize,
+    nodes_before: u64,
+    bytes_before: u64,
+    /// The tallest child so far.
+    child_height: usize,
+}
+
+/// The running count of one check.
+struct Scan<'a> {
+    origin: &'a str,
+    limits: &'a Limits,
+    /// Anchor id (saphyr numbers each definition from 1) → its expanded size,
+    /// once the anchored node is complete.
+    anchors: Vec<Option<Size>>,
+    open: Vec<Open>,
+    nodes: u64,
+    bytes: u64,
+    line: usize,
+}
+
+impl Scan<'_> {
+    fn too_deep(&self) -> YamlError {
+        YamlError::TooDeep {
+            origin: self.origin.to_owned(),
+            line: self.line,
+            limit: self.limits.max_depth,
+        }
+    }
+
+    /// A node of `size` appears at the current depth.
+    fn add(&mut self, size: Size) -> Result<(), YamlError> {
+        self.nodes = self.nodes.saturating_add(size.nodes);
+        self.bytes = self.bytes.saturating_add(size.bytes);
+        if self.open.len() + size.height > self.limits.max_depth {
+            return Err(self.too_deep());
+        }
+        for (what, count, limit) in [
+            ("nodes", self.nodes, self.limits.max_nodes),
+            ("scalar bytes", self.bytes, self.limits.max_scalar_bytes),
+        ] {
+            if count > limit {
+                return Err(YamlError::TooLarge {
+                    origin: self.origin.to_owned(),
+                    line: self.line,
+                    what,
+                    count,
+                    limit,
+                });
+            }
+        }
+        if let Some(parent) = self.open.last_mut() {
+            parent.child_height = parent.child_height.max(size.height);
+        }
+        Ok(())
+    }
+
+    fn anchor(&mut self, anchor: usize, size: Size) {
+        if anchor == 0 {
+            return;
+        }
+        if self.anchors.len() <= anchor {
+            self.anchors.resize(anchor + 1, None);
+        }
+        self.anchors[anchor] = Some(size);
+    }
+
+    fn event(&mut self, event: Event<'_>) -> Result<(), YamlError> {
+        match event {
+            Event::Scalar(value, _, anchor, _) => {
+                let size = Size {
+                    nodes: 1,
+                    bytes: value.len() as u64,
+                    height: 0,
+                };
+                self.add(size)?;
+                self.anchor(anchor, size);
+            }
+            Event::Alias(anchor) => {
+                // An anchor still open is one the alias sits inside: its
+                // expansion would never end.
+                let Some(size) = self.anchors.get(anchor).copied().flatten() else {
+                    return Err(YamlError::Invalid {
+                        origin: self.origin.to_owned(),
+                        message: format!(
+                            "line {}: an alias refers to a node that contains it",
+                            self.line
+                        ),
+                    });
+                };
+                self.add(size)?;
+            }
+            Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
+                if self.open.len() >= self.limits.max_depth {
+                    return Err(self.too_deep());
+                }
+                self.open.push(Open {
+                    anchor,
+                    nodes_before: self.nodes,
+                    bytes_before: self.bytes,
+                    child_height: 0,
+                });
+            }
+            Event::SequenceEnd | Event::MappingEnd => {
+                let Some(done) = self.open.pop() else {
+                    return Ok(());
+                };
+                let height = done.child_height + 1;
+                // Its children are counted already: only the node itself is
+                // added now; the anchor records the whole.
+                self.add(Size {
+                    nodes: 1,
+                    bytes: 0,
+                    height,
+                })?;
+                let whole = Size {
+                    nodes: self.nodes - done.nodes_before,
+                    bytes: self.bytes - done.bytes_before,
+                    height,
+                };
+                self.anchor(done.anchor, whole);
+            }
+            Event::Nothing
+            | Event::StreamStart
+            | Event::StreamEnd
+            | Event::DocumentStart(_)
+            | Event::DocumentEnd => {}
+        }
+        Ok(())
+    }
+}
+
+/// Reads `text` as events and refuses it past `limits`; see the module docs.
+pub fn check(text: &str, origin: &str, limits: &Limits) -> Result<(), YamlError> {
+    if text.len() > limits.max_bytes {
+        return Err(YamlError::TooLong {
+            origin: origin.to_owned(),
+            bytes: text.len(),
+            limit: limits.max_bytes,
+        });
+    }
+    let mut scan = Scan {
+        origin,
+        limits,
+        anchors: Vec::new(),
+        open: Vec::new(),
+        nodes: 0,
+        bytes: 0,
+        line: 0,
+    };
+    for item in Parser::new_from_str(text) {
+        let (event, span) = item.map_err(|e| {
+            // The scanner's own flow-nesting limit (256) can come first.
+            if e.info() == "recursion limit exceeded" {
+                YamlError::TooDeep {
+                    origin: origin.to_owned(),
+                    line: e.marker().line(),
+                    limit: limits.max_depth,
+                }
+            } else {
+                YamlError::Invalid {
+                    origin: origin.to_owned(),
+                    message: e.to_string(),
+                }
+            }
+        })?;
+        scan.line = span.start.line();
+        scan.event(event)?;
+    }
+    Ok(())
+}
+
+/// Checks `text` under [`LIMITS`], then deserializes it with serde_yaml_ng.
+pub fn from_str<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T, YamlError> {
+    check(text, origin, &LIMITS)?;
+    serde_yaml_ng::from_str(text).map_err(|e| YamlError::Invalid {
+        origin: origin.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMALL: Limits = Limits {
+        max_bytes: 10_000,
+        max_depth: 5,
+        max_nodes: 100,
+        max_scalar_bytes: 1_000,
+    };
+
+    fn err(text: &str, limits: &Limits) -> String {
+        check(text, "doc.yaml", limits).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn ordinary_documents_pass() {
+        for text in [
+            "",
+            "a: 1",
+            "name: x\nversion: 1.0.0\nresources:\n  web:\n    type: t\n    config: {a: [1, 2]}\n",
+            "base: &b {x: 1}\nother:\n  <<: *b\n  y: 2\n",
+            "{\"json\": [true, null, 1.5]}",
+        ] {
+            check(text, "doc.yaml", &SMALL).unwrap();
+        }
+    }
+
+    #[test]
+    fn an_alias_counts_what_it_expands_to() {
+        // 100 bytes, then used 8 times, and the keys `a` and `b`: 902 bytes.
+        let s = "x".repeat(100);
+        let ok = format!("a: &a {s}\nb: [{}]\n", ["*a"; 8].join(", "));
+        check(&ok, "doc.yaml", &SMALL).unwrap();
+        // Once more is over, though the text is only a few bytes longer.
+        let over = format!("a: &a {s}\nb: [{}]\n", ["*a"; 9].join(", "));
+        let e = err(&over, &SMALL);
+        assert!(
+            e.starts_with("doc.yaml: YAML too large after alias expansion at line 2:")
+                && e.ends_with("1002 scalar bytes, over the limit of 1000"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn nested_aliases_multiply() {
+        // The classic billion laughs: 10 anchors, each 10 uses of the last.
+        let mut text = "l0: &l0 [lol]\n".to_owned();
+        for i in 1..10 {
+            let uses = vec![format!("*l{}", i - 1); 10].join(", ");
+            text.push_str(&format!("l{i}: &l{i} [{uses}]\n"));
+        }
+        let e = err(&text, &LIMITS);
+        assert!(e.contains("YAML too large after alias expansion"), "{e}");
+        assert!(e.contains("nodes, over the limit of 250000"), "{e}");
+    }
+
+    #[test]
+    fn an_anchored_mapping_counts_its_nodes_and_depth() {
+        let text = "a: &a {k: {k: v}}\nb: *a\n";
+        check(text, "doc.yaml", &SMALL).unwrap();
+        // Used three levels deeper, its two levels reach past 5.
+        let deep = "a: &a {k: {k: v}}\nb: [[[*a]]]\n";
+        let e = err(deep, &SMALL);
+        assert!(e.contains("YAML too deep at line 2"), "{e}");
+    }
+
+    #[test]
+    fn depth_size_and_syntax_are_refused_with_the_document_named() {
+        let e = err(&"[".repeat(200_000), &LIMITS);
+        assert_eq!(
+            e,
+            "doc.yaml: YAML too deep at line 1: over the limit of 64 nested mappings and sequences (aliases expanded)"
+        );
+        let e = err("a: [[[[[1]]]]]", &SMALL);
+        assert!(e.contains("too deep at line 1"), "{e}");
+        let e = err(&"x".repeat(10_001), &SMALL);
+        assert_eq!(e, "doc.yaml: YAML is 10001 bytes, over the limit of 10000");
+        let e = err("a: [1, 2", &SMALL);
+        assert!(e.starts_with("doc.yaml: not valid YAML: "), "{e}");
+        let e = err("a: *nowhere", &SMALL);
+        assert!(e.starts_with("doc.yaml: not valid YAML: "), "{e}");
+        let e = err("a: &a [1, *a]", &SMALL);
+        assert!(e.contains("contains it"), "{e}");
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_quickly() {
+        // libyaml takes seconds on this; the check stops at the limit.
+        for text in [
+            "[".repeat(200_000),
+            "{".repeat(200_000),
+            format!("a: {}", "[".repeat(200_000)),
+            (0..500).map(|i| format!("{}- \n", " ".repeat(i))).collect(),
+        ] {
+            let started = std::time::Instant::now();
+            assert!(check(&text, "doc.yaml", &LIMITS).is_err());
+            assert!(started.elapsed() < std::time::Duration::from_secs(1));
+        }
+    }
+
+    #[test]
+    fn from_str_deserializes_what_passed() {
+        let v: serde_json::Value = from_str("a: &x [1]\nb: *x", "doc.yaml").unwrap();
+        assert_eq!(v, serde_json::json!({"a": [1], "b": [1]}));
+    }
+}
