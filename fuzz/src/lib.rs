@@ -13,7 +13,7 @@ use std::path::{Component, Path};
 
 use serde_json::{Value, json};
 
-use corbel::deploy::blueprint::{self, Blueprint, Replicas};
+use corbel::deploy::blueprint::{self, Blueprint};
 use corbel::deploy::template::{self, Context, Reference, TemplateError};
 use corbel::provider::metadata;
 use corbel::repository::{inventory, manifest};
@@ -212,10 +212,8 @@ fn use_blueprint(bp: &Blueprint) {
     };
     for r in &bp.resources {
         let count = blueprint::replicas(r, &variables);
-        if let Replicas::Fixed(_) | Replicas::Template(_) = r.replicas {
-            let n = count.expect("a checked, bound blueprint has its replicas");
-            assert!(n >= 0);
-        }
+        let n = count.expect("a checked, bound blueprint has its replicas");
+        assert!(n >= 0);
         if let Err(problem) = template::render(&r.config, &ctx) {
             assert!(
                 problem.message.contains("over the limit") || problem.message.contains("deeper"),
