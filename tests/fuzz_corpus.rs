@@ -34,7 +34,7 @@ fn every_corpus_and_regression_input_passes_its_checks() {
         let regressions = files_in(&fuzz.join("regressions").join(target));
         for file in corpus.iter().chain(&regressions) {
             let data = std::fs::read(file).expect("a readable input");
-            if catch_unwind(AssertUnwindSafe(|| check(&data))).is_err() {
+            if catch_unwind(AssertUnwindSafe(|| check(data.as_slice()))).is_err() {
                 failures.push(
                     file.strip_prefix(&fuzz)
                         .unwrap_or(file)

@@ -48,7 +48,7 @@ fn hash_of(v: &Version) -> u64 {
 pub fn version(data: &[u8]) {
     let Some(text) = text(data) else { return };
     let (a, b) = text.split_once('\n').unwrap_or((text, ""));
-    let parsed: Vec<Version> = [a, b].into_iter().filter_map(|s| round_trip(s)).collect();
+    let parsed: Vec<Version> = [a, b].into_iter().filter_map(round_trip).collect();
     if let [x, y] = parsed.as_slice() {
         assert_eq!(x.cmp(y), y.cmp(x).reverse(), "{x} vs {y}");
         assert_eq!(x == y, x.cmp(y).is_eq(), "{x} vs {y}");
