@@ -154,9 +154,14 @@ fn check_replicas(bp: &Blueprint, r: &Resource, problems: &mut Vec<Problem>) {
                     "refers to `{name}`, which is {}; replicas needs an int variable",
                     v.ty
                 )),
-                Some(v) => match v.default.as_ref().and_then(Value::as_i64) {
-                    Some(n) if n < 0 => Some(format!(
-                        "the default of `{name}` is {n}; replicas must not be negative"
+                Some(v) => match v.default.as_ref() {
+                    Some(d) if d.as_i64().is_some_and(|n| n < 0) => Some(format!(
+                        "the default of `{name}` is {d}; replicas must not be negative"
+                    )),
+                    // An int above i64::MAX passes the type check but is no count.
+                    Some(d) if d.is_u64() && d.as_i64().is_none() => Some(format!(
+                        "the default of `{name}` is {d}; replicas must be at most {}",
+                        i64::MAX
                     )),
                     _ => None,
                 },

@@ -327,6 +327,24 @@ fn replicas_render_from_variables() {
     }
 }
 
+/// Found by the blueprint fuzz target's property (a blueprint that checks
+/// clean has its replicas): an int default above i64::MAX passed `check`, and
+/// the deploy then failed on it.
+#[test]
+fn a_replicas_default_too_large_for_a_count_is_a_problem() {
+    let yaml = "variables: {n: {type: int, default: 9223372036854775808}}\n\
+                resources: {a: {type: t, replicas: \"{{ n }}\"}}\n";
+    let bp = parse(yaml).unwrap();
+    assert_problem(
+        &check(&bp),
+        "resources.a.replicas",
+        "at most 9223372036854775807",
+        yaml,
+    );
+    let fits = yaml.replace("9223372036854775808", "9223372036854775807");
+    assert_eq!(check(&parse(&fits).unwrap()), Vec::new());
+}
+
 #[test]
 fn a_manifest_resources_map_parses() {
     let resources = json!({
