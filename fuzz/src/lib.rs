@@ -19,8 +19,11 @@ use corbel::provider::metadata;
 use corbel::repository::{inventory, manifest};
 use corbel::resolve::{Constraint, Op, Requirement, Version};
 
+/// A target's check: it panics when a property does not hold.
+pub type Check = fn(&[u8]);
+
 /// The targets, by the name of their corpus directory.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Check)] = &[
     ("version", version),
     ("constraint", constraint),
     ("inventory", inventory),
