@@ -10,6 +10,8 @@ mod crash;
 mod deployments;
 mod engine;
 mod http;
+mod limits;
+mod login;
 mod lock;
 mod providers;
 mod repositories;
