@@ -78,7 +78,13 @@ async fn run(base: &str) {
     report("healthz, idle", &idle, None);
 
     let doubling = json!({"query": doubling_fragments(26)}).to_string();
-    attack(&health, &graphql, "healthz, doubling fragments x26", doubling).await;
+    attack(
+        &health,
+        &graphql,
+        "healthz, doubling fragments x26",
+        doubling,
+    )
+    .await;
 
     let introspection = json!({"query": INTROSPECTION});
     let short = json!({"query": "{ __schema { types { name fields { name type { name } } } } }"});
@@ -87,10 +93,22 @@ async fn run(base: &str) {
         "  (the batch of 13,000 introspections is {} KB)",
         big_batch.len() / 1000
     );
-    attack(&health, &graphql, "healthz, 13,000-introspection batch", big_batch).await;
+    attack(
+        &health,
+        &graphql,
+        "healthz, 13,000-introspection batch",
+        big_batch,
+    )
+    .await;
 
     let allowed = json!(vec![introspection; 5]).to_string();
-    attack(&health, &graphql, "healthz, 5-introspection batches", allowed).await;
+    attack(
+        &health,
+        &graphql,
+        "healthz, 5-introspection batches",
+        allowed,
+    )
+    .await;
 }
 
 /// Runs `ATTACKERS` loops posting `body` while probing `/healthz`.

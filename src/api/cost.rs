@@ -17,7 +17,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextPrepareRequest};
+use async_graphql::extensions::{
+    Extension, ExtensionContext, ExtensionFactory, NextPrepareRequest,
+};
 use async_graphql::parser::types::{ExecutableDocument, Selection, SelectionSet};
 use async_graphql::{Request, ServerError, ServerResult};
 
@@ -229,7 +231,10 @@ mod tests {
     fn exponential_fragments_are_counted_expanded_and_quickly() {
         let query = doubling(60);
         let started = std::time::Instant::now();
-        assert_eq!(size(&query, 1_000_000), Err(CostError::TooLarge { limit: 1_000_000 }));
+        assert_eq!(
+            size(&query, 1_000_000),
+            Err(CostError::TooLarge { limit: 1_000_000 })
+        );
         // The operation (1 + F1 = 63) and each definition: F1..F5.
         assert_eq!(size(&doubling(5), 1_000), Ok(63 + 62 + 30 + 14 + 6 + 2));
         assert!(started.elapsed() < std::time::Duration::from_secs(1));
@@ -238,7 +243,10 @@ mod tests {
     #[test]
     fn fragment_cycles_and_unknown_fragments() {
         assert!(matches!(
-            size("{ ...A } fragment A on Q { ...B } fragment B on Q { ...A }", 100),
+            size(
+                "{ ...A } fragment A on Q { ...B } fragment B on Q { ...A }",
+                100
+            ),
             Err(CostError::Cycle { .. })
         ));
         assert_eq!(size("{ ...Missing }", 100), Ok(1));

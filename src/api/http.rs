@@ -108,7 +108,9 @@ pub async fn graphql_post(State(state): State<HttpState>, request: Request) -> R
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|info| info.0.ip());
-    let client = ClientAddress(peer.map(|peer| client_address(peer, &parts.headers, &state.trusted_proxies)));
+    let client = ClientAddress(
+        peer.map(|peer| client_address(peer, &parts.headers, &state.trusted_proxies)),
+    );
     let deadline = tokio::time::Instant::now() + limits.timeout;
     let mut headers = HeaderMap::new();
     let mut bodies: Vec<Vec<u8>> = Vec::with_capacity(requests.len());
@@ -476,7 +478,9 @@ async fn serve_ws(
                     Some(Envelope { kind, .. }) if kind == "connection_init" => {
                         init_seen.store(true, Ordering::SeqCst);
                     }
-                    Some(Envelope { kind, id: Some(id) }) if kind == "subscribe" || kind == "start" => {
+                    Some(Envelope { kind, id: Some(id) })
+                        if kind == "subscribe" || kind == "start" =>
+                    {
                         if !open.insert(id.clone()) && protocol == WebSocketProtocols::GraphQLWS {
                             let _ = violation.send((
                                 close::DUPLICATE_ID,
@@ -485,7 +489,9 @@ async fn serve_ws(
                             return std::future::ready(None);
                         }
                     }
-                    Some(Envelope { kind, id: Some(id) }) if kind == "complete" || kind == "stop" => {
+                    Some(Envelope { kind, id: Some(id) })
+                        if kind == "complete" || kind == "stop" =>
+                    {
                         open.remove(&id);
                     }
                     _ => {}

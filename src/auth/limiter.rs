@@ -122,8 +122,8 @@ impl Table {
         match bucket.at {
             None => self.burst,
             Some(at) => {
-                let gained = now.saturating_duration_since(at).as_secs_f64()
-                    / self.refill.as_secs_f64();
+                let gained =
+                    now.saturating_duration_since(at).as_secs_f64() / self.refill.as_secs_f64();
                 (bucket.tokens + gained).min(self.burst)
             }
         }
@@ -189,7 +189,10 @@ mod tests {
         let later = t0 + Duration::from_secs(10);
         assert_eq!(limiter.check("alice", None, later), Ok(()));
         limiter.failed("alice", None, later);
-        assert!(limiter.check("alice", None, later).is_err(), "one at a time");
+        assert!(
+            limiter.check("alice", None, later).is_err(),
+            "one at a time"
+        );
     }
 
     #[test]

@@ -63,7 +63,11 @@ impl LoginLimits {
 #[derive(Clone, Debug, Default, Serialize, clap::Args)]
 pub struct LoginFlags {
     /// Failed logins in a row for one user name before it is limited.
-    #[arg(long = "login-user-burst", env = "CORBEL_LOGIN_USER_BURST", global = true)]
+    #[arg(
+        long = "login-user-burst",
+        env = "CORBEL_LOGIN_USER_BURST",
+        global = true
+    )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user_burst: Option<u32>,
     /// Seconds after which a limited user name gets one more attempt.

@@ -14,7 +14,10 @@ use crate::support::{ADMIN_TOKEN, TestApp, TestStore, data, error_code};
 fn doubling_fragments(levels: usize) -> String {
     let mut query = String::from("query Doubling { ...F1 }\n");
     for i in 1..levels {
-        query.push_str(&format!("fragment F{i} on Query {{ ...F{n} ...F{n} }}\n", n = i + 1));
+        query.push_str(&format!(
+            "fragment F{i} on Query {{ ...F{n} ...F{n} }}\n",
+            n = i + 1
+        ));
     }
     query.push_str(&format!("fragment F{levels} on Query {{ __typename }}\n"));
     query
@@ -94,7 +97,11 @@ async fn anonymous_limits_are_tighter_than_authenticated_ones() {
     let wide: String = (0..1500).map(|i| format!("a{i}: __typename ")).collect();
     let query = json!({"query": format!("{{ {wide} }}")});
     let (_, anonymous) = post(&app, None, &query).await;
-    assert_eq!(error_code(&anonymous), Some("LIMIT_EXCEEDED"), "{anonymous}");
+    assert_eq!(
+        error_code(&anonymous),
+        Some("LIMIT_EXCEEDED"),
+        "{anonymous}"
+    );
     assert_eq!(
         anonymous["errors"][0]["extensions"]["limit"],
         "graphql.anonymous_max_query_size"
@@ -121,7 +128,10 @@ async fn anonymous_limits_are_tighter_than_authenticated_ones() {
     assert_eq!(fifty.as_array().map(Vec::len), Some(50));
     let (status, refused) = post(&app, Some(ADMIN_TOKEN), &batch(51)).await;
     assert_eq!(status, 400);
-    assert_eq!(refused["errors"][0]["extensions"]["limit"], "graphql.max_batch");
+    assert_eq!(
+        refused["errors"][0]["extensions"]["limit"],
+        "graphql.max_batch"
+    );
 }
 
 /// The full introspection query GraphiQL sends, in short.
@@ -189,7 +199,10 @@ async fn a_request_past_its_deadline_is_stopped_with_timeout() {
     let replies = replies.as_array().expect("a batch answer");
     let last = &replies[4];
     assert_eq!(error_code(last), Some("TIMEOUT"), "{last}");
-    assert!(message(last).contains("graphql.anonymous_request_timeout_ms"), "{last}");
+    assert!(
+        message(last).contains("graphql.anonymous_request_timeout_ms"),
+        "{last}"
+    );
     // The admin's deadline is the longer one.
     data(&app.gql("{ me { username } }", json!({})).await);
 }
@@ -242,15 +255,19 @@ async fn work_stops_when_the_client_goes() {
     );
     socket.write_all(head.as_bytes()).await.unwrap();
     socket.write_all(body.as_bytes()).await.unwrap();
-    crate::support::eventually(Duration::from_secs(10), "the batch to be in flight", || async {
-        (in_flight(&app).await >= 1.0).then_some(())
-    })
+    crate::support::eventually(
+        Duration::from_secs(10),
+        "the batch to be in flight",
+        || async { (in_flight(&app).await >= 1.0).then_some(()) },
+    )
     .await;
     let left = Instant::now();
     drop(socket);
-    crate::support::eventually(Duration::from_secs(10), "the work to be dropped", || async {
-        (in_flight(&app).await == 0.0).then_some(())
-    })
+    crate::support::eventually(
+        Duration::from_secs(10),
+        "the work to be dropped",
+        || async { (in_flight(&app).await == 0.0).then_some(()) },
+    )
     .await;
     assert!(
         left.elapsed() < Duration::from_secs(10),
