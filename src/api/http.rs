@@ -741,6 +741,41 @@ mod tests {
     }
 
     #[test]
+    fn the_client_address_is_the_peer_unless_a_trusted_proxy_forwards() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "x-forwarded-for",
+            HeaderValue::from_static("6.6.6.6, 198.51.100.4, 10.0.0.2"),
+        );
+        let proxies = [ip("127.0.0.1"), ip("10.0.0.2")];
+        // An untrusted peer's header is its own word: ignored.
+        assert_eq!(
+            client_address(ip("192.0.2.1"), &headers, &proxies),
+            ip("192.0.2.1")
+        );
+        // Through trusted proxies: the last address they did not add themselves;
+        // the forged first entry is never used.
+        assert_eq!(
+            client_address(ip("127.0.0.1"), &headers, &proxies),
+            ip("198.51.100.4")
+        );
+        assert_eq!(
+            client_address(ip("127.0.0.1"), &HeaderMap::new(), &proxies),
+            ip("127.0.0.1")
+        );
+    }
+
+    #[test]
+    fn close_codes_follow_graphql_transport_ws() {
+        assert_eq!(protocol_close(1002, "bad".into(), false).0, 4400);
+        assert_eq!(protocol_close(1002, "no".into(), true).0, 4403);
+        assert_eq!(protocol_close(1011, "x".into(), false).0, 4401);
+        assert_eq!(protocol_close(4429, "again".into(), false).0, 4429);
+        assert_eq!(close_reason("é".repeat(100)).len(), 122);
+    }
+
+    #[test]
     fn tokens_come_from_header_or_cookie() {
         let mut headers = HeaderMap::new();
         headers.insert(
