@@ -12,7 +12,9 @@
 //!
 //! and reports the server's peak RSS (VmHWM) at the end.
 //!
-//! Run with `cargo bench --bench abuse`.
+//! Run with `cargo bench --bench abuse`. `CORBEL_BIN` names another server
+//! binary to measure (e.g. `target/release/corbel` from a debug-built bench:
+//! `CORBEL_BIN=target/release/corbel cargo test --bench abuse`).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -31,7 +33,9 @@ fn main() {
         .build()
         .expect("runtime");
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_corbel"))
+    let bin =
+        std::env::var("CORBEL_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_corbel").to_owned());
+    let mut child = Command::new(bin)
         .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
         .args(["--log-filter", "warn,corbel=info"])
         .arg("--data-dir")
