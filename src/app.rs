@@ -113,6 +113,7 @@ impl App {
             db.clone(),
             config.session_ttl,
             Bus::new(BUS_CAPACITY, stopping.clone()),
+            &config.login,
         );
         let new_admin_token = auth
             .bootstrap(config.admin_token.as_ref())
@@ -194,7 +195,8 @@ impl App {
                     Box::pin(async move { store::readiness(&db).await })
                 })
             },
-            max_body_bytes: config.graphql.max_body_bytes,
+            limits: config.graphql.clone(),
+            trusted_proxies: config.login.trusted_proxies.clone(),
             documents: Arc::new(DocumentCache::new(512, 16 * 1024)),
             ws_close: ws_close.clone(),
             ws_tasks: ws_tasks.clone(),
@@ -296,7 +298,11 @@ impl App {
                 stopping.cancel();
             }
         };
-        axum::serve(self.listener, self.router)
+        // The peer address is what `login` limits failed attempts by.
+        let service = self
+            .router
+            .into_make_service_with_connect_info::<SocketAddr>();
+        axum::serve(self.listener, service)
             .with_graceful_shutdown(signal)
             .await
             .context("serving HTTP")?;

@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::api::{GraphqlFlags, GraphqlLimits};
+use crate::auth::{LoginFlags, LoginLimits};
 use crate::deploy::{DeployFlags, DeploySettings};
 use crate::provider::{ProviderFlags, ProviderSettings};
 use crate::repository::{RepositoryFlags, RepositorySettings};
@@ -48,6 +49,7 @@ pub struct Config {
     #[serde(rename = "shutdown_grace_seconds", with = "seconds")]
     pub shutdown_grace: Duration,
     pub graphql: GraphqlLimits,
+    pub login: LoginLimits,
     pub repository: RepositorySettings,
     pub provider: ProviderSettings,
     pub deploy: DeploySettings,
@@ -66,6 +68,7 @@ impl Default for Config {
             session_ttl: Duration::from_secs(12 * 3600),
             shutdown_grace: Duration::from_secs(10),
             graphql: GraphqlLimits::default(),
+            login: LoginLimits::default(),
             repository: RepositorySettings::default(),
             provider: ProviderSettings::default(),
             deploy: DeploySettings::default(),
@@ -75,7 +78,8 @@ impl Default for Config {
 
 /// Settings given on the command line or in `CORBEL_*` variables; `None` means
 /// "not said here", so the file or the default decides. Each area's flags are
-/// its own (`--provider-*`, `--deploy-*`, `--repo-*`, `--graphql-*`).
+/// its own (`--provider-*`, `--deploy-*`, `--repo-*`, `--graphql-*`,
+/// `--login-*`).
 #[derive(Clone, Debug, Default, Serialize, clap::Args)]
 pub struct Overrides {
     /// Address to serve HTTP on.
@@ -127,6 +131,8 @@ pub struct Overrides {
     pub shutdown_grace_seconds: Option<u64>,
     #[command(flatten)]
     pub graphql: GraphqlFlags,
+    #[command(flatten)]
+    pub login: LoginFlags,
     #[command(flatten)]
     pub repository: RepositoryFlags,
     #[command(flatten)]
@@ -186,6 +192,8 @@ impl Config {
 
     fn bounded(self) -> Self {
         Self {
+            graphql: self.graphql.bounded(),
+            login: self.login.bounded(),
             repository: self.repository.bounded(),
             provider: self.provider.bounded(),
             deploy: self.deploy.bounded(),

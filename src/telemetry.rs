@@ -31,6 +31,8 @@ pub enum LogFormat {
 pub const GRAPHQL_REQUESTS: &str = "corbel_graphql_requests_total";
 /// Name of the GraphQL latency histogram, labelled by `operation`.
 pub const GRAPHQL_DURATION: &str = "corbel_graphql_request_duration_seconds";
+/// Name of the gauge of GraphQL HTTP requests being worked on now.
+pub const GRAPHQL_IN_FLIGHT: &str = "corbel_graphql_requests_in_flight";
 /// Name of the build-info gauge (always 1), labelled by `version`.
 pub const BUILD_INFO: &str = "corbel_build_info";
 /// Calls to providers, labelled by `call` (the RPC) and `outcome` (`ok`,
@@ -81,6 +83,10 @@ pub fn metrics() -> &'static PrometheusHandle {
             "GraphQL requests by operation and outcome"
         );
         metrics::describe_histogram!(GRAPHQL_DURATION, "GraphQL request latency in seconds");
+        metrics::describe_gauge!(
+            GRAPHQL_IN_FLIGHT,
+            "GraphQL HTTP requests being worked on (a request whose client left is dropped)"
+        );
         metrics::describe_gauge!(BUILD_INFO, "Build information; the value is always 1");
         metrics::describe_counter!(PROVIDER_CALLS, "Calls to providers by RPC and outcome");
         metrics::describe_histogram!(
@@ -102,6 +108,21 @@ pub fn record_graphql(operation: &str, outcome: &'static str, seconds: f64) {
     metrics::counter!(GRAPHQL_REQUESTS, "operation" => operation.clone(), "outcome" => outcome)
         .increment(1);
     metrics::histogram!(GRAPHQL_DURATION, "operation" => operation).record(seconds);
+}
+
+/// Counts a GraphQL HTTP request as in flight until the guard is dropped: when
+/// the handler returns, or when its future is dropped because the client left.
+pub fn graphql_in_flight() -> InFlight {
+    metrics::gauge!(GRAPHQL_IN_FLIGHT).increment(1.0);
+    InFlight(())
+}
+
+pub struct InFlight(());
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        metrics::gauge!(GRAPHQL_IN_FLIGHT).decrement(1.0);
+    }
 }
 
 /// Records one finished call to a provider.

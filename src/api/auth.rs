@@ -142,7 +142,12 @@ impl AuthMutation {
         username: String,
         password: String,
     ) -> Result<LoginPayload, ApiError> {
-        let (user, token) = state::<Auth>(ctx)?.login(&username, &password).await?;
+        let from = ctx
+            .data_opt::<super::ClientAddress>()
+            .and_then(|address| address.0);
+        let (user, token) = state::<Auth>(ctx)?
+            .login(&username, &password, from)
+            .await?;
         ctx.append_http_header(
             "Set-Cookie",
             format!("{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict"),

@@ -42,6 +42,14 @@ text_enum! {
         BadRequest = "BAD_REQUEST",
         /// The document does not parse or validate (unknown field, too deep).
         InvalidQuery = "INVALID_QUERY",
+        /// A limit on the request was passed (expanded document size, batch
+        /// size, response size); `extensions.limit` names the setting.
+        LimitExceeded = "LIMIT_EXCEEDED",
+        /// The request ran past its deadline and was stopped.
+        Timeout = "TIMEOUT",
+        /// Too many failed attempts; `extensions.retryAfterSeconds` says when
+        /// to try again.
+        RateLimited = "RATE_LIMITED",
         Internal = "INTERNAL",
     }
 }
@@ -68,6 +76,18 @@ impl ApiError {
             ErrorCode::Unauthenticated,
             "authentication required: send `Authorization: Bearer <token>`",
         )
+    }
+
+    /// `LIMIT_EXCEEDED`, naming the setting (`extensions.limit`) and its value.
+    pub fn limit(key: &str, value: usize, message: impl Into<String>) -> Self {
+        let mut error = Self::new(ErrorCode::LimitExceeded, message);
+        error
+            .details
+            .push(("limit", async_graphql::Value::from(key.to_owned())));
+        error
+            .details
+            .push(("max", async_graphql::Value::from(value as u64)));
+        error
     }
 
     pub fn validation(message: impl Into<String>) -> Self {
@@ -99,6 +119,14 @@ impl From<AuthError> for ApiError {
             AuthError::Invalid(message) => Self::validation(message),
             AuthError::TokenNotFound(_) => Self::new(ErrorCode::NotFound, e.to_string()),
             AuthError::Conflict(m) => Self::new(ErrorCode::Conflict, m),
+            AuthError::RateLimited(limited) => {
+                let mut error = Self::new(ErrorCode::RateLimited, e.to_string());
+                let seconds = limited.retry_after.as_secs_f64().ceil() as u64;
+                error
+                    .details
+                    .push(("retryAfterSeconds", async_graphql::Value::from(seconds)));
+                error
+            }
             AuthError::Db(_) | AuthError::Hash(_) | AuthError::Corrupt(_) => Self::internal(&e),
         }
     }

@@ -1,13 +1,14 @@
 //! HTTP and websocket handlers for `/graphql`, `/graphql/ws`, and the operational
 //! routes (`/healthz`, `/readyz`, `/metrics`).
 
+use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
 use async_graphql::http::{ALL_WEBSOCKET_PROTOCOLS, GraphiQLSource, WebSocketProtocols, WsMessage};
-use async_graphql::{BatchRequest, BatchResponse, Data};
+use async_graphql::{BatchRequest, Data};
 use axum::body::{Body, Bytes};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use futures_util::{SinkExt, StreamExt};
@@ -18,7 +19,8 @@ use std::sync::Arc;
 
 use super::auth::SESSION_COOKIE;
 use super::documents::DocumentCache;
-use super::{ApiError, Caller, CorbelSchema, ErrorCode};
+use super::settings::RequestLimits;
+use super::{ApiError, Caller, ClientAddress, CorbelSchema, ErrorCode, GraphqlLimits};
 use crate::auth::{Auth, Principal};
 use crate::repository::Repositories;
 
@@ -33,7 +35,9 @@ pub struct HttpState {
     pub auth: Auth,
     pub repositories: Repositories,
     pub readiness: Readiness,
-    pub max_body_bytes: usize,
+    pub limits: GraphqlLimits,
+    /// Proxies whose `X-Forwarded-For` names the client (`login.trusted_proxies`).
+    pub trusted_proxies: Vec<IpAddr>,
     pub documents: Arc<DocumentCache>,
     /// Cancelled once the HTTP server has drained: open websockets then close.
     pub ws_close: CancellationToken,
@@ -52,8 +56,11 @@ pub async fn graphiql() -> Html<String> {
 }
 
 pub async fn graphql_post(State(state): State<HttpState>, request: Request) -> Response {
+    // Dropped with the handler's future: when it returns, or when hyper drops it
+    // because the client closed the connection.
+    let _in_flight = crate::telemetry::graphql_in_flight();
     let (parts, body) = request.into_parts();
-    let bytes = match axum::body::to_bytes(body, state.max_body_bytes).await {
+    let bytes = match axum::body::to_bytes(body, state.limits.max_body_bytes).await {
         Ok(bytes) => bytes,
         Err(_) => {
             return edge_error(
@@ -61,43 +68,155 @@ pub async fn graphql_post(State(state): State<HttpState>, request: Request) -> R
                 ErrorCode::BadRequest,
                 &format!(
                     "request body is larger than the limit of {} bytes",
-                    state.max_body_bytes
+                    state.limits.max_body_bytes
                 ),
             );
         }
     };
-    let mut batch = match parse_body(&bytes) {
+    let batch = match parse_body(&bytes) {
         Ok(batch) => batch,
         Err(message) => {
             return edge_error(StatusCode::BAD_REQUEST, ErrorCode::BadRequest, &message);
         }
     };
+    drop(bytes);
     let caller = match caller_from_headers(&state.auth, &parts.headers).await {
         Ok(caller) => caller,
         Err(e) => {
             return edge_error(StatusCode::INTERNAL_SERVER_ERROR, e.code, &e.message);
         }
     };
-    let operations: Vec<String> = match &batch {
-        BatchRequest::Single(r) => vec![operation_name(r)],
-        BatchRequest::Batch(rs) => rs.iter().map(operation_name).collect(),
+    let limits = state.limits.for_caller(caller.0.is_some());
+    let (requests, is_batch) = match batch {
+        BatchRequest::Single(r) => (vec![r], false),
+        BatchRequest::Batch(rs) => (rs, true),
     };
-    match &mut batch {
-        BatchRequest::Single(r) => state.documents.prepare(r),
-        BatchRequest::Batch(rs) => rs.iter_mut().for_each(|r| state.documents.prepare(r)),
+    if requests.len() > limits.max_batch {
+        let key = limits.key("max_batch");
+        let e = ApiError::limit(
+            &key,
+            limits.max_batch,
+            format!(
+                "the batch has {} requests; at most {} are accepted (`{key}`)",
+                requests.len(),
+                limits.max_batch
+            ),
+        );
+        return api_error_response(StatusCode::BAD_REQUEST, e);
     }
-    let started = Instant::now();
-    let mut response = state.schema.execute_batch(batch.data(caller)).await;
-    let seconds = started.elapsed().as_secs_f64();
-    mark_query_errors(&mut response);
-    let outcomes: Vec<&'static str> = match &response {
-        BatchResponse::Single(r) => vec![outcome(r)],
-        BatchResponse::Batch(rs) => rs.iter().map(outcome).collect(),
-    };
-    for (operation, outcome) in operations.iter().zip(outcomes) {
-        crate::telemetry::record_graphql(operation, outcome, seconds);
+    let peer = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|info| info.0.ip());
+    let client = ClientAddress(
+        peer.map(|peer| client_address(peer, &parts.headers, &state.trusted_proxies)),
+    );
+    let deadline = tokio::time::Instant::now() + limits.timeout;
+    let mut headers = HeaderMap::new();
+    let mut bodies: Vec<Vec<u8>> = Vec::with_capacity(requests.len());
+    let mut total = 0usize;
+    // Set once a request has timed out or filled the response: the rest of the
+    // batch is not run.
+    let mut stopped: Option<ApiError> = None;
+    for mut request in requests {
+        let operation = operation_name(&request);
+        let started = Instant::now();
+        let mut response = if let Some(e) = &stopped {
+            error_response(e.clone())
+        } else if tokio::time::Instant::now() >= deadline {
+            let e = timeout_error(&limits);
+            stopped = Some(e.clone());
+            error_response(e)
+        } else {
+            state.documents.prepare(&mut request);
+            request.data.insert(caller.clone());
+            request.data.insert(client);
+            match tokio::time::timeout_at(deadline, state.schema.execute(request)).await {
+                Ok(response) => response,
+                Err(_) => {
+                    let e = timeout_error(&limits);
+                    stopped = Some(e.clone());
+                    error_response(e)
+                }
+            }
+        };
+        mark_errors(&mut response);
+        crate::telemetry::record_graphql(
+            &operation,
+            outcome(&response),
+            started.elapsed().as_secs_f64(),
+        );
+        let mut body = match serde_json::to_vec(&response) {
+            Ok(body) => body,
+            Err(e) => {
+                let e = ApiError::internal(&e);
+                return edge_error(StatusCode::INTERNAL_SERVER_ERROR, e.code, &e.message);
+            }
+        };
+        if total + body.len() > limits.max_response_bytes {
+            let key = limits.key("max_response_bytes");
+            let e = ApiError::limit(
+                &key,
+                limits.max_response_bytes,
+                format!(
+                    "the response would be larger than {} bytes (`{key}`); ask for less{}",
+                    limits.max_response_bytes,
+                    if is_batch { " or split the batch" } else { "" }
+                ),
+            );
+            stopped = Some(e.clone());
+            let mut refused = error_response(e);
+            mark_errors(&mut refused);
+            body = serde_json::to_vec(&refused).unwrap_or_default();
+        } else {
+            for (name, value) in response.http_headers.iter() {
+                headers.append(name, value.clone());
+            }
+        }
+        total += body.len();
+        bodies.push(body);
     }
-    json_response(&response)
+    json_response(headers, bodies, is_batch)
+}
+
+/// Who the client is, as `login` counts failed attempts: the peer address, or
+/// for a peer that is a trusted proxy, the last address in `X-Forwarded-For`
+/// that is not itself a trusted proxy (every earlier entry is the client's own
+/// word, which anyone can forge).
+fn client_address(peer: IpAddr, headers: &HeaderMap, trusted: &[IpAddr]) -> IpAddr {
+    let is_trusted = |addr: &IpAddr| trusted.contains(&addr.to_canonical());
+    if !is_trusted(&peer) {
+        return peer;
+    }
+    let forwarded: Vec<IpAddr> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map_while(|entry| entry.trim().parse::<IpAddr>().ok())
+        .collect();
+    forwarded
+        .iter()
+        .rev()
+        .find(|addr| !is_trusted(addr))
+        .or(forwarded.first())
+        .copied()
+        .unwrap_or(peer)
+}
+
+fn timeout_error(limits: &RequestLimits) -> ApiError {
+    let key = limits.key("request_timeout_ms");
+    ApiError::new(
+        ErrorCode::Timeout,
+        format!(
+            "the request ran longer than {} ms (`{key}`) and was stopped",
+            limits.timeout.as_millis()
+        ),
+    )
+}
+
+fn error_response(e: ApiError) -> async_graphql::Response {
+    async_graphql::Response::from_errors(vec![super::cost::to_server_error(e)])
 }
 
 /// Parses the body, naming what is wrong with it.
@@ -164,38 +283,55 @@ fn outcome(response: &async_graphql::Response) -> &'static str {
 
 /// Errors raised by async-graphql itself (parse, validation, limits, variables)
 /// carry no code; they are all about the document, so they get `INVALID_QUERY`.
-fn mark_query_errors(response: &mut BatchResponse) {
-    let responses: Vec<&mut async_graphql::Response> = match response {
-        BatchResponse::Single(r) => vec![r],
-        BatchResponse::Batch(rs) => rs.iter_mut().collect(),
-    };
-    for r in responses {
-        for error in &mut r.errors {
-            let extensions = error.extensions.get_or_insert_with(Default::default);
-            if extensions.get("code").is_none() {
-                extensions.set("code", ErrorCode::InvalidQuery.as_str());
-            }
+fn mark_errors(response: &mut async_graphql::Response) {
+    for error in &mut response.errors {
+        let extensions = error.extensions.get_or_insert_with(Default::default);
+        if extensions.get("code").is_none() {
+            extensions.set("code", ErrorCode::InvalidQuery.as_str());
         }
     }
 }
 
-fn json_response(response: &BatchResponse) -> Response {
-    let mut headers = HeaderMap::new();
-    for (name, value) in response.http_headers_iter() {
-        headers.append(name, value);
-    }
+/// The responses as one JSON body: the one response, or the batch's array.
+fn json_response(mut headers: HeaderMap, bodies: Vec<Vec<u8>>, is_batch: bool) -> Response {
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    match serde_json::to_vec(response) {
-        Ok(body) => (headers, body).into_response(),
-        Err(e) => {
-            let e = ApiError::internal(&e);
-            edge_error(StatusCode::INTERNAL_SERVER_ERROR, e.code, &e.message)
+    let body = if is_batch {
+        let mut out = Vec::with_capacity(bodies.iter().map(|b| b.len() + 1).sum::<usize>() + 1);
+        out.push(b'[');
+        for (i, body) in bodies.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(body);
         }
+        out.push(b']');
+        out
+    } else {
+        bodies.into_iter().next().unwrap_or_default()
+    };
+    (headers, body).into_response()
+}
+
+/// An [`ApiError`] before execution, GraphQL-shaped, with its extensions.
+fn api_error_response(status: StatusCode, e: ApiError) -> Response {
+    let mut error = serde_json::to_value(
+        async_graphql::Error::from(e).into_server_error(async_graphql::Pos::default()),
+    )
+    .unwrap_or_default();
+    if let Some(object) = error.as_object_mut() {
+        object.remove("locations");
     }
+    let body = serde_json::json!({ "errors": [error] });
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 /// A GraphQL-shaped error for failures before execution.
@@ -249,6 +385,7 @@ pub async fn graphql_ws(
     State(state): State<HttpState>,
     headers: HeaderMap,
     upgrade: WebSocketUpgrade,
+    request_parts: axum::http::request::Parts,
 ) -> Response {
     let Some(protocol) = ws_protocol(&headers) else {
         return edge_error(
@@ -261,10 +398,21 @@ pub async fn graphql_ws(
         Ok(caller) => caller,
         Err(e) => return edge_error(StatusCode::INTERNAL_SERVER_ERROR, e.code, &e.message),
     };
+    let client = ClientAddress(
+        request_parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|info| client_address(info.0.ip(), &headers, &state.trusted_proxies)),
+    );
     let tasks = state.ws_tasks.clone();
+    let max_message = state.limits.max_body_bytes;
     upgrade
         .protocols(ALL_WEBSOCKET_PROTOCOLS)
-        .on_upgrade(move |socket| tasks.track_future(serve_ws(state, socket, protocol, caller)))
+        .max_message_size(max_message)
+        .max_frame_size(max_message)
+        .on_upgrade(move |socket| {
+            tasks.track_future(serve_ws(state, socket, protocol, caller, client))
+        })
 }
 
 /// The first GraphQL subprotocol the client offers that we speak.
@@ -277,55 +425,106 @@ fn ws_protocol(headers: &HeaderMap) -> Option<WebSocketProtocols> {
         .find_map(|p| p.trim().parse::<WebSocketProtocols>().ok())
 }
 
+/// graphql-transport-ws close codes (the protocol's PROTOCOL.md).
+mod close {
+    pub const BAD_REQUEST: u16 = 4400;
+    pub const UNAUTHORIZED: u16 = 4401;
+    pub const FORBIDDEN: u16 = 4403;
+    pub const INIT_TIMEOUT: u16 = 4408;
+    pub const DUPLICATE_ID: u16 = 4409;
+}
+
 /// Runs one websocket connection until the client leaves or the server shuts
 /// down; then it says goodbye with a close frame rather than dropping the line.
+///
+/// async-graphql's `WebSocket` speaks both protocols; this adds what it lacks
+/// of graphql-transport-ws: the `connection_init` timeout (4408, for the legacy
+/// protocol too), a duplicate subscription id (4409), and the protocol's close
+/// codes where it uses generic ones: a malformed message is 4400 (not 1002), a
+/// refused `connection_init` 4403 (not 1002), `subscribe` before the ack 4401
+/// (not 1011). A second `connection_init` is 4429 already.
 async fn serve_ws(
     state: HttpState,
     socket: WebSocket,
     protocol: WebSocketProtocols,
     from_headers: Caller,
+    client: ClientAddress,
 ) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
     let (mut sink, stream) = socket.split();
     // The subscriptions this client has open, so shutdown can wait for their
     // `complete` before closing the socket.
     let open = Arc::new(std::sync::Mutex::new(
         std::collections::HashSet::<String>::new(),
     ));
-    let seen_by_input = open.clone();
-    let input = stream
-        .take_while(|message| std::future::ready(message.is_ok()))
-        .filter_map(move |message| {
-            let bytes = match message {
-                Ok(Message::Text(text)) => Some(Bytes::from(text)),
-                Ok(Message::Binary(bytes)) => Some(bytes),
-                _ => None,
-            };
-            if let Some(bytes) = &bytes {
-                track(
-                    &seen_by_input,
-                    bytes,
-                    &["subscribe", "start"],
-                    &["complete", "stop"],
-                );
-            }
-            std::future::ready(bytes)
-        });
+    let init_seen = Arc::new(AtomicBool::new(false));
+    let init_refused = Arc::new(AtomicBool::new(false));
+    let (violation, mut violations) = tokio::sync::mpsc::unbounded_channel::<(u16, String)>();
+    let input = {
+        let open = open.clone();
+        let init_seen = init_seen.clone();
+        stream
+            .take_while(|message| std::future::ready(message.is_ok()))
+            .filter_map(move |message| {
+                let bytes = match message {
+                    Ok(Message::Text(text)) => Bytes::from(text),
+                    Ok(Message::Binary(bytes)) => bytes,
+                    _ => return std::future::ready(None),
+                };
+                let envelope = Envelope::read(&bytes);
+                let mut open = open.lock().unwrap_or_else(|e| e.into_inner());
+                match envelope {
+                    Some(Envelope { kind, .. }) if kind == "connection_init" => {
+                        init_seen.store(true, Ordering::SeqCst);
+                    }
+                    Some(Envelope { kind, id: Some(id) })
+                        if kind == "subscribe" || kind == "start" =>
+                    {
+                        if !open.insert(id.clone()) && protocol == WebSocketProtocols::GraphQLWS {
+                            let _ = violation.send((
+                                close::DUPLICATE_ID,
+                                format!("Subscriber for {id} already exists"),
+                            ));
+                            return std::future::ready(None);
+                        }
+                    }
+                    Some(Envelope { kind, id: Some(id) })
+                        if kind == "complete" || kind == "stop" =>
+                    {
+                        open.remove(&id);
+                    }
+                    _ => {}
+                }
+                std::future::ready(Some(bytes))
+            })
+    };
     let auth = state.auth.clone();
+    let refused = init_refused.clone();
     let connection = async_graphql::http::WebSocket::new(state.schema.clone(), input, protocol)
         .on_connection_init(move |payload| async move {
             let caller = match token_from_init(&payload) {
                 Some(token) => match authenticate(&auth, &token).await {
                     Ok(Some(principal)) => Caller(Some(principal)),
-                    Ok(None) => return Err(async_graphql::Error::new("invalid token")),
-                    Err(e) => return Err(e.into()),
+                    Ok(None) => {
+                        refused.store(true, Ordering::SeqCst);
+                        return Err(async_graphql::Error::new("Forbidden: invalid token"));
+                    }
+                    Err(e) => {
+                        refused.store(true, Ordering::SeqCst);
+                        return Err(e.into());
+                    }
                 },
                 None => from_headers,
             };
             let mut data = Data::default();
             data.insert(caller);
+            data.insert(client);
             Ok(data)
         });
     let mut connection = std::pin::pin!(connection);
+    let init_deadline = tokio::time::sleep(state.limits.ws_init_timeout);
+    let mut init_deadline = std::pin::pin!(init_deadline);
     let mut closing = false;
     loop {
         if closing && open.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
@@ -333,6 +532,21 @@ async fn serve_ws(
         }
         let message = tokio::select! {
             message = connection.next() => message,
+            Some((code, reason)) = violations.recv() => Some(WsMessage::Close(code, reason)),
+            _ = &mut init_deadline, if !init_seen.load(Ordering::SeqCst) => {
+                if init_seen.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let reason = "Connection initialisation timeout";
+                if protocol == WebSocketProtocols::SubscriptionsTransportWS {
+                    let error = serde_json::json!({
+                        "type": "connection_error",
+                        "payload": {"message": reason},
+                    });
+                    let _ = sink.send(Message::Text(error.to_string().into())).await;
+                }
+                Some(WsMessage::Close(close::INIT_TIMEOUT, reason.to_owned()))
+            }
             _ = state.ws_close.cancelled(), if !closing => {
                 closing = true;
                 continue;
@@ -344,13 +558,23 @@ async fn serve_ws(
         };
         let sent = match message {
             WsMessage::Text(text) => {
-                track(&open, text.as_bytes(), &[], &["complete", "error"]);
+                if let Some(Envelope { kind, id: Some(id) }) = Envelope::read(text.as_bytes())
+                    && (kind == "complete" || kind == "error")
+                {
+                    open.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                }
                 sink.send(Message::Text(text.into())).await
             }
             WsMessage::Close(code, reason) => {
+                let (code, reason) = match protocol {
+                    WebSocketProtocols::GraphQLWS => {
+                        protocol_close(code, reason, init_refused.load(Ordering::SeqCst))
+                    }
+                    WebSocketProtocols::SubscriptionsTransportWS => (code, reason),
+                };
                 let frame = CloseFrame {
                     code,
-                    reason: reason.into(),
+                    reason: close_reason(reason).into(),
                 };
                 let _ = sink.send(Message::Close(Some(frame))).await;
                 return;
@@ -367,28 +591,41 @@ async fn serve_ws(
     let _ = sink.send(Message::Close(Some(frame))).await;
 }
 
-/// Adds or removes a protocol message's subscription `id` from `open` by its
-/// `type`.
-fn track(
-    open: &std::sync::Mutex<std::collections::HashSet<String>>,
-    message: &[u8],
-    opens: &[&str],
-    closes: &[&str],
-) {
-    #[derive(serde::Deserialize)]
-    struct Envelope {
-        #[serde(rename = "type")]
-        kind: String,
-        id: Option<String>,
+/// A close frame's reason fits in 123 bytes; a longer one (serde's list of
+/// expected message types) would fail the frame itself.
+fn close_reason(mut reason: String) -> String {
+    const MAX: usize = 123;
+    if reason.len() > MAX {
+        let mut end = MAX;
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        reason.truncate(end);
     }
-    let Ok(Envelope { kind, id: Some(id) }) = serde_json::from_slice::<Envelope>(message) else {
-        return;
-    };
-    let mut open = open.lock().unwrap_or_else(|e| e.into_inner());
-    if opens.contains(&kind.as_str()) {
-        open.insert(id);
-    } else if closes.contains(&kind.as_str()) {
-        open.remove(&id);
+    reason
+}
+
+/// The graphql-transport-ws close code for one async-graphql gives.
+fn protocol_close(code: u16, reason: String, init_refused: bool) -> (u16, String) {
+    match code {
+        1002 if init_refused => (close::FORBIDDEN, reason),
+        1002 => (close::BAD_REQUEST, reason),
+        1011 => (close::UNAUTHORIZED, "Unauthorized".to_owned()),
+        _ => (code, reason),
+    }
+}
+
+/// A protocol message's `type` and `id`, read without the rest.
+#[derive(serde::Deserialize)]
+struct Envelope {
+    #[serde(rename = "type")]
+    kind: String,
+    id: Option<String>,
+}
+
+impl Envelope {
+    fn read(message: &[u8]) -> Option<Envelope> {
+        serde_json::from_slice(message).ok()
     }
 }
 
@@ -501,6 +738,41 @@ mod tests {
         assert_eq!(named_operation("{ serverInfo { version } }"), None);
         assert_eq!(named_operation("query { serverInfo { version } }"), None);
         assert_eq!(named_operation("query($a: Int) { a }"), None);
+    }
+
+    #[test]
+    fn the_client_address_is_the_peer_unless_a_trusted_proxy_forwards() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "x-forwarded-for",
+            HeaderValue::from_static("6.6.6.6, 198.51.100.4, 10.0.0.2"),
+        );
+        let proxies = [ip("127.0.0.1"), ip("10.0.0.2")];
+        // An untrusted peer's header is its own word: ignored.
+        assert_eq!(
+            client_address(ip("192.0.2.1"), &headers, &proxies),
+            ip("192.0.2.1")
+        );
+        // Through trusted proxies: the last address they did not add themselves;
+        // the forged first entry is never used.
+        assert_eq!(
+            client_address(ip("127.0.0.1"), &headers, &proxies),
+            ip("198.51.100.4")
+        );
+        assert_eq!(
+            client_address(ip("127.0.0.1"), &HeaderMap::new(), &proxies),
+            ip("127.0.0.1")
+        );
+    }
+
+    #[test]
+    fn close_codes_follow_graphql_transport_ws() {
+        assert_eq!(protocol_close(1002, "bad".into(), false).0, 4400);
+        assert_eq!(protocol_close(1002, "no".into(), true).0, 4403);
+        assert_eq!(protocol_close(1011, "x".into(), false).0, 4401);
+        assert_eq!(protocol_close(4429, "again".into(), false).0, 4429);
+        assert_eq!(close_reason("é".repeat(100)).len(), 122);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! the authentication guard, and the HTTP/websocket handlers that serve it.
 
 mod auth;
+mod cost;
 mod deploy;
 pub mod documents;
 pub mod error;
@@ -71,8 +72,16 @@ pub fn schema_builder(limits: &GraphqlLimits) -> SchemaBuilder<Query, Mutation, 
     )
     .limit_depth(limits.max_depth)
     .limit_complexity(limits.max_complexity)
+    .extension(cost::CostLimit {
+        limits: limits.clone(),
+    })
     .extension(guard::RequireAuth)
 }
+
+/// The address a request came from (see `http::client_address`), for the
+/// per-address limit on failed logins; `None` when unknown.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientAddress(pub Option<std::net::IpAddr>);
 
 /// The SDL of the API, as `schema.graphql` holds it.
 pub fn sdl() -> String {

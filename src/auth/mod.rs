@@ -5,9 +5,16 @@
 //! hash is enough and keeps per-request checks cheap). Roles are a column on the
 //! user; today every user is an admin, and `Principal` is where checks will grow.
 
+mod limiter;
 mod password;
+mod settings;
 
-use std::time::Duration;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use limiter::{Limited, LimitedBy};
+pub use settings::{LoginFlags, LoginLimits};
 
 use crate::store::{Db, DbErr};
 use chrono::{DateTime, Utc};
@@ -91,6 +98,19 @@ pub enum AuthError {
     Db(DbErr),
     #[error("password hashing failed: {0}")]
     Hash(String),
+    #[error("{}", rate_limited_message(.0))]
+    RateLimited(Limited),
+}
+
+fn rate_limited_message(limited: &Limited) -> String {
+    let by = match limited.by {
+        LimitedBy::User => "this user name",
+        LimitedBy::Address => "this address",
+    };
+    format!(
+        "too many failed logins for {by}: try again in {} s",
+        limited.retry_after.as_secs_f64().ceil() as u64
+    )
 }
 
 impl From<DbErr> for AuthError {
@@ -124,14 +144,17 @@ pub struct Auth {
     db: Db,
     session_ttl: Duration,
     bus: Bus<AuthEvent>,
+    /// Failed logins per user name and address (in memory: single node).
+    limiter: Arc<limiter::LoginLimiter>,
 }
 
 impl Auth {
-    pub fn new(db: Db, session_ttl: Duration, bus: Bus<AuthEvent>) -> Self {
+    pub fn new(db: Db, session_ttl: Duration, bus: Bus<AuthEvent>, login: &LoginLimits) -> Self {
         Self {
             db,
             session_ttl,
             bus,
+            limiter: Arc::new(limiter::LoginLimiter::new(login)),
         }
     }
 
@@ -216,17 +239,33 @@ impl Auth {
         }))
     }
 
-    /// Checks a username and password and opens a session.
-    pub async fn login(&self, username: &str, password: &str) -> Result<(User, String), AuthError> {
+    /// Checks a username and password and opens a session. `from` is the
+    /// client's address, for the per-address limit on failed attempts; a name
+    /// or address over its limit is refused before any password is checked.
+    pub async fn login(
+        &self,
+        username: &str,
+        password: &str,
+        from: Option<IpAddr>,
+    ) -> Result<(User, String), AuthError> {
+        self.limiter
+            .check(username, from, Instant::now())
+            .map_err(AuthError::RateLimited)?;
         let row = users::find_by_username(&self.db, username).await?;
         let stored = row.as_ref().and_then(|r| r.password_hash.clone());
         let matches = password::verify(password, stored).await?;
-        let (Some(row), true) = (row, matches) else {
-            return Err(AuthError::InvalidCredentials);
+        let row = match (row, matches) {
+            (Some(row), true) if !row.disabled => row,
+            _ => {
+                self.limiter.failed(username, from, Instant::now());
+                if let Some(addr) = from {
+                    tracing::info!(client.address = %addr, "failed login");
+                } else {
+                    tracing::info!("failed login");
+                }
+                return Err(AuthError::InvalidCredentials);
+            }
         };
-        if row.disabled {
-            return Err(AuthError::InvalidCredentials);
-        }
         let token = new_token();
         let ttl = chrono::TimeDelta::from_std(self.session_ttl)
             .map_err(|_| AuthError::Invalid("session lifetime is too long".into()))?;

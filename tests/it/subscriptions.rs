@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 
 use crate::support::websocket::{Ws, connect, init, next_json, send, subscribe_server_events};
@@ -130,4 +130,104 @@ async fn shutdown_completes_open_subscriptions() {
     }
     assert!(saw_complete, "the stream was completed, not cut");
     stopping.await.unwrap();
+}
+
+#[tokio::test]
+async fn graphql_transport_ws_closes_with_the_protocol_codes() {
+    use crate::support::websocket::close_code;
+    let store = std::sync::Arc::new(crate::support::TestStore::fresh().await);
+    let app = TestApp::spawn_with(store, |c| {
+        c.graphql.ws_init_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let subscription = json!({"query": "subscription { serverEvents { __typename } }"});
+
+    // No connection_init in time.
+    let mut ws = connect(app.addr, "graphql-transport-ws").await;
+    let (code, reason) = close_code(&mut ws).await.expect("a close frame");
+    assert_eq!(code, 4408, "{reason}");
+    assert!(reason.contains("timeout"), "{reason}");
+
+    // A refused connection_init.
+    let mut ws = connect(app.addr, "graphql-transport-ws").await;
+    send(
+        &mut ws,
+        json!({"type": "connection_init", "payload": {"token": "cbl_wrong"}}),
+    )
+    .await;
+    assert_eq!(close_code(&mut ws).await.expect("a close frame").0, 4403);
+
+    // subscribe before the ack.
+    let mut ws = connect(app.addr, "graphql-transport-ws").await;
+    send(
+        &mut ws,
+        json!({"id": "1", "type": "subscribe", "payload": subscription}),
+    )
+    .await;
+    assert_eq!(close_code(&mut ws).await.expect("a close frame").0, 4401);
+
+    // A message that is not the protocol's.
+    for malformed in ["not json", r#"{"type": "nonsense"}"#] {
+        let mut ws = connect(app.addr, "graphql-transport-ws").await;
+        init(&mut ws, json!({})).await;
+        ws.send(tokio_tungstenite::tungstenite::Message::Text(
+            malformed.into(),
+        ))
+        .await
+        .unwrap();
+        assert_eq!(
+            close_code(&mut ws).await.expect("a close frame").0,
+            4400,
+            "{malformed}"
+        );
+    }
+
+    // A second connection_init.
+    let mut ws = connect(app.addr, "graphql-transport-ws").await;
+    init(&mut ws, json!({})).await;
+    send(&mut ws, json!({"type": "connection_init", "payload": {}})).await;
+    assert_eq!(close_code(&mut ws).await.expect("a close frame").0, 4429);
+
+    // Two subscriptions under one id.
+    let mut ws = connect(app.addr, "graphql-transport-ws").await;
+    init(&mut ws, json!({"token": ADMIN_TOKEN})).await;
+    send(
+        &mut ws,
+        json!({"id": "1", "type": "subscribe", "payload": subscription}),
+    )
+    .await;
+    send(
+        &mut ws,
+        json!({"id": "1", "type": "subscribe", "payload": subscription}),
+    )
+    .await;
+    assert_eq!(close_code(&mut ws).await.expect("a close frame").0, 4409);
+
+    // An initialised connection outlives the init timeout.
+    let mut ws = connect(app.addr, "graphql-transport-ws").await;
+    init(&mut ws, json!({"token": ADMIN_TOKEN})).await;
+    // Not a wait for something: time has to pass the timeout to show it no
+    // longer applies.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    send(&mut ws, json!({"type": "ping"})).await;
+    let reply = tokio::time::timeout(Duration::from_secs(10), ws.next())
+        .await
+        .expect("a reply within 10s")
+        .expect("the socket stays open")
+        .unwrap();
+    assert!(reply.to_text().unwrap().contains("\"pong\""), "{reply:?}");
+}
+
+#[tokio::test]
+async fn legacy_graphql_ws_times_out_without_init() {
+    use crate::support::websocket::close_code;
+    let store = std::sync::Arc::new(crate::support::TestStore::fresh().await);
+    let app = TestApp::spawn_with(store, |c| {
+        c.graphql.ws_init_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let mut ws = connect(app.addr, "graphql-ws").await;
+    let error = next_json(&mut ws).await.expect("a connection_error");
+    assert_eq!(error["type"], "connection_error", "{error}");
+    assert_eq!(close_code(&mut ws).await.expect("a close frame").0, 4408);
 }

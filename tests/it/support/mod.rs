@@ -62,6 +62,10 @@ impl TestStore {
         config.database_url = self.database_url.clone().map(Secret::new);
         config.admin_token = Some(Secret::new(ADMIN_TOKEN));
         config.shutdown_grace = Duration::from_secs(5);
+        // A debug build hashes a password in seconds on a loaded machine; the
+        // deadlines themselves are tested with their own values (`limits.rs`).
+        config.graphql.request_timeout = Duration::from_secs(120);
+        config.graphql.anonymous_request_timeout = Duration::from_secs(120);
         config
     }
 

@@ -84,3 +84,20 @@ pub async fn subscribe_server_events(addr: std::net::SocketAddr) -> Ws {
     )
     .await
 }
+
+/// Reads until the server closes the socket and returns its close code (and
+/// reason), skipping other messages; `None` if it ends without a close frame.
+pub async fn close_code(ws: &mut Ws) -> Option<(u16, String)> {
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .expect("the server closes within 10s")?;
+        match message.ok()? {
+            Message::Close(Some(frame)) => {
+                return Some((u16::from(frame.code), frame.reason.to_string()));
+            }
+            Message::Close(None) => return None,
+            _ => continue,
+        }
+    }
+}
