@@ -478,16 +478,17 @@ async fn serve_ws(
                     Some(Envelope { kind, .. }) if kind == "connection_init" => {
                         init_seen.store(true, Ordering::SeqCst);
                     }
+                    // A subscription id already open is a violation of graphql-transport-ws.
                     Some(Envelope { kind, id: Some(id) })
-                        if kind == "subscribe" || kind == "start" =>
+                        if (kind == "subscribe" || kind == "start")
+                            && !open.insert(id.clone())
+                            && protocol == WebSocketProtocols::GraphQLWS =>
                     {
-                        if !open.insert(id.clone()) && protocol == WebSocketProtocols::GraphQLWS {
-                            let _ = violation.send((
-                                close::DUPLICATE_ID,
-                                format!("Subscriber for {id} already exists"),
-                            ));
-                            return std::future::ready(None);
-                        }
+                        let _ = violation.send((
+                            close::DUPLICATE_ID,
+                            format!("Subscriber for {id} already exists"),
+                        ));
+                        return std::future::ready(None);
                     }
                     Some(Envelope { kind, id: Some(id) })
                         if kind == "complete" || kind == "stop" =>
