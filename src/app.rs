@@ -198,6 +198,7 @@ impl App {
             limits: config.graphql.clone(),
             trusted_proxies: config.login.trusted_proxies.clone(),
             documents: Arc::new(DocumentCache::new(512, 16 * 1024)),
+            anonymous_gate: crate::api::http::anonymous_gate(),
             ws_close: ws_close.clone(),
             ws_tasks: ws_tasks.clone(),
         };

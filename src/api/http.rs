@@ -39,10 +39,19 @@ pub struct HttpState {
     /// Proxies whose `X-Forwarded-For` names the client (`login.trusted_proxies`).
     pub trusted_proxies: Vec<IpAddr>,
     pub documents: Arc<DocumentCache>,
+    /// Requests without a token run through this gate (see [`anonymous_gate`]).
+    pub anonymous_gate: Arc<tokio::sync::Semaphore>,
     /// Cancelled once the HTTP server has drained: open websockets then close.
     pub ws_close: CancellationToken,
     /// Every open websocket, so shutdown can wait for them.
     pub ws_tasks: TaskTracker,
+}
+
+/// The gate anonymous requests pass one at a time per two cores: however many
+/// arrive, they leave the other cores to `/healthz`, probes and signed-in callers.
+pub fn anonymous_gate() -> Arc<tokio::sync::Semaphore> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Arc::new(tokio::sync::Semaphore::new((cores / 2).max(1)))
 }
 
 pub async fn graphiql() -> Html<String> {
@@ -112,12 +121,26 @@ pub async fn graphql_post(State(state): State<HttpState>, request: Request) -> R
         peer.map(|peer| client_address(peer, &parts.headers, &state.trusted_proxies)),
     );
     let deadline = tokio::time::Instant::now() + limits.timeout;
-    let mut headers = HeaderMap::new();
-    let mut bodies: Vec<Vec<u8>> = Vec::with_capacity(requests.len());
-    let mut total = 0usize;
     // Set once a request has timed out or filled the response: the rest of the
     // batch is not run.
     let mut stopped: Option<ApiError> = None;
+    // Waiting at the anonymous gate counts against the request's deadline.
+    let _gate = match caller.0 {
+        Some(_) => None,
+        None => {
+            let gate = state.anonymous_gate.clone();
+            match tokio::time::timeout_at(deadline, gate.acquire_owned()).await {
+                Ok(permit) => permit.ok(),
+                Err(_) => {
+                    stopped = Some(timeout_error(&limits));
+                    None
+                }
+            }
+        }
+    };
+    let mut headers = HeaderMap::new();
+    let mut bodies: Vec<Vec<u8>> = Vec::with_capacity(requests.len());
+    let mut total = 0usize;
     for mut request in requests {
         let operation = operation_name(&request);
         let started = Instant::now();

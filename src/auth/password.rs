@@ -1,7 +1,12 @@
 //! Password hashing with argon2 (the crate's default Argon2id parameters). Hashing
-//! is deliberately slow, so it runs on the blocking pool.
+//! is deliberately slow, so it runs on the blocking pool, and no more hashes run at
+//! once than there are cores: each one takes ~19 MiB, and anonymous `login`s must
+//! not be able to multiply that.
 
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use tokio::sync::Semaphore;
 
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
@@ -70,12 +75,40 @@ fn dummy_hash() -> &'static str {
     })
 }
 
+/// At most this many hashes run at once: one per core.
+fn hashing_slots() -> Arc<Semaphore> {
+    static SLOTS: OnceLock<Arc<Semaphore>> = OnceLock::new();
+    SLOTS
+        .get_or_init(|| {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            Arc::new(Semaphore::new(cores))
+        })
+        .clone()
+}
+
+/// Hashes running now, and the most seen at once (for the test of the bound).
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+static MOST_RUNNING: AtomicUsize = AtomicUsize::new(0);
+
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, AuthError> + Send + 'static,
 ) -> Result<T, AuthError> {
-    tokio::task::spawn_blocking(work)
+    let slot = hashing_slots()
+        .acquire_owned()
         .await
-        .map_err(|e| AuthError::Hash(format!("hashing task failed: {e}")))?
+        .map_err(|e| AuthError::Hash(format!("hashing slots closed: {e}")))?;
+    // The slot goes with the work, not with this future: a caller that goes away
+    // does not free a slot while its hash still runs.
+    tokio::task::spawn_blocking(move || {
+        let now = RUNNING.fetch_add(1, Ordering::SeqCst) + 1;
+        MOST_RUNNING.fetch_max(now, Ordering::SeqCst);
+        let result = work();
+        RUNNING.fetch_sub(1, Ordering::SeqCst);
+        drop(slot);
+        result
+    })
+    .await
+    .map_err(|e| AuthError::Hash(format!("hashing task failed: {e}")))?
 }
 
 #[cfg(test)]
@@ -89,6 +122,22 @@ mod tests {
         assert!(verify("correct horse", Some(stored.clone())).await.unwrap());
         assert!(!verify("wrong horse", Some(stored)).await.unwrap());
         assert!(!verify("anything", None).await.unwrap());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn no_more_hashes_run_at_once_than_there_are_cores() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let checks: Vec<_> = (0..cores * 3)
+            .map(|_| tokio::spawn(verify("a wrong password", None)))
+            .collect();
+        for check in checks {
+            assert!(!check.await.unwrap().unwrap());
+        }
+        let most = MOST_RUNNING.load(Ordering::SeqCst);
+        assert!(
+            (1..=cores).contains(&most),
+            "{most} hashes ran at once on {cores} cores"
+        );
     }
 
     #[test]
