@@ -193,13 +193,26 @@ impl Extension for CostLimitExtension {
     }
 }
 
+/// A request-wide error: it points at no place in the document, so it carries no
+/// `locations` (a default `Pos` would show the invalid line 0).
 pub(crate) fn to_server_error(error: ApiError) -> ServerError {
-    async_graphql::Error::from(error).into_server_error(async_graphql::Pos::default())
+    let mut error =
+        async_graphql::Error::from(error).into_server_error(async_graphql::Pos::default());
+    error.locations.clear();
+    error
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn request_wide_errors_point_at_no_line() {
+        let error = to_server_error(ApiError::new(super::super::ErrorCode::Timeout, "late"));
+        let shown = serde_json::to_value(&error).unwrap();
+        assert_eq!(shown["message"], "late");
+        assert!(shown.get("locations").is_none(), "{shown}");
+    }
 
     fn size(query: &str, limit: usize) -> Result<usize, CostError> {
         expanded_size(&async_graphql::parser::parse_query(query).unwrap(), limit)
