@@ -7,8 +7,13 @@
 //! another key sharing one bucket cannot lock it out, and without the random
 //! keys nobody can aim at both). So an attacker sending a million user names
 //! fills no memory, and a name that does not exist is limited like one that
-//! does (refusals do not tell which names exist). A success takes nothing:
-//! the limit only trips on failures.
+//! does (refusals do not tell which names exist).
+//!
+//! An attempt takes its token when it starts ([`LoginLimiter::attempt`], the
+//! check and the take under one lock) and a success gives it back
+//! ([`LoginLimiter::succeeded`]): so the limit only trips on failures, and a
+//! burst of concurrent attempts cannot all pass the check before any of them
+//! has failed.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -44,30 +49,44 @@ impl LoginLimiter {
         }
     }
 
-    /// `Err` when either the name or the address has no attempt left now.
-    pub fn check(&self, user: &str, from: Option<IpAddr>, now: Instant) -> Result<(), Limited> {
-        if let Some(addr) = from
-            && let Some(retry_after) = self.addresses.wait(&address_key(addr), now)
+    /// Starts an attempt: `Err` when either the name or the address has no
+    /// attempt left now; else one is taken from both, to be given back by
+    /// [`succeeded`](Self::succeeded) (a failure keeps it).
+    pub fn attempt(&self, user: &str, from: Option<IpAddr>, now: Instant) -> Result<(), Limited> {
+        let address = from.map(address_key);
+        // Both tables, always in this order, so the check and the take are one step.
+        let mut addresses = self.addresses.lock();
+        let mut users = self.users.lock();
+        if let Some(key) = &address
+            && let Some(retry_after) = self.addresses.wait(&addresses, key, now)
         {
             return Err(Limited {
                 by: LimitedBy::Address,
                 retry_after,
             });
         }
-        if let Some(retry_after) = self.users.wait(user.as_bytes(), now) {
+        if let Some(retry_after) = self.users.wait(&users, user.as_bytes(), now) {
             return Err(Limited {
                 by: LimitedBy::User,
                 retry_after,
             });
         }
+        self.users.add(&mut users, user.as_bytes(), -1.0, now);
+        if let Some(key) = &address {
+            self.addresses.add(&mut addresses, key, -1.0, now);
+        }
         Ok(())
     }
 
-    /// Counts a failed attempt against the name and the address.
-    pub fn failed(&self, user: &str, from: Option<IpAddr>, now: Instant) {
-        self.users.take(user.as_bytes(), now);
+    /// The attempt succeeded: the token it took is given back.
+    pub fn succeeded(&self, user: &str, from: Option<IpAddr>, now: Instant) {
+        let mut users = self.users.lock();
+        self.users.add(&mut users, user.as_bytes(), 1.0, now);
+        drop(users);
         if let Some(addr) = from {
-            self.addresses.take(&address_key(addr), now);
+            let mut addresses = self.addresses.lock();
+            self.addresses
+                .add(&mut addresses, &address_key(addr), 1.0, now);
         }
     }
 }
@@ -130,8 +149,7 @@ impl Table {
     }
 
     /// How long until `key` may try again, or `None` if it may now.
-    fn wait(&self, key: &[u8], now: Instant) -> Option<Duration> {
-        let buckets = self.lock();
+    fn wait(&self, buckets: &[Bucket], key: &[u8], now: Instant) -> Option<Duration> {
         let mut soonest: Option<Duration> = None;
         for slot in self.slots(key, buckets.len()) {
             let tokens = self.refreshed(buckets[slot], now);
@@ -144,12 +162,12 @@ impl Table {
         soonest
     }
 
-    fn take(&self, key: &[u8], now: Instant) {
-        let mut buckets = self.lock();
+    /// Takes (`-1`) or gives back (`+1`) a token in both of `key`'s buckets.
+    fn add(&self, buckets: &mut [Bucket], key: &[u8], tokens: f64, now: Instant) {
         for slot in self.slots(key, buckets.len()) {
-            let tokens = self.refreshed(buckets[slot], now);
+            let refreshed = self.refreshed(buckets[slot], now);
             buckets[slot] = Bucket {
-                tokens: (tokens - 1.0).max(0.0),
+                tokens: (refreshed + tokens).clamp(0.0, self.burst),
                 at: Some(now),
             };
         }
@@ -179,20 +197,39 @@ mod tests {
         let limiter = LoginLimiter::new(&limits());
         let t0 = Instant::now();
         for _ in 0..3 {
-            assert_eq!(limiter.check("alice", None, t0), Ok(()));
-            limiter.failed("alice", None, t0);
+            assert_eq!(limiter.attempt("alice", None, t0), Ok(()));
         }
-        let refused = limiter.check("alice", None, t0).unwrap_err();
+        let refused = limiter.attempt("alice", None, t0).unwrap_err();
         assert_eq!(refused.by, LimitedBy::User);
         assert_eq!(refused.retry_after, Duration::from_secs(10));
-        assert_eq!(limiter.check("bob", None, t0), Ok(()), "others are not");
+        assert_eq!(limiter.attempt("bob", None, t0), Ok(()), "others are not");
         let later = t0 + Duration::from_secs(10);
-        assert_eq!(limiter.check("alice", None, later), Ok(()));
-        limiter.failed("alice", None, later);
+        assert_eq!(limiter.attempt("alice", None, later), Ok(()));
         assert!(
-            limiter.check("alice", None, later).is_err(),
+            limiter.attempt("alice", None, later).is_err(),
             "one at a time"
         );
+    }
+
+    #[test]
+    fn attempts_in_flight_count_and_successes_give_their_token_back() {
+        let limiter = LoginLimiter::new(&limits());
+        let t0 = Instant::now();
+        let from: IpAddr = "192.0.2.9".parse().unwrap();
+        // Started together, none finished: only the burst gets through.
+        let admitted = (0..10)
+            .filter(|_| limiter.attempt("carol", Some(from), t0).is_ok())
+            .count();
+        assert_eq!(admitted, 3);
+        // Each success gives its token back, to the name and the address.
+        limiter.succeeded("carol", Some(from), t0);
+        assert_eq!(limiter.attempt("carol", Some(from), t0), Ok(()));
+        limiter.succeeded("carol", Some(from), t0);
+        limiter.succeeded("carol", Some(from), t0);
+        for _ in 0..2 {
+            assert_eq!(limiter.attempt("carol", Some(from), t0), Ok(()));
+        }
+        assert!(limiter.attempt("carol", Some(from), t0).is_err());
     }
 
     #[test]
@@ -203,16 +240,18 @@ mod tests {
         let neighbour: IpAddr = "2001:db8::2".parse().unwrap();
         let other: IpAddr = "192.0.2.7".parse().unwrap();
         for i in 0..5 {
-            limiter.failed(&format!("user{i}"), Some(attacker), t0);
+            limiter
+                .attempt(&format!("user{i}"), Some(attacker), t0)
+                .unwrap();
         }
-        let refused = limiter.check("fresh", Some(attacker), t0).unwrap_err();
+        let refused = limiter.attempt("fresh", Some(attacker), t0).unwrap_err();
         assert_eq!(refused.by, LimitedBy::Address);
         assert_eq!(refused.retry_after, Duration::from_secs(2));
         assert!(
-            limiter.check("fresh", Some(neighbour), t0).is_err(),
+            limiter.attempt("fresh", Some(neighbour), t0).is_err(),
             "the same /64"
         );
-        assert_eq!(limiter.check("fresh", Some(other), t0), Ok(()));
+        assert_eq!(limiter.attempt("fresh", Some(other), t0), Ok(()));
     }
 
     #[test]
@@ -223,11 +262,11 @@ mod tests {
         });
         let t0 = Instant::now();
         for i in 0..300 {
-            limiter.failed(&format!("spray{i}"), None, t0);
+            limiter.attempt(&format!("spray{i}"), None, t0).unwrap();
         }
         assert_eq!(limiter.users.lock().len(), 4096, "fixed memory");
         // One failure each: nobody, sprayed or not, is limited by another's.
-        assert_eq!(limiter.check("admin", None, t0), Ok(()));
-        assert_eq!(limiter.check("spray7", None, t0), Ok(()));
+        assert_eq!(limiter.attempt("admin", None, t0), Ok(()));
+        assert_eq!(limiter.attempt("spray7", None, t0), Ok(()));
     }
 }

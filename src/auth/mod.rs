@@ -248,16 +248,20 @@ impl Auth {
         password: &str,
         from: Option<IpAddr>,
     ) -> Result<(User, String), AuthError> {
+        // The attempt is counted before the password is checked (so concurrent
+        // guesses cannot all pass), and given back if it succeeds.
         self.limiter
-            .check(username, from, Instant::now())
+            .attempt(username, from, Instant::now())
             .map_err(AuthError::RateLimited)?;
         let row = users::find_by_username(&self.db, username).await?;
         let stored = row.as_ref().and_then(|r| r.password_hash.clone());
         let matches = password::verify(password, stored).await?;
         let row = match (row, matches) {
-            (Some(row), true) if !row.disabled => row,
+            (Some(row), true) if !row.disabled => {
+                self.limiter.succeeded(username, from, Instant::now());
+                row
+            }
             _ => {
-                self.limiter.failed(username, from, Instant::now());
                 if let Some(addr) = from {
                     tracing::info!(client.address = %addr, "failed login");
                 } else {
