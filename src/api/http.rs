@@ -92,7 +92,7 @@ pub async fn graphql_post(State(state): State<HttpState>, request: Request) -> R
     let caller = match caller_from_headers(&state.auth, &parts.headers).await {
         Ok(caller) => caller,
         Err(e) => {
-            return edge_error(StatusCode::INTERNAL_SERVER_ERROR, e.code, &e.message);
+            return api_error_response(StatusCode::INTERNAL_SERVER_ERROR, e);
         }
     };
     let limits = state.limits.for_caller(caller.0.is_some());
@@ -113,13 +113,7 @@ pub async fn graphql_post(State(state): State<HttpState>, request: Request) -> R
         );
         return api_error_response(StatusCode::BAD_REQUEST, e);
     }
-    let peer = parts
-        .extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|info| info.0.ip());
-    let client = ClientAddress(
-        peer.map(|peer| client_address(peer, &parts.headers, &state.trusted_proxies)),
-    );
+    let client = client_of(&parts, &state.trusted_proxies);
     let deadline = tokio::time::Instant::now() + limits.timeout;
     // Set once a request has timed out or filled the response: the rest of the
     // batch is not run.
@@ -173,7 +167,7 @@ pub async fn graphql_post(State(state): State<HttpState>, request: Request) -> R
             Ok(body) => body,
             Err(e) => {
                 let e = ApiError::internal(&e);
-                return edge_error(StatusCode::INTERNAL_SERVER_ERROR, e.code, &e.message);
+                return api_error_response(StatusCode::INTERNAL_SERVER_ERROR, e);
             }
         };
         if total + body.len() > limits.max_response_bytes {
@@ -200,6 +194,16 @@ pub async fn graphql_post(State(state): State<HttpState>, request: Request) -> R
         bodies.push(body);
     }
     json_response(headers, bodies, is_batch)
+}
+
+/// Who sent a request (see [`client_address`]); unknown without the peer address.
+fn client_of(parts: &axum::http::request::Parts, trusted: &[IpAddr]) -> ClientAddress {
+    ClientAddress(
+        parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|info| client_address(info.0.ip(), &parts.headers, trusted)),
+    )
 }
 
 /// Who the client is, as `login` counts failed attempts: the peer address, or
@@ -341,14 +345,7 @@ fn json_response(mut headers: HeaderMap, bodies: Vec<Vec<u8>>, is_batch: bool) -
 
 /// An [`ApiError`] before execution, GraphQL-shaped, with its extensions.
 fn api_error_response(status: StatusCode, e: ApiError) -> Response {
-    let mut error = serde_json::to_value(
-        async_graphql::Error::from(e).into_server_error(async_graphql::Pos::default()),
-    )
-    .unwrap_or_default();
-    if let Some(object) = error.as_object_mut() {
-        object.remove("locations");
-    }
-    let body = serde_json::json!({ "errors": [error] });
+    let body = serde_json::json!({ "errors": [super::cost::to_server_error(e)] });
     (
         status,
         [(header::CONTENT_TYPE, "application/json")],
@@ -359,15 +356,7 @@ fn api_error_response(status: StatusCode, e: ApiError) -> Response {
 
 /// A GraphQL-shaped error for failures before execution.
 pub fn edge_error(status: StatusCode, code: ErrorCode, message: &str) -> Response {
-    let body = serde_json::json!({
-        "errors": [{ "message": message, "extensions": { "code": code.as_str() } }]
-    });
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
+    api_error_response(status, ApiError::new(code, message))
 }
 
 /// The token a request carries: the bearer header, else the session cookie.
@@ -406,27 +395,22 @@ async fn authenticate(auth: &Auth, token: &str) -> Result<Option<Principal>, Api
 
 pub async fn graphql_ws(
     State(state): State<HttpState>,
-    headers: HeaderMap,
     upgrade: WebSocketUpgrade,
-    request_parts: axum::http::request::Parts,
+    parts: axum::http::request::Parts,
 ) -> Response {
-    let Some(protocol) = ws_protocol(&headers) else {
+    let headers = &parts.headers;
+    let Some(protocol) = ws_protocol(headers) else {
         return edge_error(
             StatusCode::BAD_REQUEST,
             ErrorCode::BadRequest,
             "Sec-WebSocket-Protocol must name graphql-transport-ws or graphql-ws",
         );
     };
-    let caller = match caller_from_headers(&state.auth, &headers).await {
+    let caller = match caller_from_headers(&state.auth, headers).await {
         Ok(caller) => caller,
-        Err(e) => return edge_error(StatusCode::INTERNAL_SERVER_ERROR, e.code, &e.message),
+        Err(e) => return api_error_response(StatusCode::INTERNAL_SERVER_ERROR, e),
     };
-    let client = ClientAddress(
-        request_parts
-            .extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|info| client_address(info.0.ip(), &headers, &state.trusted_proxies)),
-    );
+    let client = client_of(&parts, &state.trusted_proxies);
     let tasks = state.ws_tasks.clone();
     let max_message = state.limits.max_body_bytes;
     upgrade
@@ -684,9 +668,9 @@ pub async fn artifact(
         Ok(Caller(Some(_))) => {}
         Ok(Caller(None)) => {
             let e = ApiError::unauthenticated();
-            return edge_error(StatusCode::UNAUTHORIZED, e.code, &e.message);
+            return api_error_response(StatusCode::UNAUTHORIZED, e);
         }
-        Err(e) => return edge_error(StatusCode::INTERNAL_SERVER_ERROR, e.code, &e.message),
+        Err(e) => return api_error_response(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
     let Ok(element) = element.parse::<uuid::Uuid>() else {
         return edge_error(
@@ -717,7 +701,7 @@ pub async fn artifact(
                 ErrorCode::SourceUnavailable => StatusCode::BAD_GATEWAY,
                 _ => StatusCode::INTERNAL_SERVER_ERROR,
             };
-            edge_error(status, e.code, &e.message)
+            api_error_response(status, e)
         }
     }
 }
