@@ -66,6 +66,16 @@ pub enum KeyFileError {
     Content { path: PathBuf, reason: String },
 }
 
+/// An IO failure on `path` while doing `action`, as a [`KeyFileError`].
+fn io_error(path: &Path, action: &'static str) -> impl FnOnce(std::io::Error) -> KeyFileError {
+    let path = path.to_owned();
+    move |error| KeyFileError::Io {
+        action,
+        path,
+        error,
+    }
+}
+
 /// Why a sealed value does not open. Never carries the value.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum OpenError {
@@ -103,14 +113,7 @@ impl SecretKey {
 
     /// Reads a key file, refusing one others may read or write.
     pub fn load(path: &Path) -> Result<Self, KeyFileError> {
-        let io = |action| {
-            move |error| KeyFileError::Io {
-                action,
-                path: path.to_owned(),
-                error,
-            }
-        };
-        let meta = std::fs::metadata(path).map_err(io("read"))?;
+        let meta = std::fs::metadata(path).map_err(io_error(path, "read"))?;
         if !meta.is_file() {
             return Err(KeyFileError::NotAFile {
                 path: path.to_owned(),
@@ -123,7 +126,7 @@ impl SecretKey {
                 mode,
             });
         }
-        let text = std::fs::read_to_string(path).map_err(io("read"))?;
+        let text = std::fs::read_to_string(path).map_err(io_error(path, "read"))?;
         Self::parse(text.trim()).map_err(|reason| KeyFileError::Content {
             path: path.to_owned(),
             reason,
@@ -140,11 +143,7 @@ impl SecretKey {
                 key.write_new(path)?;
                 Ok((key, true))
             }
-            Err(error) => Err(KeyFileError::Io {
-                action: "read",
-                path: path.to_owned(),
-                error,
-            }),
+            Err(error) => Err(io_error(path, "read")(error)),
         }
     }
 
@@ -169,36 +168,22 @@ impl SecretKey {
     /// Writes the key to a new file (mode 0600), durably; refuses to replace
     /// an existing file.
     pub fn write_new(&self, path: &Path) -> Result<(), KeyFileError> {
-        let io = |action| {
-            move |error| KeyFileError::Io {
-                action,
-                path: path.to_owned(),
-                error,
-            }
-        };
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .open(path)
-            .map_err(io("create"))?;
+            .map_err(io_error(path, "create"))?;
         file.write_all(self.file_text().as_bytes())
             .and_then(|()| file.sync_all())
-            .map_err(io("write"))?;
-        sync_parent(path).map_err(io("sync the directory of"))
+            .map_err(io_error(path, "write"))?;
+        sync_parent(path).map_err(io_error(path, "sync the directory of"))
     }
 
     /// Puts the key in place of the file at `path` atomically (a new file
     /// beside it, synced, then renamed over it): a crash leaves the old key or
     /// the new one, never a torn file.
     pub fn install(&self, path: &Path) -> Result<(), KeyFileError> {
-        let io = |action| {
-            move |error| KeyFileError::Io {
-                action,
-                path: path.to_owned(),
-                error,
-            }
-        };
         let mut name = path
             .file_name()
             .ok_or_else(|| KeyFileError::NotAFile {
@@ -210,17 +195,11 @@ impl SecretKey {
         match std::fs::remove_file(&staged) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(error) => {
-                return Err(KeyFileError::Io {
-                    action: "remove",
-                    path: staged,
-                    error,
-                });
-            }
+            Err(error) => return Err(io_error(&staged, "remove")(error)),
         }
         self.write_new(&staged)?;
-        std::fs::rename(&staged, path).map_err(io("replace"))?;
-        sync_parent(path).map_err(io("sync the directory of"))
+        std::fs::rename(&staged, path).map_err(io_error(path, "replace"))?;
+        sync_parent(path).map_err(io_error(path, "sync the directory of"))
     }
 
     /// Seals `plain` for `context` (the associated data: what the value
