@@ -95,15 +95,7 @@ async fn metrics_count_requests_by_operation_and_outcome() {
         .await;
     assert!(failed.get("errors").is_some());
 
-    let text = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.metrics().await;
     assert!(
         text.contains(
             r#"corbel_graphql_requests_total{operation="MetricsProbeOk",outcome="ok"} 1"#

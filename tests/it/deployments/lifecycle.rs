@@ -154,15 +154,7 @@ async fn a_blueprint_deploys_through_the_process_provider_and_is_destroyed() {
     assert!(position("web[0]", "DESTROYED") < position("db[0]", "DESTROYING"));
 
     // The steps and the provider calls are counted in /metrics.
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     for line in [
         r#"corbel_deploy_steps_total{intent="DEPLOY",outcome="complete"} 4"#,
         r#"corbel_deploy_steps_total{intent="DESTROY",outcome="complete"} 4"#,

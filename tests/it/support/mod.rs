@@ -2,6 +2,7 @@
 //! helpers, and (in the submodules) every helper the tests share, by concern.
 //! Tests import helpers from here only, never from each other.
 
+pub mod attacks;
 pub mod binary;
 pub mod deployments;
 pub mod git;
@@ -129,6 +130,14 @@ impl TestApp {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
+    }
+
+    /// The server's `/metrics` text (Prometheus format).
+    pub async fn metrics(&self) -> String {
+        let response = self.client.get(self.url("/metrics")).send().await;
+        let response = response.expect("/metrics answers");
+        assert_eq!(response.status(), 200, "/metrics responds 200");
+        response.text().await.expect("a text body")
     }
 
     /// Runs a GraphQL request as the admin.
