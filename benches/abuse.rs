@@ -16,13 +16,17 @@
 //! binary to measure (e.g. `target/release/corbel` from a debug-built bench:
 //! `CORBEL_BIN=target/release/corbel cargo test --bench abuse`).
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+#[path = "../tests/it/support/attacks.rs"]
+mod attacks;
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+
+use attacks::{INTROSPECTION, doubling_fragments};
 
 const PHASE: Duration = Duration::from_secs(10);
 const ATTACKERS: usize = 4;
@@ -35,39 +39,20 @@ fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
     let bin =
         std::env::var("CORBEL_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_corbel").to_owned());
-    let mut child = Command::new(bin)
-        .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
-        .args(["--log-filter", "warn,corbel=info"])
-        .arg("--data-dir")
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("corbel starts");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let addr = loop {
-        let line = lines.next().expect("an address line").expect("utf-8");
-        let Ok(log) = serde_json::from_str::<serde_json::Value>(&line) else {
-            continue;
-        };
-        if let Some(url) = log["url"].as_str() {
-            break url.trim_end_matches('/').to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
+    let server = common::serve(bin, dir.path(), |command| {
+        command.args(["--log-filter", "warn,corbel=info"]);
+    });
     println!(
         "corbel abuse benchmark ({} cores), {ATTACKERS} attackers, {} s a phase",
         std::thread::available_parallelism().map_or(1, |n| n.get()),
         PHASE.as_secs()
     );
-    runtime.block_on(run(&addr));
+    runtime.block_on(run(&format!("http://{}", server.addr)));
     println!(
         "server peak RSS (VmHWM):              {:>8.1} MiB",
-        proc_kib(child.id(), "VmHWM:") as f64 / 1024.0
+        server.status_kib("VmHWM:") as f64 / 1024.0
     );
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let _ = child.wait();
+    server.stop();
 }
 
 async fn run(base: &str) {
@@ -193,37 +178,3 @@ fn report(name: &str, latencies: &[Duration], attacks: Option<usize>) {
         attacks.map_or(String::new(), |n| format!(", {n} attacks answered"))
     );
 }
-
-fn proc_kib(pid: u32, key: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("a /proc status value")
-}
-
-fn doubling_fragments(levels: usize) -> String {
-    let mut query = String::from("query Doubling { ...F1 }\n");
-    for i in 1..levels {
-        query.push_str(&format!(
-            "fragment F{i} on Query {{ ...F{n} ...F{n} }}\n",
-            n = i + 1
-        ));
-    }
-    query.push_str(&format!("fragment F{levels} on Query {{ __typename }}\n"));
-    query
-}
-
-/// The full introspection query GraphiQL sends, in short.
-const INTROSPECTION: &str = "query Introspection { __schema { queryType { name } \
-    mutationType { name } subscriptionType { name } types { ...FullType } \
-    directives { name description locations args { ...InputValue } } } } \
-    fragment FullType on __Type { kind name description \
-    fields(includeDeprecated: true) { name description args { ...InputValue } type { ...TypeRef } \
-    isDeprecated deprecationReason } inputFields { ...InputValue } interfaces { ...TypeRef } \
-    enumValues(includeDeprecated: true) { name description isDeprecated deprecationReason } \
-    possibleTypes { ...TypeRef } } \
-    fragment InputValue on __InputValue { name description type { ...TypeRef } defaultValue } \
-    fragment TypeRef on __Type { kind name ofType { kind name ofType { kind name ofType { kind name \
-    ofType { kind name ofType { kind name ofType { kind name ofType { kind name } } } } } } } }";

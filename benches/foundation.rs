@@ -8,8 +8,8 @@
 //!
 //! Run with `cargo bench --bench foundation`.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+mod common;
+
 use std::time::{Duration, Instant};
 
 use axum::Json;
@@ -47,34 +47,17 @@ fn startup_and_rss() {
         let dir = tempfile::tempdir().expect("temp dir");
         for (round, times) in [&mut first, &mut again].into_iter().enumerate() {
             let started = Instant::now();
-            let mut child = Command::new(env!("CARGO_BIN_EXE_corbel"))
-                .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
-                .arg("--data-dir")
-                .arg(dir.path())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("corbel starts");
-            let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-            let addr = loop {
-                let line = lines.next().expect("an address line").expect("utf-8");
-                let log: serde_json::Value = serde_json::from_str(&line).expect("json log");
-                if let Some(url) = log["url"].as_str() {
-                    break url.trim_start_matches("http://").to_owned();
-                }
-            };
-            std::thread::spawn(move || for _ in lines {});
-            while !ready(&addr) {
+            let server = common::serve(env!("CARGO_BIN_EXE_corbel"), dir.path(), |_| {});
+            let addr = &server.addr;
+            while !ready(addr) {
                 std::thread::sleep(Duration::from_millis(1));
             }
             times.push(started.elapsed());
             if round == 1 {
                 std::thread::sleep(Duration::from_secs(1));
-                rss.push(rss_kib(child.id()));
+                rss.push(server.status_kib("VmRSS:"));
             }
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-            let status = child.wait().expect("wait");
+            let status = server.stop();
             assert!(status.success(), "corbel exited {status:?}");
         }
     }
@@ -109,15 +92,6 @@ fn ready(addr: &str) -> bool {
     let mut reply = String::new();
     let _ = stream.read_to_string(&mut reply);
     reply.starts_with("HTTP/1.1 200")
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
 }
 
 async fn throughput() {

@@ -7,12 +7,11 @@
 //!
 //! Run with `cargo bench --bench sync`.
 
+mod common;
 #[path = "../tests/it/nginx.rs"]
 #[allow(dead_code)]
 mod nginx;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -32,34 +31,13 @@ fn main() {
     );
 
     let data = tempfile::tempdir().expect("temp dir");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_corbel"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-            "--log-filter",
-            "warn,corbel=info",
-        ])
-        .arg("--data-dir")
-        .arg(data.path())
-        .env("CORBEL_ADMIN_TOKEN", TOKEN)
-        .env("CORBEL_REPO_REFRESH_CHECK_MS", "100000")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("corbel starts");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines.next().expect("an address line").unwrap();
-        let log: Value = serde_json::from_str(&line).unwrap_or_default();
-        if let Some(url) = log["url"].as_str() {
-            break url.trim_start_matches("http://").to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    let pid = child.id();
+    let server = common::serve(env!("CARGO_BIN_EXE_corbel"), data.path(), |command| {
+        command
+            .args(["--log-filter", "warn,corbel=info"])
+            .env("CORBEL_ADMIN_TOKEN", TOKEN)
+            .env("CORBEL_REPO_REFRESH_CHECK_MS", "100000");
+    });
+    let addr = &server.addr;
     let client = reqwest::blocking::Client::new();
     let gql = |query: &str, variables: Value| -> Value {
         client
@@ -71,7 +49,7 @@ fn main() {
             .json()
             .expect("json")
     };
-    let rss_before = status_kib(pid, "VmRSS:");
+    let rss_before = server.status_kib("VmRSS:");
 
     let started = Instant::now();
     let created = gql(
@@ -93,7 +71,7 @@ fn main() {
     println!(
         "server RSS: before {:.1} MiB, peak {:.1} MiB (VmHWM)",
         rss_before as f64 / 1024.0,
-        status_kib(pid, "VmHWM:") as f64 / 1024.0
+        server.status_kib("VmHWM:") as f64 / 1024.0
     );
 
     write_inventory(served.path(), 1);
@@ -109,12 +87,10 @@ fn main() {
     );
     println!(
         "server peak RSS after refresh: {:.1} MiB",
-        status_kib(pid, "VmHWM:") as f64 / 1024.0
+        server.status_kib("VmHWM:") as f64 / 1024.0
     );
 
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    let _ = child.wait();
+    server.stop();
 }
 
 /// Polls until the repository is ACTIVE with a `lastSyncedAt` other than `before`.
@@ -168,13 +144,4 @@ fn write_inventory(root: &std::path::Path, generation: usize) -> u64 {
     write!(out, "}}}}").unwrap();
     out.flush().unwrap();
     std::fs::metadata(&path).unwrap().len()
-}
-
-fn status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
 }

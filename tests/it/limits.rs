@@ -7,21 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::support::attacks::{INTROSPECTION, doubling_fragments};
 use crate::support::{ADMIN_TOKEN, TestApp, TestStore, data, error_code};
-
-/// `levels` fragments, each spreading the next twice: 2^levels fields
-/// once expanded, from about 40 bytes a level.
-fn doubling_fragments(levels: usize) -> String {
-    let mut query = String::from("query Doubling { ...F1 }\n");
-    for i in 1..levels {
-        query.push_str(&format!(
-            "fragment F{i} on Query {{ ...F{n} ...F{n} }}\n",
-            n = i + 1
-        ));
-    }
-    query.push_str(&format!("fragment F{levels} on Query {{ __typename }}\n"));
-    query
-}
 
 async fn post(app: &TestApp, token: Option<&str>, body: &Value) -> (u16, Value) {
     let mut request = app.client.post(app.url("/graphql")).json(body);
@@ -134,19 +121,6 @@ async fn anonymous_limits_are_tighter_than_authenticated_ones() {
     );
 }
 
-/// The full introspection query GraphiQL sends, in short.
-const INTROSPECTION: &str = "query Introspection { __schema { queryType { name } \
-    mutationType { name } subscriptionType { name } types { ...FullType } \
-    directives { name description locations args { ...InputValue } } } } \
-    fragment FullType on __Type { kind name description \
-    fields(includeDeprecated: true) { name description args { ...InputValue } type { ...TypeRef } \
-    isDeprecated deprecationReason } inputFields { ...InputValue } interfaces { ...TypeRef } \
-    enumValues(includeDeprecated: true) { name description isDeprecated deprecationReason } \
-    possibleTypes { ...TypeRef } } \
-    fragment InputValue on __InputValue { name description type { ...TypeRef } defaultValue } \
-    fragment TypeRef on __Type { kind name ofType { kind name ofType { kind name ofType { kind name \
-    ofType { kind name ofType { kind name ofType { kind name ofType { kind name } } } } } } } }";
-
 #[tokio::test]
 async fn oversized_responses_are_refused_with_an_error() {
     let app = TestApp::spawn().await;
@@ -209,15 +183,7 @@ async fn a_request_past_its_deadline_is_stopped_with_timeout() {
 
 /// `corbel_graphql_requests_in_flight` from `/metrics`.
 async fn in_flight(app: &TestApp) -> f64 {
-    let text = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.metrics().await;
     text.lines()
         .find_map(|line| line.strip_prefix("corbel_graphql_requests_in_flight "))
         .map_or(0.0, |v| v.trim().parse().unwrap())
