@@ -287,14 +287,9 @@ impl RegistryService {
         if same_secret(&token_hash(&request.token), &row.token_hash) {
             return Ok((row, Admitted::Stored));
         }
-        let message = "registration refused: the token does not match".to_owned();
-        tracing::warn!(provider.id = %id, provider.name = %row.name, "{message}");
-        self.slots.note(slot, &message);
-        self.slots.set_message(slot, message.clone());
-        Err(Status::permission_denied(format!(
-            "{message} provider `{}`",
-            row.name
-        )))
+        let message = "registration refused: the token does not match";
+        self.slots.set_message(slot, message.to_owned());
+        Err(refuse(message.to_owned()))
     }
 
     /// The launch's binding, once the runtime has started the process (a
