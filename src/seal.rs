@@ -16,7 +16,7 @@
 //! shows its id.
 
 use std::fmt;
-use std::io::Write as _;
+use std::io::{Read as _, Write as _};
 use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 
@@ -30,6 +30,9 @@ const PREFIX: &str = "sealed:";
 const VERSION: &str = "v1";
 const KEY_LEN: usize = 32;
 const NONCE_LEN: usize = 24;
+/// The most of a key file that is read: the key's hex, a line end, and room
+/// for blank space around it.
+const KEY_FILE_MAX: usize = 256;
 
 /// The server's secret key. `Debug` shows only its id.
 #[derive(Clone)]
@@ -126,7 +129,22 @@ impl SecretKey {
                 mode,
             });
         }
-        let text = std::fs::read_to_string(path).map_err(io_error(path, "read"))?;
+        // A key file is 65 bytes: a wrong path to a large file is refused
+        // unread (and never read past the bound, should it grow meanwhile).
+        if meta.len() > KEY_FILE_MAX as u64 {
+            return Err(KeyFileError::Content {
+                path: path.to_owned(),
+                reason: format!(
+                    "is {} bytes: a key file holds {} hex characters",
+                    meta.len(),
+                    KEY_LEN * 2
+                ),
+            });
+        }
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .and_then(|file| file.take(KEY_FILE_MAX as u64).read_to_string(&mut text))
+            .map_err(io_error(path, "read"))?;
         Self::parse(text.trim()).map_err(|reason| KeyFileError::Content {
             path: path.to_owned(),
             reason,
@@ -415,6 +433,10 @@ mod tests {
         std::fs::write(&path, format!("{}\n", "g".repeat(64))).unwrap();
         let err = SecretKey::load(&path).unwrap_err().to_string();
         assert!(err.contains("hex characters only"), "{err}");
+        // A wrong path to a large file is refused by its size, unread.
+        std::fs::write(&path, vec![b'0'; 10 * 1024 * 1024]).unwrap();
+        let err = SecretKey::load(&path).unwrap_err().to_string();
+        assert!(err.contains("is 10485760 bytes"), "{err}");
 
         let err = SecretKey::load(dir.path()).unwrap_err().to_string();
         assert!(err.contains("not a regular file"), "{err}");
