@@ -109,6 +109,9 @@ impl GraphqlLimits {
             anonymous_max_query_size: at_least(self.anonymous_max_query_size, 1),
             max_batch: at_least(self.max_batch, 1),
             anonymous_max_batch: at_least(self.anonymous_max_batch, 1),
+            // Room for an error saying the response was too large.
+            max_response_bytes: at_least(self.max_response_bytes, 1024),
+            anonymous_max_response_bytes: at_least(self.anonymous_max_response_bytes, 1024),
             request_timeout: at_least(self.request_timeout, Duration::from_millis(10)),
             anonymous_request_timeout: at_least(
                 self.anonymous_request_timeout,
