@@ -30,7 +30,7 @@ use std::time::Duration;
 use corbel_provider_sdk::records::{DEFAULT_STATE_DIR, StateLock};
 use corbel_provider_sdk::serde_json::{Value, json};
 use corbel_provider_sdk::{
-    Events, Failure, Provider, ProviderEnv, ProviderInfo, Status, StepResult, async_trait, proto,
+    Events, Failure, Provider, ProviderInfo, Status, StepResult, async_trait, proto,
 };
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -64,11 +64,6 @@ impl ProcessProvider {
             config: RwLock::new(ProviderConfig::default()),
             locks: SyncMutex::new(HashMap::new()),
         }
-    }
-
-    /// A provider with `CORBEL_STATE_DIR` as [`ProviderEnv::take`] took it.
-    pub fn from_env() -> Self {
-        Self::new(ProviderEnv::take().state_dir())
     }
 
     fn config(&self) -> ProviderConfig {
