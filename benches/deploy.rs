@@ -122,6 +122,7 @@ async fn run(bin: &Path) {
             name: "fixture".into(),
             git_url: fixture_repo(dir.path(), bin),
             git_ref: String::new(),
+            path: String::new(),
             config: json!({ "capacity": 1_000_000 }),
             secret_config: json!({}),
             auto_load: true,

@@ -100,6 +100,11 @@ impl Provider {
     async fn git_ref(&self) -> &str {
         &self.0.git_ref
     }
+    /// The directory of the repository holding `corbel-provider.yaml`; empty
+    /// is the root.
+    async fn path(&self) -> &str {
+        &self.0.path
+    }
     /// The plain configuration values.
     async fn config(&self) -> Json<serde_json::Value> {
         Json(self.0.config.clone())
@@ -216,6 +221,11 @@ pub struct CreateProviderInput {
     /// A tag, branch or commit; empty means the default branch.
     #[graphql(name = "ref", default)]
     git_ref: String,
+    /// The directory of the repository holding `corbel-provider.yaml`, for a
+    /// provider in a subdirectory (a monorepo); its build and run commands
+    /// run there. Empty (the default) is the repository's root.
+    #[graphql(default)]
+    path: String,
     /// Plain configuration values (a JSON object), shown by the API.
     #[graphql(default_with = "Json(serde_json::json!({}))")]
     config: Json<serde_json::Value>,
@@ -234,6 +244,7 @@ pub struct UpdateProviderInput {
     git_url: Option<String>,
     #[graphql(name = "ref")]
     git_ref: Option<String>,
+    path: Option<String>,
     auto_load: Option<bool>,
 }
 
@@ -278,6 +289,7 @@ impl ProviderMutation {
                 name: input.name,
                 git_url: input.git_url,
                 git_ref: input.git_ref,
+                path: input.path,
                 config: input.config.0,
                 secret_config: input.secret_config.0,
                 auto_load: input.auto_load,
@@ -301,6 +313,7 @@ impl ProviderMutation {
                     name: input.name,
                     git_url: input.git_url,
                     git_ref: input.git_ref,
+                    path: input.path,
                     auto_load: input.auto_load,
                 },
             )

@@ -59,6 +59,7 @@ impl Catalog {
         check_name(&new.name)?;
         self.check_git_url(&new.git_url)?;
         check_ref(&new.git_ref)?;
+        let path = check_path(&new.path)?;
         let config = config_object("config", new.config)?;
         let secret = config_object("secretConfig", new.secret_config)?;
         let token = new_token();
@@ -70,6 +71,7 @@ impl Catalog {
                 name: new.name.clone(),
                 git_url: new.git_url,
                 git_ref: new.git_ref,
+                source_path: path,
                 config: config.to_string(),
                 secret_config: self.secrets.seal(id, &secret),
                 auto_load: new.auto_load,
@@ -93,10 +95,12 @@ impl Catalog {
         if let Some(reference) = &patch.git_ref {
             check_ref(reference)?;
         }
+        let path = patch.path.as_deref().map(check_path).transpose()?;
         let change = rows::ProviderChange {
             name: patch.name,
             git_url: patch.git_url,
             git_ref: patch.git_ref,
+            source_path: path,
             auto_load: patch.auto_load,
             ..Default::default()
         };
@@ -209,6 +213,7 @@ impl Catalog {
 
     fn check_git_url(&self, url: &str) -> Result<(), ProviderError> {
         source::check_url(url, &self.settings.source())
+            .and_then(|()| source::check_local(url))
             .map_err(|e| ProviderError::Invalid(format!("gitUrl: {e}")))
     }
 
@@ -231,6 +236,7 @@ impl Catalog {
             name: row.name,
             git_url: source::display_url(&row.git_url),
             git_ref: row.git_ref,
+            path: row.source_path,
             config,
             secret_keys,
             auto_load: row.auto_load,
@@ -275,6 +281,33 @@ fn check_ref(reference: &str) -> Result<(), ProviderError> {
         ));
     }
     Ok(())
+}
+
+/// A subdirectory of the repository, as stored: relative, `/`-separated, no
+/// `.` or `..` parts, no trailing `/`; the root is empty.
+fn check_path(path: &str) -> Result<String, ProviderError> {
+    let invalid =
+        |why: &str| ProviderError::Invalid(format!("path: `{}` {why}", path.escape_default()));
+    if path.len() > 255 {
+        return Err(invalid("is longer than 255 bytes"));
+    }
+    if path.chars().any(char::is_control) || path.contains('\\') {
+        return Err(invalid("contains a control character or `\\`"));
+    }
+    if path.starts_with('/') {
+        return Err(invalid(
+            "must be relative to the repository's root (no leading `/`)",
+        ));
+    }
+    let mut parts = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => return Err(invalid("must stay inside the repository (no `..`)")),
+            part => parts.push(part),
+        }
+    }
+    Ok(parts.join("/"))
 }
 
 fn config_object(

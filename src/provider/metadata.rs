@@ -42,6 +42,18 @@ pub struct Metadata {
     /// As written, unknown ones included; see [`KNOWN_FEATURES`].
     pub features: Vec<String>,
     pub resource_types: Vec<String>,
+    /// What `corbel provider check` uses; the server ignores it.
+    pub check: Check,
+}
+
+/// The `check:` section: samples for `corbel provider check`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Check {
+    /// Sent with `Configure` when the provider registers (a JSON object).
+    pub config: serde_json::Map<String, serde_json::Value>,
+    /// A sample resource configuration per resource type, deployed and
+    /// destroyed by the check.
+    pub resources: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +105,17 @@ struct RawMetadata {
     features: Vec<String>,
     #[serde(default)]
     resource_types: Vec<String>,
+    #[serde(default)]
+    check: Option<RawCheck>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a mapping with config and resources")]
+struct RawCheck {
+    #[serde(default)]
+    config: serde_json::Map<String, serde_json::Value>,
+    #[serde(default)]
+    resources: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -251,6 +274,18 @@ fn check(raw: RawMetadata) -> Result<Metadata, MetadataError> {
             ));
         }
     }
+    let check = raw.check.map_or_else(Check::default, |c| Check {
+        config: c.config,
+        resources: c.resources,
+    });
+    for kind in check.resources.keys() {
+        if !raw.resource_types.contains(kind) {
+            return Err(invalid(
+                format!("check.resources.{kind}"),
+                "is not one of resource_types",
+            ));
+        }
+    }
     Ok(Metadata {
         name: raw.name,
         description: raw.description,
@@ -259,6 +294,7 @@ fn check(raw: RawMetadata) -> Result<Metadata, MetadataError> {
         runtime,
         features: raw.features,
         resource_types: raw.resource_types,
+        check,
     })
 }
 
@@ -380,6 +416,7 @@ resource_types: [process.v1.service]
                     .map(String::from)
                     .to_vec(),
                 resource_types: vec!["process.v1.service".into()],
+                check: Check::default(),
             }
         );
     }

@@ -24,6 +24,8 @@
 mod binding;
 mod calls;
 mod catalog;
+pub mod check;
+mod check_host;
 mod link;
 mod logs;
 pub mod metadata;
@@ -142,6 +144,8 @@ pub struct Provider {
     /// The git URL without any credentials in it.
     pub git_url: String,
     pub git_ref: String,
+    /// Where `corbel-provider.yaml` is in the repository; empty is the root.
+    pub path: String,
     pub config: serde_json::Value,
     /// Names of the secret configuration values; the values are never shown.
     pub secret_keys: Vec<String>,
@@ -162,6 +166,7 @@ pub struct NewProvider {
     pub name: String,
     pub git_url: String,
     pub git_ref: String,
+    pub path: String,
     pub config: serde_json::Value,
     pub secret_config: serde_json::Value,
     pub auto_load: bool,
@@ -172,6 +177,7 @@ pub struct ProviderPatch {
     pub name: Option<String>,
     pub git_url: Option<String>,
     pub git_ref: Option<String>,
+    pub path: Option<String>,
     pub auto_load: Option<bool>,
 }
 

@@ -141,6 +141,12 @@ pub enum SourceError {
     },
     #[error("fetching {url} stopped unexpectedly")]
     Interrupted { url: String },
+    #[error(
+        "no git repository at `{}`: {reason} (a local path is read on the server, relative \
+         paths from its working directory; a remote needs a URL such as https://…)",
+        .path.display()
+    )]
+    NoLocalRepository { path: PathBuf, reason: String },
 }
 
 fn list_or_none(items: &[String]) -> String {
@@ -302,6 +308,32 @@ pub fn check_url(url: &str, settings: &SourceSettings) -> Result<(), SourceError
     }
 }
 
+/// The directory a local path or `file://` URL names, if `url` is one.
+fn local_path(url: &str) -> Option<PathBuf> {
+    match url_form(url) {
+        UrlForm::LocalPath => Some(PathBuf::from(url)),
+        UrlForm::Scheme(scheme) if scheme.eq_ignore_ascii_case("file") => {
+            url::Url::parse(url).ok()?.to_file_path().ok()
+        }
+        _ => None,
+    }
+}
+
+/// A local source must be a directory that exists: libgit2 would otherwise
+/// answer "unsupported URL protocol". Remote URLs pass unchecked.
+pub fn check_local(url: &str) -> Result<(), SourceError> {
+    let Some(path) = local_path(url) else {
+        return Ok(());
+    };
+    let reason = match std::fs::metadata(&path) {
+        Ok(meta) if meta.is_dir() => return Ok(()),
+        Ok(_) => "it is not a directory".to_owned(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "it does not exist".to_owned(),
+        Err(e) => format!("it cannot be read: {e}"),
+    };
+    Err(SourceError::NoLocalRepository { path, reason })
+}
+
 fn check_reference(reference: &str) -> Result<(), SourceError> {
     let invalid = |reason| SourceError::InvalidReference {
         reference: escape_controls(reference),
@@ -359,6 +391,7 @@ pub async fn fetch(
 ) -> Result<Fetched, SourceError> {
     check_url(url, settings)?;
     check_reference(reference)?;
+    check_local(url)?;
     init_server_timeouts();
 
     let cancel = Arc::new(AtomicBool::new(false));

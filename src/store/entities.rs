@@ -226,6 +226,9 @@ pub mod provider {
         pub name: String,
         pub git_url: String,
         pub git_ref: String,
+        /// Where `corbel-provider.yaml` is, relative to the repository's root;
+        /// empty is the root.
+        pub source_path: String,
         /// Plain configuration values, a JSON object as text.
         pub config: String,
         /// Secret configuration values, a JSON object as text; never shown.

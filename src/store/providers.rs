@@ -19,6 +19,7 @@ pub struct NewProvider {
     pub name: String,
     pub git_url: String,
     pub git_ref: String,
+    pub source_path: String,
     pub config: String,
     pub secret_config: String,
     pub auto_load: bool,
@@ -36,6 +37,7 @@ pub async fn insert(
         name: Set(new.name),
         git_url: Set(new.git_url),
         git_ref: Set(new.git_ref),
+        source_path: Set(new.source_path),
         config: Set(new.config),
         secret_config: Set(new.secret_config),
         auto_load: Set(new.auto_load),
@@ -72,6 +74,7 @@ pub struct ProviderChange {
     pub name: Option<String>,
     pub git_url: Option<String>,
     pub git_ref: Option<String>,
+    pub source_path: Option<String>,
     pub auto_load: Option<bool>,
     pub token_hash: Option<String>,
     pub config: Option<String>,
@@ -88,6 +91,7 @@ pub async fn update(
         name,
         git_url,
         git_ref,
+        source_path,
         auto_load,
         token_hash,
         config,
@@ -101,6 +105,9 @@ pub async fn update(
     }
     if let Some(v) = git_ref {
         active.git_ref = Set(v);
+    }
+    if let Some(v) = source_path {
+        active.source_path = Set(v);
     }
     if let Some(v) = auto_load {
         active.auto_load = Set(v);

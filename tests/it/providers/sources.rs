@@ -69,3 +69,123 @@ async fn a_provider_loads_over_git_daemon() {
     daemon.stop();
     app.stop().await;
 }
+
+/// A monorepo: the provider is in a subdirectory, named by `path`; its build
+/// and run commands run there.
+#[tokio::test]
+async fn a_provider_loads_from_a_subdirectory() {
+    let app = spawn_quick().await;
+    let metadata = process_metadata().replace(
+        "echo building the process provider",
+        "test -f HERE && echo building in the subdirectory",
+    );
+    let repo = ProviderRepo::with_files(&[
+        ("README", "a monorepo"),
+        ("providers/process/corbel-provider.yaml", &metadata),
+        ("providers/process/HERE", ""),
+    ]);
+
+    // Without `path`, the message speaks of the repository and points at it.
+    let (id, _) = create_provider(
+        &app,
+        json!({ "name": "rooted", "gitUrl": repo.url(), "autoLoad": true }),
+    )
+    .await;
+    let failed = wait_status(&app, &id, "FAILED").await;
+    let message = failed.status_message.unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "corbel-provider.yaml not found at the root of {}",
+            repo.url()
+        )) && message.contains("`providers/process`")
+            && message.contains("set the provider's `path`")
+            && !message.contains(&app.store.data_dir().display().to_string()),
+        "{message}"
+    );
+
+    let (id, _) = create_provider(
+        &app,
+        json!({ "name": "nested", "gitUrl": repo.url(), "path": "./providers/process/" }),
+    )
+    .await;
+    let connected = wait_status(&app, &id, "CONNECTED").await;
+    assert_eq!(connected.resolved_commit, Some(repo.head()));
+    let body = app
+        .gql(
+            "query($id: ID!) { provider(id: $id) { path } }",
+            json!({ "id": id }),
+        )
+        .await;
+    assert_eq!(data(&body)["provider"]["path"], "providers/process");
+    assert!(
+        crate::support::providers::logs(&app, &id)
+            .await
+            .contains("building in the subdirectory")
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn bad_paths_and_missing_local_sources_are_named() {
+    let app = spawn_quick().await;
+    let repo = ProviderRepo::new(&process_metadata(), &[]);
+    for (path, expected) in [
+        ("../elsewhere", "must stay inside the repository"),
+        ("/etc", "must be relative to the repository's root"),
+        ("a\u{7}b", "contains a control character"),
+    ] {
+        let body = app
+            .gql(
+                "mutation($input: CreateProviderInput!) { createProvider(input: $input) { token } }",
+                json!({ "input": { "name": "bad", "gitUrl": repo.url(), "path": path } }),
+            )
+            .await;
+        let message = body["errors"][0]["message"].as_str().unwrap_or_default();
+        assert_eq!(
+            crate::support::error_code(&body),
+            Some("VALIDATION"),
+            "{body}"
+        );
+        assert!(
+            message.contains("path: ") && message.contains(expected),
+            "{message}"
+        );
+    }
+    let missing = "/nonexistent/corbel/provider";
+    let body = app
+        .gql(
+            "mutation($input: CreateProviderInput!) { createProvider(input: $input) { token } }",
+            json!({ "input": { "name": "nowhere", "gitUrl": missing } }),
+        )
+        .await;
+    let message = body["errors"][0]["message"].as_str().unwrap_or_default();
+    assert_eq!(
+        crate::support::error_code(&body),
+        Some("VALIDATION"),
+        "{body}"
+    );
+    assert!(
+        message.contains(&format!(
+            "no git repository at `{missing}`: it does not exist"
+        )),
+        "{message}"
+    );
+
+    // A subdirectory that is not in the repository fails the load, named.
+    let (id, _) = create_provider(
+        &app,
+        json!({ "name": "nodir", "gitUrl": repo.url(), "path": "not/here" }),
+    )
+    .await;
+    let failed = wait_status(&app, &id, "FAILED").await;
+    assert!(
+        failed
+            .status_message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("path `not/here` does not exist in the repository"),
+        "{:?}",
+        failed.status_message
+    );
+    app.stop().await;
+}

@@ -37,13 +37,21 @@ pub struct ProviderRepo {
 impl ProviderRepo {
     /// One commit with `corbel-provider.yaml` (and `files`), tagged `v1`.
     pub fn new(metadata: &str, files: &[(&str, &str)]) -> ProviderRepo {
+        let mut all = vec![("corbel-provider.yaml", metadata)];
+        all.extend_from_slice(files);
+        Self::with_files(&all)
+    }
+
+    /// One commit with `files` (paths relative to the root, directories made
+    /// as needed), tagged `v1`.
+    pub fn with_files(files: &[(&str, &str)]) -> ProviderRepo {
         let dir = tempfile::tempdir().unwrap();
         let work = dir.path().join("work");
         std::fs::create_dir(&work).unwrap();
         git(dir.path(), &["init", "--bare", "-q", "provider.git"]);
         git(&work, &["init", "-q"]);
         let repo = ProviderRepo { dir };
-        repo.commit(metadata, files);
+        repo.commit_files(files);
         git(&work, &["tag", "v1"]);
         git(
             &work,
@@ -67,10 +75,18 @@ impl ProviderRepo {
 
     /// Commits new contents (pushed when the remote exists) and returns the commit.
     pub fn commit(&self, metadata: &str, files: &[(&str, &str)]) -> String {
+        let mut all = vec![("corbel-provider.yaml", metadata)];
+        all.extend_from_slice(files);
+        self.commit_files(&all)
+    }
+
+    /// Commits `files` (pushed when the remote exists) and returns the commit.
+    pub fn commit_files(&self, files: &[(&str, &str)]) -> String {
         let work = self.work();
-        std::fs::write(work.join("corbel-provider.yaml"), metadata).unwrap();
         for (name, text) in files {
-            std::fs::write(work.join(name), text).unwrap();
+            let path = work.join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
         }
         git(&work, &["add", "-A"]);
         git(&work, &["commit", "-q", "-m", "provider"]);
