@@ -44,6 +44,38 @@ pub enum Command {
         #[command(subcommand)]
         command: SecretKeyCommand,
     },
+    /// Tools for provider authors.
+    Provider {
+        #[command(subcommand)]
+        command: ProviderCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProviderCommand {
+    /// Conformance run: load a provider as `serve` would (fetch, build, run,
+    /// handshake, register) against a host of its own, drive the protocol
+    /// (Configure, ListNodes, DescribeResources, a deploy and destroy of each
+    /// resource type with a sample in `check.resources`, idempotence, Inspect
+    /// after a lost deploy, stream endings, deadlines, SIGTERM, the host going
+    /// away) and print a table of results. Exits 1 if any check failed. Needs
+    /// no server and no database; the `[provider]` settings apply.
+    Check {
+        /// A git URL or a local path to a git repository (committed work is
+        /// what gets checked, as `serve` would load it).
+        source: String,
+        /// A tag, branch or commit; the default branch if not given.
+        #[arg(long = "ref", default_value = "")]
+        reference: String,
+        /// The provider's directory in the repository (a monorepo); the
+        /// root if not given.
+        #[arg(long, default_value = "")]
+        path: String,
+        /// Keep the scratch directory (checkout, build output, state) and
+        /// print where it is.
+        #[arg(long)]
+        keep: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -115,6 +147,45 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::SecretKey {
             command: SecretKeyCommand::Rotate { new_key_file },
         } => runtime()?.block_on(rotate_secret_key(config, new_key_file)),
+        Command::Provider {
+            command:
+                ProviderCommand::Check {
+                    source,
+                    reference,
+                    path,
+                    keep,
+                },
+        } => runtime()?.block_on(check_provider(config, source, reference, path, keep)),
+    }
+}
+
+/// `corbel provider check`: progress on stderr, the table on stdout.
+async fn check_provider(
+    config: Config,
+    source: String,
+    reference: String,
+    path: String,
+    keep: bool,
+) -> anyhow::Result<()> {
+    use crate::provider::check;
+    let report = check::run(
+        check::CheckOptions {
+            source,
+            reference,
+            path,
+            settings: config.provider.clone(),
+            keep,
+        },
+        |line| eprintln!("{line}"),
+    )
+    .await;
+    print!("\n{}", report.table());
+    if let Some(dir) = &report.kept {
+        println!("kept {}", dir.display());
+    }
+    match report.failures() {
+        0 => Ok(()),
+        n => anyhow::bail!("{n} check(s) failed"),
     }
 }
 

@@ -60,9 +60,24 @@ impl Link {
         })
     }
 
+    /// The same link with another deadline for its calls.
+    pub fn with_deadline(mut self, deadline: Duration) -> Link {
+        self.deadline = deadline;
+        self
+    }
+
     /// The provider's overall health (`grpc.health.v1`, service ""), asked
     /// with its own deadline (`within`; the link's when `None`).
     pub async fn check_health(&self, within: Option<Duration>) -> Result<(), LinkError> {
+        self.check_service_health("", within).await
+    }
+
+    /// The health of one `service` of the provider's `grpc.health.v1`.
+    pub async fn check_service_health(
+        &self,
+        service: &str,
+        within: Option<Duration>,
+    ) -> Result<(), LinkError> {
         let mut health = self.health.clone();
         let answer = self
             .call_within(
@@ -70,7 +85,7 @@ impl Link {
                 within.unwrap_or(self.deadline),
                 |request| async move { health.check(request).await },
                 HealthCheckRequest {
-                    service: String::new(),
+                    service: service.to_owned(),
                 },
             )
             .await?;

@@ -3,6 +3,7 @@
 //! the reference `corbel-provider-process`, and `corbel-provider-fixture`, a
 //! provider that misbehaves on purpose.
 
+mod check;
 mod config;
 mod credentials;
 mod failures;

@@ -1,0 +1,211 @@
+//! `corbel provider check`, the conformance run for provider authors, run as
+//! the real binary against real provider processes: the shipped process
+//! provider passes; providers that hang, speak another protocol version or
+//! sit in a subdirectory not named are failed, each with its reason.
+
+use std::process::Command;
+
+use crate::support::corbel_bin;
+use crate::support::provider_repos::{ProviderRepo, fixture_metadata, workspace_bin};
+
+struct Checked {
+    success: bool,
+    table: String,
+    progress: String,
+}
+
+impl Checked {
+    /// The result column of the row named `check`.
+    fn outcome(&self, check: &str) -> Option<&str> {
+        self.table.lines().find_map(|line| {
+            let rest = line.strip_prefix(check)?;
+            rest.starts_with("  ")
+                .then(|| rest.split_whitespace().next())
+                .flatten()
+        })
+    }
+
+    fn row(&self, check: &str) -> &str {
+        self.table
+            .lines()
+            .find(|line| line.starts_with(&format!("{check}  ")))
+            .unwrap_or_else(|| panic!("no row `{check}` in\n{}", self.table))
+    }
+}
+
+fn check(flags: &[&str], args: &[&str]) -> Checked {
+    let out = Command::new(corbel_bin())
+        .args(flags)
+        .args(["provider", "check"])
+        .args(args)
+        .env_remove("CORBEL_CONFIG")
+        .output()
+        .expect("corbel runs");
+    Checked {
+        success: out.status.success(),
+        table: String::from_utf8_lossy(&out.stdout).into_owned(),
+        progress: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The shipped `providers/process/corbel-provider.yaml`, its `shell:` made to
+/// run this workspace's build, so its `check:` samples are what is tested.
+fn shipped_process_metadata(sample_arg: &str) -> String {
+    let shipped = include_str!("../../../providers/process/corbel-provider.yaml");
+    let mut out = String::new();
+    let mut in_shell = false;
+    for line in shipped.lines() {
+        if line == "shell:" {
+            in_shell = true;
+            out.push_str(&format!(
+                "shell:\n  run: exec {}\n",
+                workspace_bin("corbel-provider-process").display()
+            ));
+            continue;
+        }
+        if in_shell && line.starts_with("  ") {
+            continue;
+        }
+        in_shell = false;
+        out.push_str(&line.replace("\"300\"", &format!("\"{sample_arg}\"")));
+        out.push('\n');
+    }
+    assert!(
+        out.contains(sample_arg),
+        "the shipped sample changed:\n{out}"
+    );
+    out
+}
+
+/// Processes whose command line is exactly `argv`.
+fn processes_running(argv: &[&str]) -> Vec<i32> {
+    let wanted: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == wanted))
+        .collect()
+}
+
+#[test]
+fn the_shipped_process_provider_passes_and_leaves_nothing_running() {
+    // A sample no other test runs, so what is left over is ours.
+    let arg = format!("{}.{}", 300 + std::process::id() % 1000, std::process::id());
+    let repo = ProviderRepo::new(&shipped_process_metadata(&arg), &[]);
+    let checked = check(&[], &[&repo.url()]);
+    assert!(checked.success, "{}\n{}", checked.table, checked.progress);
+    for row in [
+        "fetch",
+        "corbel-provider.yaml",
+        "handshake",
+        "register",
+        "resource types",
+        "health (corbel.provider.v1.Provider)",
+        "Configure",
+        "Configure refuses bad JSON",
+        "Configure refuses a non-object",
+        "ListNodes",
+        "deploy process.v1.service",
+        "deploy process.v1.service again (same resource_id)",
+        "Inspect process.v1.service",
+        "destroy process.v1.service",
+        "Inspect process.v1.service after destroy",
+        "destroy process.v1.service again (already gone)",
+        "lost deploy of process.v1.service: Inspect, retry",
+        "survives an expired deadline",
+        "exits 0 on SIGTERM",
+        "Unregister on SIGTERM",
+        "exits when the host goes away",
+    ] {
+        assert_eq!(checked.outcome(row), Some("PASS"), "{}", checked.table);
+    }
+    assert!(
+        checked.table.contains(" 0 failed, 0 warnings"),
+        "{}",
+        checked.table
+    );
+    assert!(checked.progress.contains("deploying a process.v1.service"));
+    assert_eq!(processes_running(&["sleep", &arg]), Vec::<i32>::new());
+}
+
+#[test]
+fn a_provider_that_hangs_in_deploy_fails_with_the_reason() {
+    let metadata = format!(
+        "{}check:\n  resources:\n    fixture.v1.noop: {{}}\n",
+        fixture_metadata("hang-deploy")
+    );
+    let repo = ProviderRepo::new(&metadata, &[]);
+    let checked = check(&["--provider-call-timeout-ms", "1000"], &[&repo.url()]);
+    assert!(!checked.success, "{}", checked.table);
+    assert_eq!(
+        checked.outcome("register"),
+        Some("PASS"),
+        "{}",
+        checked.table
+    );
+    let row = checked.row("deploy fixture.v1.noop");
+    assert!(
+        row.contains("FAIL") && row.contains("did not answer DeployResource within 1000ms"),
+        "{row}"
+    );
+    assert_eq!(
+        checked.outcome("exits 0 on SIGTERM"),
+        Some("PASS"),
+        "{}",
+        checked.table
+    );
+    assert!(checked.table.contains(" 1 failed"), "{}", checked.table);
+}
+
+#[test]
+fn a_provider_of_another_protocol_version_is_failed_at_the_handshake() {
+    let repo = ProviderRepo::new(&fixture_metadata("old-protocol"), &[]);
+    let checked = check(&[], &[&repo.url()]);
+    assert!(!checked.success);
+    let handshake = checked.row("handshake");
+    assert!(
+        handshake.contains("FAIL") && handshake.contains("offered [99]"),
+        "{handshake}"
+    );
+    let register = checked.row("register");
+    assert!(
+        register.contains("FAIL") && register.contains("exited (exit status 1) before registering"),
+        "{register}"
+    );
+}
+
+#[test]
+fn a_provider_in_a_subdirectory_is_pointed_at_and_checked_with_path() {
+    let metadata = format!(
+        "{}check:\n  resources:\n    fixture.v1.noop: {{}}\n",
+        fixture_metadata("normal")
+    );
+    let repo = ProviderRepo::with_files(&[("tools/noop/corbel-provider.yaml", &metadata)]);
+    let checked = check(&[], &[&repo.url()]);
+    assert!(!checked.success);
+    let row = checked.row("corbel-provider.yaml");
+    assert!(
+        row.contains("FAIL")
+            && row.contains("`tools/noop`")
+            && row.contains("set the provider's `path`"),
+        "{row}"
+    );
+
+    let checked = check(&[], &[&repo.url(), "--path", "tools/noop"]);
+    assert!(checked.success, "{}\n{}", checked.table, checked.progress);
+    assert_eq!(
+        checked.outcome("deploy fixture.v1.noop"),
+        Some("PASS"),
+        "{}",
+        checked.table
+    );
+    assert_eq!(
+        checked.outcome("DescribeResources"),
+        Some("PASS"),
+        "{}",
+        checked.table
+    );
+}
