@@ -9,6 +9,7 @@ mod m20261130_000002_repositories;
 mod m20261130_000003_providers;
 mod m20261130_000004_deployments;
 mod m20261201_000005_deployment_operations;
+mod m20261210_000006_invalid_elements;
 
 pub struct Migrator;
 
@@ -21,6 +22,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000003_providers::Migration),
             Box::new(m20261130_000004_deployments::Migration),
             Box::new(m20261201_000005_deployment_operations::Migration),
+            Box::new(m20261210_000006_invalid_elements::Migration),
         ]
     }
 }
