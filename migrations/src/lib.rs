@@ -10,6 +10,7 @@ mod m20261130_000003_providers;
 mod m20261130_000004_deployments;
 mod m20261201_000005_deployment_operations;
 mod m20261201_000006_provider_path;
+mod m20261201_000007_invalid_elements;
 
 pub struct Migrator;
 
@@ -23,6 +24,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000004_deployments::Migration),
             Box::new(m20261201_000005_deployment_operations::Migration),
             Box::new(m20261201_000006_provider_path::Migration),
+            Box::new(m20261201_000007_invalid_elements::Migration),
         ]
     }
 }

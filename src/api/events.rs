@@ -42,6 +42,9 @@ pub struct RepositorySync {
     seen: Option<i64>,
     /// Elements stored for the repository (`null` once a sync failed).
     stored: Option<i64>,
+    /// Invalid elements found so far; at the end, recorded for the
+    /// repository (`null` once a sync failed).
+    invalid: Option<i64>,
 }
 
 /// The subscriber fell behind and this many events were dropped.
@@ -104,6 +107,7 @@ impl From<&SyncEvent> for RepositorySync {
             message: e.message.clone(),
             seen: (e.seen >= 0).then_some(e.seen),
             stored: (e.stored >= 0).then_some(e.stored),
+            invalid: (e.invalid >= 0).then_some(e.invalid),
         }
     }
 }

@@ -222,9 +222,34 @@ impl Repository {
             domain::RepositoryStatus::Error => RepositoryStatus::Error,
         }
     }
-    /// Why the last sync failed, naming the element and field.
+    /// Why the last sync failed (`ERROR`, naming what could not be read), or,
+    /// when it stored what it could but found invalid elements, how many:
+    /// `26 elements, 1 invalid`. `null` after a sync with nothing wrong.
     async fn status_message(&self) -> Option<&str> {
         self.0.status_message.as_deref()
+    }
+    /// Entries, files or manifests of this repository that are not valid
+    /// elements (see `invalidElements`). They never fail the repository.
+    async fn invalid_element_count(&self, ctx: &Context<'_>) -> Result<i64, ApiError> {
+        Ok(state::<Repositories>(ctx)?.invalid_count(self.0.id).await? as i64)
+    }
+    /// What the last sync (or a LAZY first fetch) could not take as an
+    /// element, by path, each with what is wrong.
+    async fn invalid_elements(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> Result<Page<InvalidElement>, ApiError> {
+        let (offset, limit) = window(first, after)?;
+        let (found, total) = state::<Repositories>(ctx)?
+            .invalid_elements(self.0.id, offset, limit)
+            .await?;
+        Ok(page_of(
+            found.into_iter().map(InvalidElement).collect(),
+            offset,
+            total,
+        ))
     }
     async fn progress(&self) -> SyncProgress {
         SyncProgress {
@@ -339,6 +364,36 @@ impl Element {
     }
     async fn created_at(&self) -> DateTime<Utc> {
         self.0.created_at
+    }
+}
+
+/// An inventory entry, file or manifest that is not a valid element.
+pub struct InvalidElement(domain::InvalidElement);
+
+#[Object]
+impl InvalidElement {
+    /// The element's name, where it could be read.
+    async fn name(&self) -> Option<&str> {
+        self.0.name.as_deref()
+    }
+    /// The element's version as written, where it could be read.
+    async fn version(&self) -> Option<&str> {
+        self.0.version.as_deref()
+    }
+    /// Where it is, relative to the repository's root: a file
+    /// (`web/1.0.0/manifests/web.yaml`, `apps/web.yaml`) or an inventory
+    /// entry (`inventory.json#/elements/web/1.0.0`).
+    async fn path(&self) -> &str {
+        &self.0.path
+    }
+    /// What is wrong, naming the field.
+    async fn message(&self) -> &str {
+        &self.0.message
+    }
+    /// The listed element whose manifest this is, when the inventory entry
+    /// itself was good (the element is listed, but cannot be installed).
+    async fn element_id(&self) -> Option<ID> {
+        self.0.element_id.map(|id| ID(id.to_string()))
     }
 }
 

@@ -11,8 +11,8 @@ use super::driver::{self, ByteStream};
 use super::inventory::ArtifactRef;
 use super::manifest;
 use super::{
-    Artifact, Element, ElementFilter, ElementStatus, Repositories, RepositoryError, to_element,
-    to_repository,
+    Artifact, Element, ElementFilter, ElementStatus, InvalidElement, Repositories, RepositoryError,
+    to_element, to_repository,
 };
 use crate::resolve::{Candidate, CandidateId, Requirement, Version, World};
 use crate::store::repositories as rows;
@@ -91,7 +91,19 @@ impl Repositories {
             .parse()
             .map_err(|e: crate::resolve::ResolveError| RepositoryError::Corrupt(e.to_string()))?;
         let source = driver::open(&repository.driver, &self.settings)?;
-        let fetched = source.element(&row.name, &version).await?;
+        let fetched = match source.element(&row.name, &version).await {
+            Ok(fetched) => fetched,
+            Err(e) => {
+                // Found bad when first fetched: recorded like a sync's find.
+                if e.is_element_problem() {
+                    let path = source.element_path(&row.name, &version);
+                    let problem =
+                        InvalidElement::of_element(row.id, &row.name, &row.version, path, &e);
+                    super::invalid::record(&self.db, row.repository_id, problem).await;
+                }
+                return Err(e);
+            }
+        };
         let artifacts = fetched.artifacts.map(|list| {
             list.iter()
                 .map(|a| (a.urn(), a.category.clone(), a.file_name.clone()))
@@ -107,7 +119,17 @@ impl Repositories {
         Ok(fetched.manifest.document)
     }
 
+    /// The element's artifacts. An element whose manifest is not fetched yet
+    /// (LAZY) is fetched first, since its own listing may name artifacts the
+    /// inventory did not; if that fails, what the inventory listed is shown.
     pub async fn artifacts(&self, element_id: Uuid) -> Result<Vec<Artifact>, RepositoryError> {
+        let row = self.element_row(element_id).await?;
+        if row.manifest.is_none()
+            && let Err(e) = self.ensure_manifest(&row).await
+        {
+            tracing::warn!(element.id = %element_id, error = %e,
+                "artifacts listed from the inventory: the element cannot be fetched");
+        }
         Ok(rows::artifacts_of(&self.db, element_id)
             .await?
             .into_iter()

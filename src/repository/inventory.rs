@@ -7,10 +7,18 @@
 //! is held in memory while it is checked and hashed, by [`MAX_ENTRY_BYTES`],
 //! counted as it is read, so an oversized entry is refused before it is whole.
 //!
+//! The format is described in `docs/repository-format.md`:
+//!
 //! ```json
 //! {"elements": {"core": {"0.1.12-dev+abc": {"name": "core", "version": "0.1.12-dev+abc",
+//!   "digest": "sha256:<hex of core.yaml>",
 //!   "index": {"manifests": {"<uuid>": "core.yaml"}, "images": {...}}}}}}
 //! ```
+//!
+//! A bad entry (a bad version, a bad artifact file name, a field of the wrong
+//! type) does not stop the parse: it is handed over as an [`InvalidElement`]
+//! and the next entry is read. Only an inventory that is not JSON, or not an
+//! object of `elements`, fails as a whole.
 
 use std::cell::Cell;
 use std::fmt;
@@ -21,7 +29,8 @@ use serde::Deserialize;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use sha2::{Digest, Sha256};
 
-use super::RepositoryError;
+use super::invalid::entry_path;
+use super::{InvalidElement, RepositoryError};
 use crate::resolve::Version;
 
 /// Largest text of one entry (one element version) of an inventory.
@@ -69,6 +78,9 @@ pub struct InventoryEntry {
     pub version: Version,
     /// SHA-256 of the entry's JSON: a changed entry has a new hash.
     pub hash: String,
+    /// The manifest's digest as the inventory gives it (`sha256:<hex>`), if
+    /// it does: being part of the entry, a new digest is a changed entry.
+    pub digest: Option<String>,
     pub artifacts: Vec<ArtifactRef>,
 }
 
@@ -91,15 +103,20 @@ impl ArtifactRef {
 struct RawEntry {
     name: Option<String>,
     version: Option<String>,
+    digest: Option<String>,
     #[serde(default)]
     index: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
 }
 
-/// Parses the inventory from `reader`, calling `each` for every entry in order.
-/// Stops at the first invalid entry with an error naming it and the field.
+/// What `parse` hands over for each entry: the entry, or why it is invalid.
+pub type Parsed = Result<InventoryEntry, InvalidElement>;
+
+/// Parses the inventory from `reader`, calling `each` for every entry in
+/// order, a bad entry as an [`InvalidElement`]. Fails only when the text is
+/// not an inventory at all (or `each` fails).
 pub fn parse(
     reader: impl Read,
-    mut each: impl FnMut(InventoryEntry) -> Result<(), RepositoryError>,
+    mut each: impl FnMut(Parsed) -> Result<(), RepositoryError>,
 ) -> Result<u64, RepositoryError> {
     let mut count = 0u64;
     let mut failure = None;
@@ -166,6 +183,9 @@ fn build_entry(
     let version: Version = key_version
         .parse()
         .map_err(|e: crate::resolve::ResolveError| at("version", e.to_string()))?;
+    if let Some(digest) = &raw.digest {
+        check_digest(digest).map_err(|p| at("digest", p))?;
+    }
     let mut artifacts = Vec::new();
     for (category, files) in raw.index {
         if !CATEGORIES.contains(&category.as_str()) {
@@ -194,8 +214,26 @@ fn build_entry(
         name: key_name.to_owned(),
         version,
         hash,
+        digest: raw.digest,
         artifacts,
     })
+}
+
+/// `sha256:` and 64 lowercase hex digits.
+fn check_digest(digest: &str) -> Result<(), String> {
+    match digest.strip_prefix("sha256:") {
+        Some(hex)
+            if hex.len() == 64
+                && hex
+                    .chars()
+                    .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c)) =>
+        {
+            Ok(())
+        }
+        _ => Err(format!(
+            "`{digest}` is not `sha256:` and 64 lowercase hex digits"
+        )),
+    }
 }
 
 /// Element names: letters, digits, `-`, `_`, `.`; at most 128; not `.` or `..`.
@@ -241,16 +279,14 @@ struct Root<'a, F> {
     budget: &'a Budget,
 }
 
-impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> DeserializeSeed<'de>
-    for Root<'_, F>
-{
+impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> DeserializeSeed<'de> for Root<'_, F> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> Visitor<'de> for Root<'_, F> {
+impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> Visitor<'de> for Root<'_, F> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an object with `elements`")
@@ -282,16 +318,14 @@ struct Names<'a, F> {
     budget: &'a Budget,
 }
 
-impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> DeserializeSeed<'de>
-    for Names<'_, F>
-{
+impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> DeserializeSeed<'de> for Names<'_, F> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> Visitor<'de> for Names<'_, F> {
+impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> Visitor<'de> for Names<'_, F> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("`elements`: an object of element names")
@@ -316,7 +350,7 @@ struct Versions<'a, F> {
     budget: &'a Budget,
 }
 
-impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> DeserializeSeed<'de>
+impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> DeserializeSeed<'de>
     for Versions<'_, F>
 {
     type Value = ();
@@ -325,9 +359,7 @@ impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> DeserializeSe
     }
 }
 
-impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> Visitor<'de>
-    for Versions<'_, F>
-{
+impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> Visitor<'de> for Versions<'_, F> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         write!(f, "element `{}`: an object of versions", self.name)
@@ -346,9 +378,16 @@ impl<'de, F: FnMut(InventoryEntry) -> Result<(), RepositoryError>> Visitor<'de>
                 *self.failure = Some(RepositoryError::Inventory(message.clone()));
                 serde::de::Error::custom(message)
             })?;
-            let outcome =
-                entry_from_json(self.name, &version, raw_json.get()).and_then(&mut *self.each);
-            if let Err(e) = outcome {
+            // A bad entry is handed over as such; the parse goes on.
+            let parsed =
+                entry_from_json(self.name, &version, raw_json.get()).map_err(|e| InvalidElement {
+                    name: Some(self.name.to_owned()),
+                    version: Some(version.clone()),
+                    path: entry_path(self.name, &version),
+                    message: e.to_string(),
+                    element_id: None,
+                });
+            if let Err(e) = (self.each)(parsed) {
                 let message = e.to_string();
                 *self.failure = Some(e);
                 return Err(serde::de::Error::custom(message));
@@ -365,10 +404,22 @@ mod tests {
     fn collect(text: &str) -> Result<Vec<InventoryEntry>, RepositoryError> {
         let mut out = Vec::new();
         parse(text.as_bytes(), |e| {
-            out.push(e);
+            out.push(e.expect("a valid entry"));
             Ok(())
         })?;
         Ok(out)
+    }
+
+    fn invalid(text: &str) -> Vec<InvalidElement> {
+        let mut out = Vec::new();
+        parse(text.as_bytes(), |e| {
+            if let Err(bad) = e {
+                out.push(bad);
+            }
+            Ok(())
+        })
+        .unwrap();
+        out
     }
 
     #[test]
@@ -396,7 +447,7 @@ mod tests {
         );
         let mut seen = Vec::new();
         let e = parse(text.as_bytes(), |entry| {
-            seen.push(entry.name);
+            seen.push(entry.unwrap().name);
             Ok(())
         })
         .unwrap_err()
@@ -416,32 +467,12 @@ mod tests {
     }
 
     #[test]
-    fn bad_inventories_name_the_element_and_field() {
+    fn a_bad_inventory_fails_whole() {
         let cases = [
             ("not json", "inventory.json"),
             ("[1]", "inventory.json"),
             ("{}", "elements"),
-            (
-                r#"{"elements": {"a": {"1.x": {}}}}"#,
-                "element `a` 1.x, field `version`",
-            ),
-            (
-                r#"{"elements": {"a": {"1.0.0": {"index": {"images": {"u1": "../etc/passwd"}}}}}}"#,
-                "field `index.images`",
-            ),
-            (
-                r#"{"elements": {"a": {"1.0.0": {"index": {"images": {"u1": "/abs"}}}}}}"#,
-                "not a plain file name",
-            ),
-            (
-                r#"{"elements": {"a": {"1.0.0": {"name": "b"}}}}"#,
-                "field `name`",
-            ),
-            (r#"{"elements": {"../x": {"1.0.0": {}}}}"#, "field `name`"),
-            (
-                r#"{"elements": {"a": {"1.0.0": {"index": 5}}}}"#,
-                "element `a` 1.0.0",
-            ),
+            (r#"{"elements": []}"#, "inventory.json"),
             (
                 r#"{"elements": {"a": {"1.0.0": {}}}} trailing"#,
                 "inventory.json",
@@ -451,5 +482,81 @@ mod tests {
             let err = collect(text).unwrap_err().to_string();
             assert!(err.contains(hint), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn a_bad_entry_is_handed_over_named_and_the_rest_is_read() {
+        let cases = [
+            (
+                r#"{"elements": {"a": {"1.x": {}}}}"#,
+                "element `a` 1.x, field `version`",
+                "inventory.json#/elements/a/1.x",
+            ),
+            (
+                r#"{"elements": {"a": {"1.0.0": {"index": {"images": {"u1": "../etc/passwd"}}}}}}"#,
+                "field `index.images`",
+                "inventory.json#/elements/a/1.0.0",
+            ),
+            (
+                r#"{"elements": {"a": {"1.0.0": {"index": {"images": {"u1": "/abs"}}}}}}"#,
+                "not a plain file name",
+                "inventory.json#/elements/a/1.0.0",
+            ),
+            (
+                r#"{"elements": {"a": {"1.0.0": {"name": "b"}}}}"#,
+                "field `name`",
+                "inventory.json#/elements/a/1.0.0",
+            ),
+            (
+                r#"{"elements": {"../x": {"1.0.0": {}}}}"#,
+                "field `name`",
+                "inventory.json#/elements/..~1x/1.0.0",
+            ),
+            (
+                r#"{"elements": {"a": {"1.0.0": {"index": 5}}}}"#,
+                "element `a` 1.0.0",
+                "inventory.json#/elements/a/1.0.0",
+            ),
+            (
+                r#"{"elements": {"a": {"1.0.0": {"digest": "md5:abc"}}}}"#,
+                "field `digest`",
+                "inventory.json#/elements/a/1.0.0",
+            ),
+        ];
+        for (text, hint, path) in cases {
+            // A good entry after the bad one is still read.
+            let text = text.replacen(
+                r#"{"elements": {"#,
+                r#"{"elements": {"z": {"1.0.0": {}}, "#,
+                1,
+            );
+            let bad = invalid(&text);
+            assert_eq!(bad.len(), 1, "{text}: {bad:?}");
+            assert!(bad[0].message.contains(hint), "{text}: {bad:?}");
+            assert_eq!(bad[0].path, path, "{text}");
+            let mut good = Vec::new();
+            parse(text.as_bytes(), |e| {
+                good.extend(e.ok().map(|e| e.name));
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(good, ["z"], "{text}");
+        }
+    }
+
+    #[test]
+    fn a_digest_is_kept_and_changes_the_entry() {
+        let digest = format!("sha256:{}", "ab".repeat(32));
+        let other = format!("sha256:{}", "cd".repeat(32));
+        let one = collect(&format!(
+            r#"{{"elements": {{"a": {{"1.0.0": {{"digest": "{digest}"}}}}}}}}"#
+        ))
+        .unwrap();
+        let two = collect(&format!(
+            r#"{{"elements": {{"a": {{"1.0.0": {{"digest": "{other}"}}}}}}}}"#
+        ))
+        .unwrap();
+        assert_eq!(one[0].digest.as_deref(), Some(digest.as_str()));
+        assert_ne!(one[0].hash, two[0].hash);
     }
 }

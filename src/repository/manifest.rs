@@ -47,14 +47,22 @@ pub fn check(document: Value, origin: &str) -> Result<Manifest, RepositoryError>
         .ok_or_else(|| bad("name", "missing or not a string"))?
         .to_owned();
     super::inventory::check_name(&name).map_err(|p| bad("name", &p))?;
-    let version_text = match map.get("version") {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Number(n)) => n.to_string(),
+    let (version_text, number) = match map.get("version") {
+        Some(Value::String(s)) => (s.clone(), false),
+        Some(Value::Number(n)) => (n.to_string(), true),
         _ => return Err(bad("version", "missing or not a string")),
     };
-    let version: Version = version_text
-        .parse()
-        .map_err(|e: crate::resolve::ResolveError| bad("version", &e.to_string()))?;
+    let version: Version = version_text.parse().map_err(|e: crate::resolve::ResolveError| {
+        if number {
+            // `version: 1.0` is the YAML number 1.0, not a version.
+            bad(
+                "version",
+                &format!("{e} (YAML read `{version_text}` as a number: write a MAJOR.MINOR.PATCH version, quoted if need be)"),
+            )
+        } else {
+            bad("version", &e.to_string())
+        }
+    })?;
     match map.get("resources") {
         Some(Value::Object(_)) => {}
         Some(Value::Null) | None => {

@@ -8,6 +8,7 @@
 pub mod driver;
 mod elements;
 pub mod installations;
+mod invalid;
 pub mod inventory;
 pub mod manifest;
 mod settings;
@@ -61,6 +62,28 @@ pub enum RepositoryError {
     Corrupt(String),
     #[error(transparent)]
     Db(DbErr),
+}
+
+impl RepositoryError {
+    /// True when the error is about one element (its inventory entry or its
+    /// manifest), not about the source: such an element is recorded as
+    /// invalid and the sync goes on.
+    pub fn is_element_problem(&self) -> bool {
+        match self {
+            RepositoryError::Inventory(_)
+            | RepositoryError::Manifest(_)
+            | RepositoryError::Resolve(_)
+            | RepositoryError::Invalid(_) => true,
+            RepositoryError::NotFound(_)
+            | RepositoryError::Conflict(_)
+            | RepositoryError::AlreadyInstalled(_)
+            | RepositoryError::HasDependents { .. }
+            | RepositoryError::Source(_)
+            | RepositoryError::Deployment(_)
+            | RepositoryError::Corrupt(_)
+            | RepositoryError::Db(_) => false,
+        }
+    }
 }
 
 impl From<DbErr> for RepositoryError {
@@ -138,6 +161,25 @@ pub struct Element {
     pub created_at: DateTime<Utc>,
 }
 
+/// An inventory entry, file or manifest of a repository that could not be
+/// taken as an element, and why. A sync records these and goes on; the
+/// repository stays `ACTIVE` and says how many there are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidElement {
+    /// The element's name and version, where they could be read.
+    pub name: Option<String>,
+    pub version: Option<String>,
+    /// Where it is, relative to the repository's root: a file
+    /// (`web/1.0.0/manifests/web.yaml`), or an inventory entry
+    /// (`inventory.json#/elements/web/1.0.0`).
+    pub path: String,
+    /// What is wrong, naming the field.
+    pub message: String,
+    /// The stored element it belongs to (a listed element whose manifest is
+    /// bad), if any.
+    pub element_id: Option<Uuid>,
+}
+
 #[derive(Clone, Debug)]
 pub struct Artifact {
     pub element_id: Uuid,
@@ -176,6 +218,8 @@ pub struct SyncEvent {
     pub seen: i64,
     /// Elements stored; `-1` when unknown.
     pub stored: i64,
+    /// Entries and manifests found invalid so far; `-1` when unknown.
+    pub invalid: i64,
 }
 
 #[derive(Clone)]

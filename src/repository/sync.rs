@@ -1,7 +1,12 @@
 //! One sync of a repository: read the inventory as a stream, add new elements,
 //! update changed ones, remove stale ones (never an installed one), and in COPY
-//! mode fetch every new or changed manifest. Writes go in batches, each batch one
-//! transaction, so a failure leaves whole rows and keeps what was stored.
+//! mode fetch every new or changed manifest (and any still missing). Writes go
+//! in batches, each batch one transaction, so a failure leaves whole rows and
+//! keeps what was stored.
+//!
+//! A bad entry or manifest is recorded as an invalid element and the sync goes
+//! on: the repository ends `ACTIVE`, saying how many are invalid. Only a source
+//! that cannot be read (or a store that cannot be written) ends it in `ERROR`.
 
 use std::collections::HashSet;
 
@@ -10,8 +15,8 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use super::driver::{self, Listed};
-use super::{Repositories, RepositoryError, RepositoryStatus, SyncEvent, SyncMode};
+use super::driver::{self, Found, Listed};
+use super::{InvalidElement, Repositories, RepositoryError, RepositoryStatus, SyncEvent, SyncMode};
 use crate::store::repositories as rows;
 
 /// Elements written per transaction.
@@ -27,7 +32,7 @@ pub async fn run(repos: &Repositories, id: Uuid) -> Result<(), RepositoryError> 
     let repository = super::to_repository(row)?;
     rows::set_repository_status(db, id, RepositoryStatus::Syncing.as_str(), None).await?;
     rows::set_repository_progress(db, id, 0, 0).await?;
-    publish(repos, id, RepositoryStatus::Syncing, None, 0, 0);
+    publish(repos, id, RepositoryStatus::Syncing, None, (0, 0, 0));
     tracing::info!(repository.id = %id, repository.name = %repository.name, "sync started");
     // The total deadline: a source that trickles bytes (each within the idle
     // deadline) or a provider that streams its inventory slowly ends here.
@@ -45,13 +50,16 @@ pub async fn run(repos: &Repositories, id: Uuid) -> Result<(), RepositoryError> 
             tracing::info!(
                 repository.id = %id,
                 seen = stats.seen, added = stats.added, updated = stats.updated, removed = stats.removed,
+                invalid = stats.invalid,
                 "sync finished"
             );
+            let message = (stats.invalid > 0)
+                .then(|| format!("{} elements, {} invalid", stats.seen, stats.invalid));
             rows::finish_sync(
                 db,
                 id,
                 RepositoryStatus::Active.as_str(),
-                None,
+                message.clone(),
                 Some(Utc::now()),
                 next,
             )
@@ -60,9 +68,8 @@ pub async fn run(repos: &Repositories, id: Uuid) -> Result<(), RepositoryError> 
                 repos,
                 id,
                 RepositoryStatus::Active,
-                None,
-                stats.seen,
-                stats.stored,
+                message,
+                (stats.seen, stats.stored, stats.invalid),
             );
         }
         Err(e) => {
@@ -88,7 +95,13 @@ pub async fn run(repos: &Repositories, id: Uuid) -> Result<(), RepositoryError> 
                 next,
             )
             .await?;
-            publish(repos, id, RepositoryStatus::Error, Some(message), -1, -1);
+            publish(
+                repos,
+                id,
+                RepositoryStatus::Error,
+                Some(message),
+                (-1, -1, -1),
+            );
         }
     }
     Ok(())
@@ -101,16 +114,18 @@ struct Stats {
     updated: i64,
     removed: u64,
     stored: i64,
+    /// Invalid elements recorded for the repository after the sync.
+    invalid: i64,
 }
 
-/// Tells subscribers where a sync stands (`-1`: unknown counts).
+/// Tells subscribers where a sync stands: (seen, stored, invalid), `-1` for
+/// an unknown count.
 fn publish(
     repos: &Repositories,
     id: Uuid,
     status: RepositoryStatus,
     message: Option<String>,
-    seen: i64,
-    stored: i64,
+    (seen, stored, invalid): (i64, i64, i64),
 ) {
     repos.bus.publish(SyncEvent {
         repository_id: id,
@@ -118,6 +133,7 @@ fn publish(
         message,
         seen,
         stored,
+        invalid,
     });
 }
 
@@ -129,7 +145,7 @@ async fn sync(
     let id = repository.id;
     let source = driver::open(&repository.driver, &repos.settings)?;
 
-    let (tx, mut rx) = mpsc::channel::<Listed>(BATCH);
+    let (tx, mut rx) = mpsc::channel::<Found>(BATCH);
     let reading = source.inventory(tx);
     tokio::pin!(reading);
     let mut reading_done = None;
@@ -162,8 +178,7 @@ async fn sync(
                 id,
                 RepositoryStatus::Syncing,
                 None,
-                diff.stats.seen,
-                diff.stored,
+                (diff.stats.seen, diff.stored, diff.invalid.len() as i64),
             );
         }
     }
@@ -179,17 +194,24 @@ async fn sync(
     let stale: Vec<Uuid> = diff
         .existing
         .values()
-        .filter(|(_, _, installed)| !installed)
-        .map(|(element_id, _, _)| *element_id)
+        .filter(|stored| !stored.installed)
+        .map(|stored| stored.id)
         .collect();
     diff.stats.removed = rows::delete_elements(db, &stale).await?;
     diff.stored -= diff.stats.removed as i64;
     rows::set_repository_progress(db, id, diff.stats.seen, diff.stored).await?;
+    // What this listing found wrong replaces what the last one found.
+    let problems = std::mem::take(&mut diff.invalid)
+        .into_iter()
+        .map(InvalidElement::into_write)
+        .collect();
+    rows::replace_listing_problems(db, id, problems).await?;
 
     if !diff.fetch_later.is_empty() {
-        fetch_manifests(repos, &*source, std::mem::take(&mut diff.fetch_later)).await?;
+        fetch_manifests(repos, id, &*source, std::mem::take(&mut diff.fetch_later)).await?;
     }
     diff.stats.stored = diff.stored;
+    diff.stats.invalid = rows::count_invalid(db, id).await? as i64;
     Ok(diff.stats)
 }
 
@@ -203,6 +225,8 @@ struct Diff {
     inserts: Vec<rows::ElementWrite>,
     updates: Vec<rows::ElementWrite>,
     fetch_later: Vec<(Uuid, String, crate::resolve::Version)>,
+    /// Entries (or files) that are not valid elements, with the reason.
+    invalid: Vec<InvalidElement>,
     stats: Stats,
     /// Elements stored for the repository once the pending writes are made.
     stored: i64,
@@ -218,6 +242,7 @@ impl Diff {
             inserts: Vec::new(),
             updates: Vec::new(),
             fetch_later: Vec::new(),
+            invalid: Vec::new(),
             stats: Stats::default(),
         }
     }
@@ -226,32 +251,55 @@ impl Diff {
         self.inserts.len() + self.updates.len()
     }
 
-    /// One inventory entry: new, changed, or as stored.
-    fn take(&mut self, Listed { entry, manifest }: Listed) -> Result<(), RepositoryError> {
+    /// One inventory entry: invalid, new, changed, or as stored.
+    fn take(&mut self, found: Found) -> Result<(), RepositoryError> {
         self.stats.seen += 1;
+        let Listed {
+            entry,
+            manifest,
+            path,
+        } = match found {
+            Found::Element(listed) => listed,
+            Found::Invalid(invalid) => {
+                self.invalid.push(invalid);
+                return Ok(());
+            }
+        };
         let key = (entry.name.clone(), entry.version.to_string());
         if !self.seen_keys.insert(key.clone()) {
-            return Err(RepositoryError::Inventory(format!(
-                "element `{}` {} is listed twice",
-                key.0, key.1
-            )));
+            self.invalid.push(InvalidElement {
+                message: format!(
+                    "element `{}` {} is listed twice; the first one listed is kept",
+                    key.0, key.1
+                ),
+                name: Some(key.0),
+                version: Some(key.1),
+                path,
+                element_id: None,
+            });
+            return Ok(());
         }
         let manifest_text = manifest.map(|m| m.document.to_string());
-        let artifacts = self.copy.then(|| {
+        // Both modes list an element's artifacts from its entry; LAZY may
+        // replace them with the element's own listing when it is fetched.
+        let artifacts = Some(
             entry
                 .artifacts
                 .iter()
                 .map(|a| (a.urn(), a.category.clone(), a.file_name.clone()))
-                .collect()
-        });
+                .collect(),
+        );
         let (element_id, new) = match self.existing.remove(&key) {
             // Time-ordered ids keep inserts at the end of the primary-key
             // index instead of scattering them across it.
             None => (Uuid::now_v7(), true),
-            Some((element_id, hash, _installed))
-                if hash.as_deref() != Some(entry.hash.as_str()) =>
+            // Changed, or (COPY) its manifest is still missing: a fetch that
+            // failed before is tried again.
+            Some(stored)
+                if stored.hash.as_deref() != Some(entry.hash.as_str())
+                    || (self.copy && !stored.has_manifest) =>
             {
-                (element_id, false)
+                (stored.id, false)
             }
             Some(_) => return Ok(()),
         };
@@ -294,18 +342,36 @@ impl Diff {
 }
 
 /// COPY: fetches the manifests the inventory did not carry, a few at once. A
-/// bad manifest (too large, not valid, past the YAML bounds) does not stop the
-/// others: each good one is stored, and the first bad one is reported at the
-/// end (with how many more there were). Anything else stops the fetch.
+/// bad manifest (missing, too large, not valid, past the YAML bounds) is
+/// recorded as an invalid element and the others go on; anything else (the
+/// source gone, the store failing) stops the fetch.
 async fn fetch_manifests(
     repos: &Repositories,
+    repository_id: Uuid,
     source: &dyn driver::Driver,
     wanted: Vec<(Uuid, String, crate::resolve::Version)>,
 ) -> Result<(), RepositoryError> {
     let db = &repos.db;
     let mut fetches = futures_util::stream::iter(wanted)
         .map(|(element_id, name, version)| async move {
-            let fetched = source.element(&name, &version).await?;
+            let fetched = match source.element(&name, &version).await {
+                Ok(fetched) => fetched,
+                Err(e) if e.is_element_problem() => {
+                    let path = source.element_path(&name, &version);
+                    let problem = InvalidElement::of_element(
+                        element_id,
+                        &name,
+                        &version.to_string(),
+                        path,
+                        &e,
+                    );
+                    tracing::info!(repository.id = %repository_id, element.name = %name,
+                        element.version = %version, error = %e, "invalid element");
+                    rows::record_element_problem(db, repository_id, problem.into_write()).await?;
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            };
             let artifacts = fetched.artifacts.map(|list| {
                 list.iter()
                     .map(|a| (a.urn(), a.category.clone(), a.file_name.clone()))
@@ -321,23 +387,8 @@ async fn fetch_manifests(
             Ok::<_, RepositoryError>(())
         })
         .buffer_unordered(repos.settings.fetch_concurrency.max(1));
-    let mut refused: Option<RepositoryError> = None;
-    let mut more = 0usize;
     while let Some(result) = fetches.next().await {
-        match result {
-            Ok(()) => {}
-            Err(e @ RepositoryError::Manifest(_)) => match refused {
-                None => refused = Some(e),
-                Some(_) => more += 1,
-            },
-            Err(e) => return Err(e),
-        }
+        result?;
     }
-    match refused {
-        None => Ok(()),
-        Some(e) if more == 0 => Err(e),
-        Some(e) => Err(RepositoryError::Manifest(format!(
-            "{e} (and {more} more manifests refused)"
-        ))),
-    }
+    Ok(())
 }

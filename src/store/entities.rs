@@ -196,6 +196,32 @@ pub mod artifact {
     impl ActiveModelBehavior for ActiveModel {}
 }
 
+pub mod invalid_element {
+    use sea_orm::entity::prelude::*;
+
+    /// What a sync could not take as an element, and why.
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "invalid_elements")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub id: Uuid,
+        pub repository_id: Uuid,
+        /// Set when the problem is a stored element's manifest: the row goes
+        /// with the element, and when its manifest is stored.
+        pub element_id: Option<Uuid>,
+        pub name: Option<String>,
+        pub version: Option<String>,
+        pub path: String,
+        pub message: String,
+        pub created_at: DateTimeUtc,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
 pub mod element_binding {
     use sea_orm::entity::prelude::*;
 

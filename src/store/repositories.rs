@@ -4,17 +4,18 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::{Expr, OnConflict};
+use sea_orm::sea_query::{Expr, ExprTrait, OnConflict};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
     IntoActiveModel, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Set, TransactionTrait,
 };
 use uuid::Uuid;
 
-use super::entities::{artifact, element, element_binding, repository};
+use super::entities::{artifact, element, element_binding, invalid_element, repository};
 
 pub use artifact::Model as ArtifactRow;
 pub use element::Model as ElementRow;
+pub use invalid_element::Model as InvalidElementRow;
 pub use repository::Model as RepositoryRow;
 
 /// A new repository row.
@@ -196,14 +197,24 @@ pub async fn count_installed_in(
         .await
 }
 
-/// What a sync compares against: key → (id, hash, installed).
-pub type Existing = HashMap<(String, String), (Uuid, Option<String>, bool)>;
+/// A stored element as a sync compares it.
+#[derive(Clone, Debug)]
+pub struct Stored {
+    pub id: Uuid,
+    pub hash: Option<String>,
+    pub installed: bool,
+    /// Its manifest is stored (COPY fetches a missing one again).
+    pub has_manifest: bool,
+}
+
+/// What a sync compares against: (name, version) → the stored element.
+pub type Existing = HashMap<(String, String), Stored>;
 
 pub async fn existing_elements(
     db: &DatabaseConnection,
     repository_id: Uuid,
 ) -> Result<Existing, DbErr> {
-    let rows: Vec<(Uuid, String, String, Option<String>, bool)> = element::Entity::find()
+    let rows: Vec<(Uuid, String, String, Option<String>, bool, bool)> = element::Entity::find()
         .select_only()
         .columns([
             element::Column::Id,
@@ -212,13 +223,28 @@ pub async fn existing_elements(
             element::Column::InventoryHash,
             element::Column::Installed,
         ])
+        // Whether there is one, without reading the manifests.
+        .column_as(
+            Expr::col(element::Column::Manifest).is_not_null(),
+            "has_manifest",
+        )
         .filter(element::Column::RepositoryId.eq(repository_id))
         .into_tuple()
         .all(db)
         .await?;
     Ok(rows
         .into_iter()
-        .map(|(id, name, version, hash, installed)| ((name, version), (id, hash, installed)))
+        .map(|(id, name, version, hash, installed, has_manifest)| {
+            (
+                (name, version),
+                Stored {
+                    id,
+                    hash,
+                    installed,
+                    has_manifest,
+                },
+            )
+        })
         .collect())
 }
 
@@ -271,6 +297,14 @@ pub async fn write_batch(
                 .exec(&txn)
                 .await?;
         }
+    }
+    let updated: Vec<Uuid> = updates.iter().map(|w| w.id).collect();
+    // A changed entry is judged again: what was found wrong with it goes.
+    for chunk in updated.chunks(500) {
+        invalid_element::Entity::delete_many()
+            .filter(invalid_element::Column::ElementId.is_in(chunk.iter().copied()))
+            .exec(&txn)
+            .await?;
     }
     for write in updates {
         let mut update = element::Entity::update_many()
@@ -345,7 +379,103 @@ pub async fn store_manifest(
     if let Some(artifacts) = artifacts {
         replace_artifacts_in(&txn, element_id, artifacts).await?;
     }
+    invalid_element::Entity::delete_many()
+        .filter(invalid_element::Column::ElementId.eq(element_id))
+        .exec(&txn)
+        .await?;
     txn.commit().await
+}
+
+/// A problem to record: with `element_id`, about that stored element.
+pub struct InvalidWrite {
+    pub element_id: Option<Uuid>,
+    pub name: Option<String>,
+    pub version: Option<String>,
+    pub path: String,
+    pub message: String,
+}
+
+fn invalid_model(repository_id: Uuid, write: InvalidWrite) -> invalid_element::ActiveModel {
+    invalid_element::ActiveModel {
+        id: Set(Uuid::now_v7()),
+        repository_id: Set(repository_id),
+        element_id: Set(write.element_id),
+        name: Set(write.name),
+        version: Set(write.version),
+        path: Set(write.path),
+        message: Set(write.message),
+        created_at: Set(Utc::now()),
+    }
+}
+
+/// Replaces what a sync found wrong with the listing itself (problems tied to
+/// no stored element), in one transaction.
+pub async fn replace_listing_problems(
+    db: &DatabaseConnection,
+    repository_id: Uuid,
+    problems: Vec<InvalidWrite>,
+) -> Result<(), DbErr> {
+    let txn = db.begin().await?;
+    invalid_element::Entity::delete_many()
+        .filter(invalid_element::Column::RepositoryId.eq(repository_id))
+        .filter(invalid_element::Column::ElementId.is_null())
+        .exec(&txn)
+        .await?;
+    let models: Vec<_> = problems
+        .into_iter()
+        .map(|p| invalid_model(repository_id, p))
+        .collect();
+    for chunk in models.chunks(500) {
+        invalid_element::Entity::insert_many(chunk.to_vec())
+            .exec(&txn)
+            .await?;
+    }
+    txn.commit().await
+}
+
+/// Records what is wrong with a stored element's manifest, replacing what
+/// was recorded for it before.
+pub async fn record_element_problem(
+    db: &DatabaseConnection,
+    repository_id: Uuid,
+    problem: InvalidWrite,
+) -> Result<(), DbErr> {
+    let txn = db.begin().await?;
+    if let Some(element_id) = problem.element_id {
+        invalid_element::Entity::delete_many()
+            .filter(invalid_element::Column::ElementId.eq(element_id))
+            .exec(&txn)
+            .await?;
+    }
+    invalid_model(repository_id, problem).insert(&txn).await?;
+    txn.commit().await
+}
+
+pub async fn count_invalid(db: &DatabaseConnection, repository_id: Uuid) -> Result<u64, DbErr> {
+    invalid_element::Entity::find()
+        .filter(invalid_element::Column::RepositoryId.eq(repository_id))
+        .count(db)
+        .await
+}
+
+/// A page of a repository's invalid elements, by path, and how many in all.
+pub async fn list_invalid(
+    db: &DatabaseConnection,
+    repository_id: Uuid,
+    offset: u64,
+    limit: u64,
+) -> Result<(Vec<InvalidElementRow>, u64), DbErr> {
+    let query = invalid_element::Entity::find()
+        .filter(invalid_element::Column::RepositoryId.eq(repository_id));
+    let total = query.clone().count(db).await?;
+    let rows = query
+        .order_by_asc(invalid_element::Column::Path)
+        .order_by_asc(invalid_element::Column::Id)
+        .offset(offset)
+        .limit(limit)
+        .all(db)
+        .await?;
+    Ok((rows, total))
 }
 
 /// Deletes elements by id, except installed ones; returns how many went.

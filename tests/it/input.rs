@@ -13,7 +13,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::binary::{serve, terminate};
 use crate::support::nginx::Nginx;
-use crate::support::repositories::{create_id, element_ids, put_element, settled, write_inventory};
+use crate::support::repositories::{
+    create_id, element_ids, invalid_elements, put_element, settled, write_inventory,
+};
 use crate::support::{ADMIN_TOKEN, TestApp, TestStore, data, eventually};
 
 /// The process's peak resident memory so far (`VmHWM`), in bytes. The server
@@ -110,11 +112,22 @@ async fn an_alias_bomb_manifest_is_refused_in_a_copy_sync_and_the_rest_syncs() {
         json!({"name": "bombed", "driver": {"http": {"url": nginx.url()}}, "syncMode": "COPY"}),
     )
     .await;
-    let repo = settled(&app, &id, "ERROR").await;
-    let message = repo.status_message.clone().unwrap_or_default();
-    assert!(
-        message.contains("bomb/1.0.0/manifests/bomb.yaml: YAML too large after alias expansion"),
+    // The bomb is one invalid element; the repository is not in error.
+    let repo = settled(&app, &id, "ACTIVE").await;
+    assert_eq!(
+        repo.status_message.as_deref(),
+        Some("3 elements, 1 invalid"),
         "{repo:?}"
+    );
+    let invalid = invalid_elements(&app, &id).await;
+    assert_eq!(invalid.len(), 1, "{invalid:?}");
+    assert_eq!(invalid[0]["path"], "bomb/1.0.0/manifests/bomb.yaml");
+    assert!(
+        invalid[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("bomb/1.0.0/manifests/bomb.yaml: YAML too large after alias expansion"),
+        "{invalid:?}"
     );
     let growth = peak_rss().saturating_sub(before);
     assert!(

@@ -4,4 +4,6 @@
 mod dependencies;
 mod errors;
 mod http;
+mod invalid;
 mod local;
+mod modes;

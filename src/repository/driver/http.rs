@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 use futures_util::{StreamExt, TryStreamExt};
 use tokio::sync::mpsc;
 
-use super::{ByteStream, Driver, FetchedElement, Listed};
+use super::{ByteStream, Driver, FetchedElement, Found, Listed};
 use crate::redact;
+use crate::repository::invalid::entry_path;
 use crate::repository::inventory::{self, ArtifactRef};
 use crate::repository::manifest::{self, Manifest};
 use crate::repository::{RepositoryError, RepositorySettings};
@@ -182,7 +183,7 @@ impl HttpDriver {
 
 #[async_trait::async_trait]
 impl Driver for HttpDriver {
-    async fn inventory(&self, out: mpsc::Sender<Listed>) -> Result<(), RepositoryError> {
+    async fn inventory(&self, out: mpsc::Sender<Found>) -> Result<(), RepositoryError> {
         let url = self.url_for("inventory.json");
         let started = Instant::now();
         let response = self.get(&url).await?;
@@ -213,12 +214,17 @@ impl Driver for HttpDriver {
             spool
                 .rewind()
                 .map_err(|e| RepositoryError::Source(format!("reading the spool: {e}")))?;
-            inventory::parse(spool, |entry| {
-                out.blocking_send(Listed {
-                    entry,
-                    manifest: None,
-                })
-                .map_err(|_| RepositoryError::Source("sync stopped".into()))
+            inventory::parse(spool, |parsed| {
+                let found = match parsed {
+                    Ok(entry) => Found::Element(Listed {
+                        path: entry_path(&entry.name, &entry.version.to_string()),
+                        entry,
+                        manifest: None,
+                    }),
+                    Err(invalid) => Found::Invalid(invalid),
+                };
+                out.blocking_send(found)
+                    .map_err(|_| RepositoryError::Source("sync stopped".into()))
             })
             .map(drop)
         })
@@ -232,7 +238,13 @@ impl Driver for HttpDriver {
         version: &Version,
     ) -> Result<FetchedElement, RepositoryError> {
         let url = self.element_url(name, version, &format!("manifests/{name}.yaml"));
-        let response = self.get(&url).await?;
+        // Listed but absent: a problem of this element, not of the source.
+        let response = self.get_if_present(&url).await?.ok_or_else(|| {
+            RepositoryError::Manifest(format!(
+                "GET {}: HTTP 404 Not Found: the inventory lists {name} {version}, but its manifest is not there",
+                self.shown(&url)
+            ))
+        })?;
         let text = self
             .small_body(&url, response, self.max_manifest_bytes)
             .await?;
@@ -258,6 +270,10 @@ impl Driver for HttpDriver {
             manifest,
             artifacts,
         })
+    }
+
+    fn element_path(&self, name: &str, version: &Version) -> String {
+        format!("{name}/{version}/manifests/{name}.yaml")
     }
 
     async fn artifact(

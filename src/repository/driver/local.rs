@@ -1,6 +1,9 @@
 //! The `local` driver: a directory of YAML manifests (`.yaml`/`.yml`). A file is
 //! an element when it is a mapping with `name`, `version` and `resources`; other
-//! YAML files are not manifests and are passed over. Artifacts, if any, live at
+//! YAML files (valid YAML of another shape) are not manifests and are passed
+//! over. A file that is not valid YAML, is too large, or is a manifest with a
+//! bad field is an invalid element, recorded with its reason; the others are
+//! read all the same. Artifacts, if any, live at
 //! `{path}/{name}/{version}/{category}/{file}`.
 
 use std::path::{Path, PathBuf};
@@ -9,10 +12,10 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use tokio_util::io::ReaderStream;
 
-use super::{ByteStream, Driver, FetchedElement, Listed};
+use super::{ByteStream, Driver, FetchedElement, Found, Listed};
 use crate::repository::inventory::{self, ArtifactRef, InventoryEntry};
 use crate::repository::manifest::{self, Manifest};
-use crate::repository::{RepositoryError, RepositorySettings};
+use crate::repository::{InvalidElement, RepositoryError, RepositorySettings};
 use crate::resolve::Version;
 
 /// How deep below the root manifests are looked for.
@@ -33,7 +36,7 @@ impl LocalDriver {
     }
 
     /// Every manifest under the root, in path order, on the blocking pool.
-    fn scan(&self, mut each: impl FnMut(Listed) -> bool) -> Result<(), RepositoryError> {
+    fn scan(&self, mut each: impl FnMut(Found) -> bool) -> Result<(), RepositoryError> {
         if !self.root.is_dir() {
             return Err(RepositoryError::Source(format!(
                 "{}: not a directory",
@@ -44,37 +47,48 @@ impl LocalDriver {
         collect(&self.root, 0, &mut files)?;
         files.sort();
         for file in files {
-            let Some(listed) = self.read(&file)? else {
-                continue;
+            let path = file
+                .strip_prefix(&self.root)
+                .unwrap_or(&file)
+                .display()
+                .to_string();
+            let found = match self.read(&file, &path) {
+                Ok(None) => continue,
+                Ok(Some(listed)) => Found::Element(listed),
+                Err(invalid) => Found::Invalid(invalid),
             };
-            if !each(listed) {
+            if !each(found) {
                 break;
             }
         }
         Ok(())
     }
 
-    /// The element in `file`, `None` when the file is not a manifest at all.
-    fn read(&self, file: &Path) -> Result<Option<Listed>, RepositoryError> {
+    /// The element in `file` (at `path` under the root), `None` when the file
+    /// is not a manifest at all, or why it is an invalid one.
+    fn read(&self, file: &Path, path: &str) -> Result<Option<Listed>, InvalidElement> {
         let origin = file.display().to_string();
+        let invalid = |(name, version): Known, e: RepositoryError| InvalidElement {
+            name,
+            version,
+            path: path.to_owned(),
+            message: e.to_string(),
+            element_id: None,
+        };
+        let unknown = |e| invalid((None, None), e);
         let size = std::fs::metadata(file)
-            .map_err(|e| RepositoryError::Source(format!("{origin}: {e}")))?
+            .map_err(|e| unknown(RepositoryError::Manifest(format!("{origin}: {e}"))))?
             .len();
         if size > self.max_manifest_bytes as u64 {
-            return Err(RepositoryError::Manifest(format!(
+            return Err(unknown(RepositoryError::Manifest(format!(
                 "{origin}: manifest is {size} bytes, over the limit of {}",
                 self.max_manifest_bytes
-            )));
+            ))));
         }
         let text = std::fs::read_to_string(file)
-            .map_err(|e| RepositoryError::Source(format!("{origin}: {e}")))?;
-        // Text that is not YAML is not a manifest; YAML past the bounds is
-        // refused like any bad manifest.
-        let value = match crate::yaml::from_str::<serde_json::Value>(&text, &origin) {
-            Ok(value) => value,
-            Err(crate::yaml::YamlError::Invalid { .. }) => return Ok(None),
-            Err(e) => return Err(RepositoryError::Manifest(e.to_string())),
-        };
+            .map_err(|e| unknown(RepositoryError::Manifest(format!("{origin}: {e}"))))?;
+        let value = crate::yaml::from_str::<serde_json::Value>(&text, &origin)
+            .map_err(|e| unknown(RepositoryError::Manifest(e.to_string())))?;
         let is_manifest = value.as_object().is_some_and(|m| {
             ["name", "version", "resources"]
                 .iter()
@@ -83,17 +97,34 @@ impl LocalDriver {
         if !is_manifest {
             return Ok(None);
         }
-        let manifest = manifest::check(value, &origin)?;
+        let known = (
+            value.get("name").map(text_of),
+            value.get("version").map(text_of),
+        );
+        let manifest = manifest::check(value, &origin).map_err(|e| invalid(known, e))?;
         let entry = InventoryEntry {
             name: manifest.name.clone(),
             version: manifest.version.clone(),
             hash: hex::encode(Sha256::digest(text.as_bytes())),
+            digest: None,
             artifacts: Vec::new(),
         };
         Ok(Some(Listed {
             entry,
             manifest: Some(manifest),
+            path: path.to_owned(),
         }))
+    }
+}
+
+/// A bad manifest's name and version, as far as they could be read.
+type Known = (Option<String>, Option<String>);
+
+/// A YAML scalar as text (`version: 1.0` reads as the number 1.0).
+fn text_of(value: &serde_json::Value) -> String {
+    match value {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
     }
 }
 
@@ -118,7 +149,7 @@ fn collect(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), Repos
 
 #[async_trait::async_trait]
 impl Driver for LocalDriver {
-    async fn inventory(&self, out: mpsc::Sender<Listed>) -> Result<(), RepositoryError> {
+    async fn inventory(&self, out: mpsc::Sender<Found>) -> Result<(), RepositoryError> {
         let driver = self.clone();
         tokio::task::spawn_blocking(move || driver.scan(|listed| out.blocking_send(listed).is_ok()))
             .await
@@ -134,15 +165,15 @@ impl Driver for LocalDriver {
         let (name, version) = (name.to_owned(), version.clone());
         tokio::task::spawn_blocking(move || {
             let mut found = None;
-            driver.scan(|listed| {
-                if listed.entry.name == name
-                    && listed.entry.version.to_string() == version.to_string()
+            driver.scan(|listed| match listed {
+                Found::Element(listed)
+                    if listed.entry.name == name
+                        && listed.entry.version.to_string() == version.to_string() =>
                 {
                     found = listed.manifest;
                     false
-                } else {
-                    true
                 }
+                Found::Element(_) | Found::Invalid(_) => true,
             })?;
             found
                 .map(|manifest| FetchedElement {

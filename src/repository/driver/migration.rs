@@ -4,7 +4,7 @@
 
 use tokio::sync::mpsc;
 
-use super::{ByteStream, Driver, FetchedElement, Listed};
+use super::{ByteStream, Driver, FetchedElement, Found};
 use crate::repository::RepositoryError;
 use crate::repository::inventory::ArtifactRef;
 use crate::repository::manifest::Manifest;
@@ -14,7 +14,7 @@ pub struct MigrationDriver;
 
 #[async_trait::async_trait]
 impl Driver for MigrationDriver {
-    async fn inventory(&self, _out: mpsc::Sender<Listed>) -> Result<(), RepositoryError> {
+    async fn inventory(&self, _out: mpsc::Sender<Found>) -> Result<(), RepositoryError> {
         Ok(())
     }
 

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 
 use super::inventory::{ArtifactRef, InventoryEntry};
 use super::manifest::Manifest;
-use super::{RepositoryError, RepositorySettings};
+use super::{InvalidElement, RepositoryError, RepositorySettings};
 use crate::resolve::Version;
 
 /// What a repository is backed by, as stored and as the API shows it.
@@ -76,14 +76,34 @@ pub struct FetchedElement {
 pub struct Listed {
     pub entry: InventoryEntry,
     pub manifest: Option<Manifest>,
+    /// Where the entry is, relative to the source's root (as
+    /// [`InvalidElement::path`]).
+    pub path: String,
+}
+
+/// What a driver's inventory hands over: an element, or an entry (or file)
+/// that cannot be one, with the reason. A bad entry never stops the listing.
+// Nearly every item is an element, which is moved, not copied, into the sync:
+// boxing it would cost an allocation per entry to save space on rare ones.
+#[allow(clippy::large_enum_variant)]
+pub enum Found {
+    Element(Listed),
+    Invalid(InvalidElement),
 }
 
 pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>>;
 
 #[async_trait::async_trait]
 pub trait Driver: Send + Sync {
-    /// Sends every inventory entry to `out`, in order, as it is read.
-    async fn inventory(&self, out: mpsc::Sender<Listed>) -> Result<(), RepositoryError>;
+    /// Sends every inventory entry to `out`, in order, as it is read. Fails
+    /// only when the source cannot be read at all.
+    async fn inventory(&self, out: mpsc::Sender<Found>) -> Result<(), RepositoryError>;
+
+    /// Where an element's manifest is, relative to the source's root: what an
+    /// invalid element found by [`Driver::element`] is recorded at.
+    fn element_path(&self, name: &str, version: &Version) -> String {
+        format!("{name}/{version}")
+    }
 
     /// Fetches one element version's manifest (and artifacts, where listed).
     async fn element(

@@ -8,10 +8,11 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use super::{ByteStream, Driver, FetchedElement, Listed};
+use super::{ByteStream, Driver, FetchedElement, Found, Listed};
+use crate::repository::invalid::entry_path;
 use crate::repository::inventory::{self, ArtifactRef};
 use crate::repository::manifest::{self, Manifest};
-use crate::repository::{RepositoryError, RepositorySettings};
+use crate::repository::{InvalidElement, RepositoryError, RepositorySettings};
 use crate::resolve::Version;
 
 /// One inventory entry as a provider sent it: name, version, and the entry
@@ -75,20 +76,27 @@ impl ProviderDriver {
 
 #[async_trait::async_trait]
 impl Driver for ProviderDriver {
-    async fn inventory(&self, out: mpsc::Sender<Listed>) -> Result<(), RepositoryError> {
+    async fn inventory(&self, out: mpsc::Sender<Found>) -> Result<(), RepositoryError> {
         let (entries, mut received) = mpsc::channel::<SourcedEntry>(64);
         let reading = self.source.inventory(self.provider_id, entries);
         let forwarding = async {
             while let Some(raw) = received.recv().await {
-                let entry = inventory::entry_from_json(&raw.name, &raw.version, &raw.json)?;
-                if out
-                    .send(Listed {
+                let path = entry_path(&raw.name, &raw.version);
+                let found = match inventory::entry_from_json(&raw.name, &raw.version, &raw.json) {
+                    Ok(entry) => Found::Element(Listed {
                         entry,
                         manifest: None,
-                    })
-                    .await
-                    .is_err()
-                {
+                        path,
+                    }),
+                    Err(e) => Found::Invalid(InvalidElement {
+                        name: Some(raw.name),
+                        version: Some(raw.version),
+                        path,
+                        message: e.to_string(),
+                        element_id: None,
+                    }),
+                };
+                if out.send(found).await.is_err() {
                     break;
                 }
             }

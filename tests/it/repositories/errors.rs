@@ -6,7 +6,8 @@ use serde_json::json;
 
 use crate::support::nginx::{Nginx, free_port};
 use crate::support::repositories::{
-    create, create_id, element_ids, put_element, settled, write_inventory,
+    create, create_id, element_ids, invalid_elements, put_element, refresh, settled,
+    write_inventory,
 };
 use crate::support::{TestApp, TestStore, data, error_code};
 
@@ -25,32 +26,16 @@ async fn bad_sources_put_the_repository_in_error_and_keep_elements() {
     .await;
     settled(&app, &id, "ACTIVE").await;
 
-    let cases: [(&str, &str); 5] = [
+    // An inventory that cannot be read as one is the source's failure.
+    let cases: [(&str, &str); 3] = [
         ("{not json", "inventory.json"),
-        (
-            r#"{"elements": {"b": {"1.x.0": {}}}}"#,
-            "element `b` 1.x.0, field `version`",
-        ),
-        (
-            r#"{"elements": {"b": {"1.0.0": {"index": {"images": {"u": "../../etc/passwd"}}}}}}"#,
-            "field `index.images`",
-        ),
-        (
-            r#"{"elements": {"b": {"1.0.0": {"index": {"images": {"u": "/etc/passwd"}}}}}}"#,
-            "not a plain file name",
-        ),
         (r#"{"elements": []}"#, "inventory.json"),
+        (r#"{"elements": {"b": {"1.0.0": {}}}"#, "inventory.json"),
     ];
     for (inventory, hint) in cases {
         std::fs::write(root.join("inventory.json"), inventory).unwrap();
-        data(
-            &app.gql(
-                "mutation($id: ID!) { refreshRepository(id: $id) { id } }",
-                json!({"id": id}),
-            )
-            .await,
-        );
-        let repo = settled(&app, &id, "ERROR").await;
+        let repo = refresh(&app, &id).await;
+        assert_eq!(repo.status, "ERROR", "{inventory}: {repo:?}");
         let message = repo.status_message.as_deref().unwrap();
         assert!(message.contains(hint), "{inventory}: {message}");
         let kept = element_ids(&app, &id).await;
@@ -60,15 +45,70 @@ async fn bad_sources_put_the_repository_in_error_and_keep_elements() {
         );
         // Back to a good state before the next case.
         write_inventory(root, &[put_element(root, "a", "1.0.0", json!({}), &[])]);
-        data(
-            &app.gql(
-                "mutation($id: ID!) { refreshRepository(id: $id) { id } }",
-                json!({"id": id}),
-            )
-            .await,
-        );
-        settled(&app, &id, "ACTIVE").await;
+        assert_eq!(refresh(&app, &id).await.status, "ACTIVE");
     }
+
+    // A bad entry is one invalid element: the others are stored, the
+    // repository stays ACTIVE and says how many are invalid.
+    let good = put_element(root, "a", "1.0.0", json!({}), &[]);
+    let cases = [
+        (
+            json!({"1.x.0": {}}),
+            "1.x.0",
+            "element `b` 1.x.0, field `version`",
+        ),
+        (
+            json!({"1.0.0": {"index": {"images": {"u": "../../etc/passwd"}}}}),
+            "1.0.0",
+            "field `index.images`",
+        ),
+        (
+            json!({"1.0.0": {"index": {"images": {"u": "/etc/passwd"}}}}),
+            "1.0.0",
+            "not a plain file name",
+        ),
+        (
+            json!({"1.0.0": {"digest": "sha1:abc"}}),
+            "1.0.0",
+            "field `digest`",
+        ),
+    ];
+    for (versions, version, hint) in cases {
+        let inventory = json!({"elements": {"a": {"1.0.0": good}, "b": versions}});
+        std::fs::write(root.join("inventory.json"), inventory.to_string()).unwrap();
+        let repo = refresh(&app, &id).await;
+        assert_eq!(repo.status, "ACTIVE", "{inventory}: {repo:?}");
+        assert_eq!(
+            repo.status_message.as_deref(),
+            Some("2 elements, 1 invalid"),
+            "{repo:?}"
+        );
+        assert_eq!(repo.invalid_element_count, 1, "{repo:?}");
+        let invalid = invalid_elements(&app, &id).await;
+        assert_eq!(invalid.len(), 1, "{invalid:?}");
+        assert_eq!(invalid[0]["name"], "b");
+        assert_eq!(invalid[0]["version"], version);
+        assert_eq!(
+            invalid[0]["path"],
+            format!("inventory.json#/elements/b/{version}")
+        );
+        assert!(
+            invalid[0]["message"].as_str().unwrap().contains(hint),
+            "{invalid:?}"
+        );
+        assert_eq!(invalid[0]["elementId"], json!(null));
+        let kept = element_ids(&app, &id).await;
+        assert_eq!(kept.keys().collect::<Vec<_>>(), ["a 1.0.0"]);
+    }
+    // Fixed at the source: the next sync replaces the list.
+    write_inventory(root, &[good]);
+    let repo = refresh(&app, &id).await;
+    assert_eq!(
+        (repo.status.as_str(), repo.invalid_element_count),
+        ("ACTIVE", 0)
+    );
+    assert_eq!(repo.status_message, None, "{repo:?}");
+    assert!(invalid_elements(&app, &id).await.is_empty());
 
     // An HTTP error and an unreachable host.
     std::fs::remove_file(root.join("inventory.json")).unwrap();

@@ -68,7 +68,8 @@ pub fn write_inventory(root: &Path, entries: &[Value]) {
     .unwrap();
 }
 
-pub const REPO_FIELDS: &str = "id status statusMessage progress { seen stored } lastSyncedAt";
+pub const REPO_FIELDS: &str =
+    "id status statusMessage progress { seen stored } lastSyncedAt updatedAt invalidElementCount";
 
 pub async fn create(app: &TestApp, input: Value) -> Repository {
     app.query_as(
@@ -155,4 +156,54 @@ pub async fn mutate(app: &TestApp, field: &str, args: &str, vars: Value) -> Valu
         vars,
     )
     .await
+}
+
+/// Asks for a refresh and waits until that sync has ended (`ACTIVE` or
+/// `ERROR`): a sync's end is the only write that leaves a status other than
+/// `SYNCING` with a new `updatedAt`.
+pub async fn refresh(app: &TestApp, id: &str) -> Repository {
+    let query = format!("query($id: ID!) {{ repository(id: $id) {{ {REPO_FIELDS} }} }}");
+    let before: Repository = app.query_as(&query, json!({"id": id}), "repository").await;
+    data(
+        &app.gql(
+            "mutation($id: ID!) { refreshRepository(id: $id) { id } }",
+            json!({"id": id}),
+        )
+        .await,
+    );
+    eventually(Duration::from_secs(30), "the refresh to end", || async {
+        let repo: Repository = app.query_as(&query, json!({"id": id}), "repository").await;
+        (repo.status != "SYNCING" && repo.updated_at != before.updated_at).then_some(repo)
+    })
+    .await
+}
+
+/// The repository's invalid elements, by path.
+pub async fn invalid_elements(app: &TestApp, id: &str) -> Vec<Value> {
+    let body = app
+        .gql(
+            "query($id: ID!) { repository(id: $id) { invalidElements(first: 500) { totalCount edges { node { name version path message elementId } } } } }",
+            json!({"id": id}),
+        )
+        .await;
+    let page = &data(&body)["repository"]["invalidElements"];
+    let nodes: Vec<Value> = page["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["node"].clone())
+        .collect();
+    assert_eq!(page["totalCount"], nodes.len(), "{body}");
+    nodes
+}
+
+/// The manifest of an element, as the API gives it (LAZY: fetched now).
+pub async fn manifest_of(app: &TestApp, element: &str) -> Value {
+    let body = app
+        .gql(
+            "query($id: ID!) { element(id: $id) { manifest } }",
+            json!({"id": element}),
+        )
+        .await;
+    data(&body)["element"]["manifest"].clone()
 }

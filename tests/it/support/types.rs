@@ -118,6 +118,8 @@ pub struct Repository {
     pub status_message: Option<String>,
     pub progress: Option<SyncProgress>,
     pub last_synced_at: Option<String>,
+    pub updated_at: Option<String>,
+    pub invalid_element_count: i64,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
