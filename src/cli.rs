@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::app::{App, shutdown_signal};
 use crate::config::{Config, Overrides};
@@ -18,7 +18,8 @@ use crate::store::lock::{Holder, ServerLock};
     about = "Corbel: providers, repositories and deployments behind one GraphQL API"
 )]
 pub struct Cli {
-    /// Optional TOML file with the same settings as the flags (snake_case keys).
+    /// Optional TOML file with the same settings as the flags, in the form
+    /// `corbel config` prints.
     #[arg(long, env = "CORBEL_CONFIG", global = true)]
     pub config: Option<PathBuf>,
 
@@ -95,7 +96,7 @@ pub enum SecretKeyCommand {
 }
 
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -103,6 +104,63 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The command line, each setting's help showing its default. The flags are
+/// `Option`s (unset means "the file or the default decides"), so clap has no
+/// default of its own to show: it is read from [`Config::default`], the one
+/// place defaults are written, by the flag's key in the config file.
+pub fn command() -> clap::Command {
+    let defaults = toml::Table::try_from(Config::default()).expect("the defaults serialise");
+    Cli::command().mut_args(|arg| {
+        let Some(shown) = arg
+            .get_long()
+            .and_then(|long| default_shown(&defaults, long))
+        else {
+            return arg;
+        };
+        let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+        arg.help(format!("{help} [default: {shown}]"))
+    })
+}
+
+/// The default of the setting a flag sets, as the help shows it.
+fn default_shown(defaults: &toml::Table, long: &str) -> Option<String> {
+    match long {
+        "database-url" => return Some("SQLite at <data-dir>/corbel.db".to_owned()),
+        "admin-token" => return Some("made at first start and printed once".to_owned()),
+        "secret-key-file" => return Some("<data-dir>/secret.key, made at first start".to_owned()),
+        "login-trusted-proxy" => return Some("none".to_owned()),
+        _ => {}
+    }
+    const SECTIONS: [(&str, &str); 5] = [
+        ("graphql-", "graphql"),
+        ("login-", "login"),
+        ("repo-", "repository"),
+        ("provider-", "provider"),
+        ("deploy-", "deploy"),
+    ];
+    let (table, key) = match SECTIONS
+        .iter()
+        .find_map(|(prefix, section)| Some((*section, long.strip_prefix(prefix)?)))
+    {
+        Some((section, rest)) => (defaults.get(section)?.as_table()?, rest),
+        None => (defaults, long),
+    };
+    let shown = match table.get(&key.replace('-', "_"))? {
+        toml::Value::String(text) => text.clone(),
+        toml::Value::Array(items) if items.is_empty() => "none".to_owned(),
+        toml::Value::Array(items) => items
+            .iter()
+            .map(|item| match item {
+                toml::Value::String(text) => text.clone(),
+                other => other.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(","),
+        other => other.to_string(),
+    };
+    Some(shown)
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -276,4 +334,38 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         app.local_addr()
     );
     app.run_until_stopped(shutdown).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_setting_flag_shows_its_default() {
+        let command = command();
+        command.clone().debug_assert();
+        let mut checked = 0;
+        for arg in command.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if ["config", "help", "version"].contains(&long) {
+                continue;
+            }
+            let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+            assert!(help.contains("[default: "), "--{long}: {help}");
+            checked += 1;
+        }
+        assert!(checked > 40, "{checked} flags");
+        let help = |long: &str| {
+            command
+                .get_arguments()
+                .find(|a| a.get_long() == Some(long))
+                .and_then(|a| a.get_help())
+                .map(ToString::to_string)
+                .unwrap()
+        };
+        assert!(help("listen").ends_with("[default: 127.0.0.1:8080]"));
+        assert!(help("provider-call-timeout-ms").ends_with("[default: 30000]"));
+        assert!(help("provider-git-schemes").ends_with("[default: https,http,git,ssh,file]"));
+        assert!(help("log-format").ends_with("[default: pretty]"));
+    }
 }

@@ -90,7 +90,7 @@ pub struct Overrides {
     #[arg(long, env = "CORBEL_DATA_DIR", global = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data_dir: Option<PathBuf>,
-    /// `sqlite://…` or `postgres://…`; default: SQLite in the data directory.
+    /// `sqlite://…` or `postgres://…`.
     #[arg(
         long,
         env = "CORBEL_DATABASE_URL",
@@ -117,7 +117,7 @@ pub struct Overrides {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub admin_token: Option<String>,
     /// The key file that seals secrets at rest (64 hex characters, mode
-    /// 0600); default: `secret.key` in the data directory, made at first start.
+    /// 0600).
     #[arg(long, env = "CORBEL_SECRET_KEY_FILE", global = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub secret_key_file: Option<PathBuf>,
@@ -143,12 +143,16 @@ pub struct Overrides {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
+    #[error("config file {} does not exist (named by --config or CORBEL_CONFIG)", path.display())]
+    Missing { path: PathBuf },
+    // The cause is the error's source, not in its text: printed as a chain,
+    // it would otherwise show twice.
+    #[error("cannot read config file {}", path.display())]
     Read {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("invalid config file {path}: {message}")]
+    #[error("invalid config file {}: {message}", path.display())]
     Parse { path: PathBuf, message: String },
     #[error("invalid setting: {0}")]
     Flags(String),
@@ -177,7 +181,14 @@ impl Config {
                     None => ConfigError::Flags(e.to_string()),
                 })?;
         let config = config.bounded();
-        config.database()?;
+        let database = config.database()?;
+        if database.has_redacted_password() {
+            return Err(ConfigError::Flags(format!(
+                "database_url: the password is `{}`, the placeholder `corbel config` \
+                 prints in place of the real one: fill in the real password",
+                crate::store::REDACTED
+            )));
+        }
         Ok(config)
     }
 
@@ -234,16 +245,47 @@ impl Config {
     }
 
     /// The configuration as TOML, secrets redacted: what `corbel config` prints,
-    /// in the shape `--config` reads.
+    /// in the shape `--config` reads, with the file's key names. A secret is
+    /// never printed: the admin token is left out, and the database password
+    /// is shown as `***`, which [`Config::load`] refuses, so a printed file is
+    /// never taken as holding the real value. The comments at the top say so.
     pub fn to_redacted_toml(&self) -> String {
         let mut shown = toml::Table::try_from(self).expect("the config serialises");
-        if let Ok(location) = self.database() {
-            shown.insert(
-                "database_url".into(),
-                toml::Value::String(location.redacted()),
+        let mut notes = vec![
+            "# Corbel's effective configuration (`corbel config`), in the form".to_owned(),
+            "# `corbel --config FILE` reads.".to_owned(),
+        ];
+        shown.remove("admin_token");
+        shown.remove("database_url");
+        match (&self.database_url, self.database()) {
+            (Some(_), Ok(location)) => {
+                if location.has_password() {
+                    notes.push(format!(
+                        "# Redacted: the password in database_url shows as `{}`; fill in the \
+                         real one\n# (or give it with CORBEL_DATABASE_URL) before using this file.",
+                        crate::store::REDACTED
+                    ));
+                }
+                shown.insert(
+                    "database_url".into(),
+                    toml::Value::String(location.redacted()),
+                );
+            }
+            (None, Ok(location)) => notes.push(format!(
+                "# database_url is not set: the database is {}.",
+                location.redacted()
+            )),
+            (_, Err(_)) => {}
+        }
+        if self.admin_token.is_some() {
+            notes.push(
+                "# Not printed: admin_token is set; give it again (CORBEL_ADMIN_TOKEN).".to_owned(),
             );
         }
-        toml::to_string_pretty(&shown).expect("a table serialises")
+        let mut text = notes.join("\n");
+        text.push_str("\n\n");
+        text.push_str(&toml::to_string_pretty(&shown).expect("a table serialises"));
+        text
     }
 }
 
@@ -288,9 +330,14 @@ fn overlay(base: &mut toml::Table, over: toml::Table) {
 }
 
 fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_owned(),
-        source,
+    let text = std::fs::read_to_string(path).map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound => ConfigError::Missing {
+            path: path.to_owned(),
+        },
+        _ => ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        },
     })?;
     text.parse::<toml::Table>().map_err(|e| ConfigError::Parse {
         path: path.to_owned(),
@@ -344,6 +391,58 @@ mod tests {
         assert!(!shown.contains("tok-s3cret"), "{shown}");
         assert!(shown.contains("127.0.0.1:5432/corbel"), "{shown}");
         assert!(!format!("{config:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn a_printed_redacted_password_is_refused_not_used() {
+        let flags = Overrides {
+            database_url: Some("postgres://corbel:hunter2@127.0.0.1:5432/corbel".into()),
+            admin_token: Some("tok-s3cret-long-enough".into()),
+            ..Default::default()
+        };
+        let shown = Config::load(&flags, None).unwrap().to_redacted_toml();
+        assert!(
+            shown.contains("database_url = \"postgres://corbel:***@127.0.0.1:5432/corbel\""),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("# Redacted: the password in database_url"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("# Not printed: admin_token is set"),
+            "{shown}"
+        );
+        assert!(!shown.contains("admin_token ="), "{shown}");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("corbel.toml");
+        std::fs::write(&file, &shown).unwrap();
+        let err = Config::load(&Overrides::default(), Some(&file)).unwrap_err();
+        assert!(
+            err.to_string().contains("fill in the real password"),
+            "{err}"
+        );
+        // Given the real one, the file is good.
+        let flags = Overrides {
+            database_url: Some("postgres://corbel:hunter2@127.0.0.1:5432/corbel".into()),
+            ..Default::default()
+        };
+        assert!(Config::load(&flags, Some(&file)).is_ok());
+    }
+
+    #[test]
+    fn a_missing_config_file_is_one_line_naming_it() {
+        let err = Config::load(
+            &Overrides::default(),
+            Some(Path::new("/nonexistent/corbel.toml")),
+        )
+        .unwrap_err();
+        let chain = format!("{:#}", anyhow::Error::from(err));
+        assert_eq!(
+            chain,
+            "config file /nonexistent/corbel.toml does not exist (named by --config or \
+             CORBEL_CONFIG)"
+        );
     }
 
     #[test]

@@ -49,16 +49,29 @@ const LATENCY_BUCKETS: &[f64] = &[
 ];
 
 /// Starts logging to stderr in the chosen format. Safe to call more than once:
-/// only the first call takes effect.
+/// only the first call takes effect. Pretty logs are coloured only on a
+/// terminal, and never with `NO_COLOR` set (<https://no-color.org>).
 pub fn init_logging(format: LogFormat, filter: &str) {
+    use std::io::IsTerminal as _;
     let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
+    let colour = colour_wanted(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Pretty => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
+}
+
+/// Whether to colour logs: only on a terminal, and not when `NO_COLOR` is set
+/// to anything but the empty string.
+fn colour_wanted(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    terminal && no_color.is_none_or(|value| value.is_empty())
 }
 
 /// The process's metrics handle, installing the recorder on first use.
@@ -152,7 +165,16 @@ fn operation_label(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::operation_label;
+    use super::{colour_wanted, operation_label};
+
+    #[test]
+    fn logs_are_coloured_only_on_a_terminal_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(colour_wanted(true, None));
+        assert!(colour_wanted(true, Some(OsStr::new(""))));
+        assert!(!colour_wanted(true, Some(OsStr::new("1"))));
+        assert!(!colour_wanted(false, None));
+    }
 
     #[test]
     fn operation_labels_are_bounded_and_safe() {

@@ -157,7 +157,7 @@ impl Extension for CostLimitExtension {
             .get(&std::any::TypeId::of::<Caller>())
             .and_then(|d| d.downcast_ref::<Caller>())
             .or_else(|| ctx.data_opt::<Caller>())
-            .is_some_and(|caller| caller.0.is_some());
+            .is_some_and(Caller::is_signed_in);
         let limits = self.limits.for_caller(signed_in);
         let document = request.parsed_query()?;
         if let Err(e) = expanded_size(document, limits.max_query_size) {

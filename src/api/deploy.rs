@@ -350,7 +350,8 @@ pub struct DeployBlueprintInput {
     /// What a failed deploy does with what it created.
     #[graphql(default_with = "OnFailure::Rollback")]
     on_failure: OnFailure,
-    /// The lease: past it, the deployment is destroyed.
+    /// The lease: past it, the deployment is destroyed. Must be in the
+    /// future (`VALIDATION` otherwise).
     expires_at: Option<DateTime<Utc>>,
 }
 
@@ -585,7 +586,7 @@ impl DeployMutation {
         ))
     }
 
-    /// Moves the lease; `null` removes it.
+    /// Moves the lease (a time in the future); `null` removes it.
     async fn extend_deployment(
         &self,
         ctx: &Context<'_>,

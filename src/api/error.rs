@@ -54,6 +54,12 @@ text_enum! {
     }
 }
 
+/// What a request without a token is told.
+pub const NEEDS_A_TOKEN: &str =
+    "this operation needs a token: send `Authorization: Bearer <token>`";
+/// What a request with a token that is not valid is told.
+pub const INVALID_TOKEN: &str = "the token is not valid (unknown, expired or revoked)";
+
 #[derive(Clone, Debug)]
 pub struct ApiError {
     pub code: ErrorCode,
@@ -71,11 +77,14 @@ impl ApiError {
         }
     }
 
+    /// `UNAUTHENTICATED` for a request that came without a token.
     pub fn unauthenticated() -> Self {
-        Self::new(
-            ErrorCode::Unauthenticated,
-            "authentication required: send `Authorization: Bearer <token>`",
-        )
+        Self::new(ErrorCode::Unauthenticated, NEEDS_A_TOKEN)
+    }
+
+    /// `UNAUTHENTICATED` for a request whose token is not (or no longer) valid.
+    pub fn invalid_token() -> Self {
+        Self::new(ErrorCode::Unauthenticated, INVALID_TOKEN)
     }
 
     /// `LIMIT_EXCEEDED`, naming the setting (`extensions.limit`) and its value.

@@ -35,10 +35,8 @@ impl Extension for RequireAuth {
         next: NextParseQuery<'_>,
     ) -> ServerResult<ExecutableDocument> {
         let document = next.run(ctx, query, variables).await?;
-        let signed_in = ctx
-            .data_opt::<Caller>()
-            .is_some_and(|caller| caller.0.is_some());
-        if signed_in {
+        let caller = ctx.data_opt::<Caller>().unwrap_or(&Caller::Anonymous);
+        if caller.is_signed_in() {
             return Ok(document);
         }
         for (_, operation) in document.operations.iter() {
@@ -48,12 +46,8 @@ impl Extension for RequireAuth {
             {
                 let mut extensions = ErrorExtensionValues::default();
                 extensions.set("code", ErrorCode::Unauthenticated.as_str());
-                let mut error = ServerError::new(
-                    format!(
-                        "`{field}` requires authentication: send `Authorization: Bearer <token>`"
-                    ),
-                    Some(pos),
-                );
+                let refusal = caller.unauthenticated().message;
+                let mut error = ServerError::new(format!("`{field}`: {refusal}"), Some(pos));
                 error.extensions = Some(extensions);
                 return Err(error);
             }

@@ -95,7 +95,7 @@ pub async fn graphql_post(State(state): State<HttpState>, request: Request) -> R
             return api_error_response(StatusCode::INTERNAL_SERVER_ERROR, e);
         }
     };
-    let limits = state.limits.for_caller(caller.0.is_some());
+    let limits = state.limits.for_caller(caller.is_signed_in());
     let (requests, is_batch) = match batch {
         BatchRequest::Single(r) => (vec![r], false),
         BatchRequest::Batch(rs) => (rs, true),
@@ -119,16 +119,15 @@ pub async fn graphql_post(State(state): State<HttpState>, request: Request) -> R
     // batch is not run.
     let mut stopped: Option<ApiError> = None;
     // Waiting at the anonymous gate counts against the request's deadline.
-    let _gate = match caller.0 {
-        Some(_) => None,
-        None => {
-            let gate = state.anonymous_gate.clone();
-            match tokio::time::timeout_at(deadline, gate.acquire_owned()).await {
-                Ok(permit) => permit.ok(),
-                Err(_) => {
-                    stopped = Some(timeout_error(&limits));
-                    None
-                }
+    let _gate = if caller.is_signed_in() {
+        None
+    } else {
+        let gate = state.anonymous_gate.clone();
+        match tokio::time::timeout_at(deadline, gate.acquire_owned()).await {
+            Ok(permit) => permit.ok(),
+            Err(_) => {
+                stopped = Some(timeout_error(&limits));
+                None
             }
         }
     };
@@ -384,8 +383,11 @@ fn bearer_token(headers: &HeaderMap) -> Option<&str> {
 
 async fn caller_from_headers(auth: &Auth, headers: &HeaderMap) -> Result<Caller, ApiError> {
     match bearer_token(headers) {
-        Some(token) => authenticate(auth, token).await.map(Caller),
-        None => Ok(Caller(None)),
+        Some(token) => Ok(match authenticate(auth, token).await? {
+            Some(principal) => Caller::SignedIn(principal),
+            None => Caller::InvalidToken,
+        }),
+        None => Ok(Caller::Anonymous),
     }
 }
 
@@ -513,7 +515,7 @@ async fn serve_ws(
         .on_connection_init(move |payload| async move {
             let caller = match token_from_init(&payload) {
                 Some(token) => match authenticate(&auth, &token).await {
-                    Ok(Some(principal)) => Caller(Some(principal)),
+                    Ok(Some(principal)) => Caller::SignedIn(principal),
                     Ok(None) => {
                         refused.store(true, Ordering::SeqCst);
                         return Err(async_graphql::Error::new("Forbidden: invalid token"));
@@ -665,10 +667,9 @@ pub async fn artifact(
     headers: HeaderMap,
 ) -> Response {
     match caller_from_headers(&state.auth, &headers).await {
-        Ok(Caller(Some(_))) => {}
-        Ok(Caller(None)) => {
-            let e = ApiError::unauthenticated();
-            return api_error_response(StatusCode::UNAUTHORIZED, e);
+        Ok(Caller::SignedIn(_)) => {}
+        Ok(caller) => {
+            return api_error_response(StatusCode::UNAUTHORIZED, caller.unauthenticated());
         }
         Err(e) => return api_error_response(StatusCode::INTERNAL_SERVER_ERROR, e),
     }

@@ -58,9 +58,39 @@ pub struct ServerFacts {
 }
 
 /// Who is calling: put into every request's data by the HTTP and websocket
-/// handlers; `None` when no valid token came with it.
+/// handlers. A request with no token and one with a token that is not valid
+/// are both refused, but told apart: the fix differs.
 #[derive(Clone, Debug)]
-pub struct Caller(pub Option<Principal>);
+pub enum Caller {
+    /// No token came with the request.
+    Anonymous,
+    /// A token came, but it is unknown, expired or revoked (or its user is
+    /// disabled).
+    InvalidToken,
+    /// A valid token.
+    SignedIn(Principal),
+}
+
+impl Caller {
+    pub fn principal(&self) -> Option<&Principal> {
+        match self {
+            Self::SignedIn(principal) => Some(principal),
+            Self::Anonymous | Self::InvalidToken => None,
+        }
+    }
+
+    pub fn is_signed_in(&self) -> bool {
+        self.principal().is_some()
+    }
+
+    /// The `UNAUTHENTICATED` error for this caller: what is missing, or wrong.
+    pub fn unauthenticated(&self) -> ApiError {
+        match self {
+            Self::InvalidToken => ApiError::invalid_token(),
+            Self::Anonymous | Self::SignedIn(_) => ApiError::unauthenticated(),
+        }
+    }
+}
 
 /// The schema's types and limits, without any server state: enough to print the
 /// SDL (`corbel schema`) and the base of the served schema.
@@ -92,9 +122,11 @@ pub fn sdl() -> String {
 /// anonymous requests for non-public fields; resolvers still ask, so a field is
 /// never served without knowing whom to.
 pub(crate) fn principal<'a>(ctx: &async_graphql::Context<'a>) -> Result<&'a Principal, ApiError> {
-    ctx.data_opt::<Caller>()
-        .and_then(|caller| caller.0.as_ref())
-        .ok_or_else(ApiError::unauthenticated)
+    match ctx.data_opt::<Caller>() {
+        Some(Caller::SignedIn(principal)) => Ok(principal),
+        Some(caller) => Err(caller.unauthenticated()),
+        None => Err(ApiError::unauthenticated()),
+    }
 }
 
 /// An id argument, or `VALIDATION` naming the argument.

@@ -27,6 +27,9 @@ use crate::text::text_enum;
 
 /// The name of the user the first start creates.
 pub const ADMIN_USERNAME: &str = "admin";
+/// The name of the admin's token taken from the configuration
+/// (`CORBEL_ADMIN_TOKEN`): one such token at a time, replaced when it changes.
+pub const GIVEN_TOKEN_NAME: &str = "CORBEL_ADMIN_TOKEN";
 /// Prefix of every token, so a leaked one is easy to spot in a scan.
 const TOKEN_PREFIX: &str = "cbl_";
 /// A token's `last_used_at` is rewritten at most this often, keeping reads cheap.
@@ -164,8 +167,10 @@ impl Auth {
     }
 
     /// On a store with no users, creates `admin` with a token and returns the token
-    /// when Corbel made it (so it can be shown once). With `given`, that token is
-    /// the admin's, and is added if a later start names a new one.
+    /// when Corbel made it (so it can be shown once). With `given` (the admin
+    /// token from the configuration), that token is the admin's, stored under the
+    /// name [`GIVEN_TOKEN_NAME`]: when a later start gives another one, it
+    /// replaces the one given before (which stops working), and the log says so.
     pub async fn bootstrap(&self, given: Option<&Secret>) -> Result<Option<String>, AuthError> {
         if let Some(token) = given
             && !(MIN_GIVEN_TOKEN_LEN..=MAX_TOKEN_LEN).contains(&token.expose().len())
@@ -175,16 +180,15 @@ impl Auth {
             )));
         }
         if store::users::count_users(&self.db).await? == 0 {
-            let token = given.map_or_else(new_token, |t| t.expose().to_owned());
+            let (token, name) = match given {
+                Some(t) => (t.expose().to_owned(), GIVEN_TOKEN_NAME),
+                None => (new_token(), "bootstrap"),
+            };
             let created = users::insert_user_with_token(
                 &self.db,
                 ADMIN_USERNAME,
                 Role::Admin.as_str(),
-                Some((
-                    TokenKind::Bootstrap.as_str(),
-                    "bootstrap",
-                    hash_token(&token),
-                )),
+                Some((TokenKind::Bootstrap.as_str(), name, hash_token(&token))),
             )
             .await;
             return match created {
@@ -200,17 +204,32 @@ impl Auth {
                 let admin = users::find_by_username(&self.db, ADMIN_USERNAME)
                     .await?
                     .ok_or_else(|| AuthError::Corrupt("users exist but no `admin`".into()))?;
-                users::insert_token(
+                let replaced = users::replace_named_token(
                     &self.db,
                     users::NewToken {
                         user_id: admin.id,
                         kind: TokenKind::Bootstrap.as_str(),
-                        name: "bootstrap",
+                        name: GIVEN_TOKEN_NAME,
                         token_hash: hash,
                         expires_at: None,
                     },
                 )
                 .await?;
+                if replaced > 0 {
+                    tracing::info!(
+                        user = ADMIN_USERNAME,
+                        token.name = GIVEN_TOKEN_NAME,
+                        "CORBEL_ADMIN_TOKEN changed: the admin token it gave before is revoked \
+                         and the new one replaces it"
+                    );
+                } else {
+                    tracing::info!(
+                        user = ADMIN_USERNAME,
+                        token.name = GIVEN_TOKEN_NAME,
+                        "CORBEL_ADMIN_TOKEN is new to this database: it is now the admin's \
+                         token `{GIVEN_TOKEN_NAME}`; the admin's other tokens are kept"
+                    );
+                }
             }
         }
         Ok(None)

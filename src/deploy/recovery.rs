@@ -41,6 +41,7 @@ impl Recovery<'_> {
         id: Uuid,
         expires_at: Option<DateTime<Utc>>,
     ) -> Result<Deployment, DeployError> {
+        check_lease("expiresAt", expires_at, Utc::now())?;
         self.0.queries().get(id).await?;
         rows::set_expiry(&self.0.inner.db, id, expires_at).await?;
         self.0.queries().get(id).await
@@ -335,9 +336,22 @@ impl Recovery<'_> {
                 }
             };
             for deployment in expired {
-                match self.0.runs().destroy(deployment.id).await {
+                // Said in the deployment's error and events, not only here.
+                let reason = match deployment.expires_at {
+                    Some(at) => format!(
+                        "lease expired at {}",
+                        at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                    ),
+                    None => "lease expired".to_owned(),
+                };
+                match self
+                    .0
+                    .runs()
+                    .destroy_because(deployment.id, Some(&reason))
+                    .await
+                {
                     Ok(_) => {
-                        tracing::info!(deployment.id = %deployment.id, "lease expired; destroying")
+                        tracing::info!(deployment.id = %deployment.id, "{reason}; destroying")
                     }
                     // Busy: the next round tries again.
                     Err(DeployError::Conflict(_)) => {}
@@ -346,6 +360,47 @@ impl Recovery<'_> {
                     }
                 }
             }
+        }
+    }
+}
+
+/// A lease must end in the future: one already past would be accepted only
+/// to be destroyed by the next round of the reaper. `field` is the argument's
+/// name, as the caller wrote it.
+pub(super) fn check_lease(
+    field: &str,
+    expires_at: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> Result<(), DeployError> {
+    match expires_at {
+        Some(at) if at <= now => Err(DeployError::Invalid(format!(
+            "`{field}` {} is not in the future (the server's time is {}): give a later \
+             time, or none for no lease",
+            at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        ))),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_must_end_in_the_future() {
+        let now: DateTime<Utc> = "2026-05-01T12:00:00Z".parse().unwrap();
+        assert!(check_lease("expiresAt", None, now).is_ok());
+        assert!(check_lease("expiresAt", Some(now + chrono::Duration::seconds(1)), now).is_ok());
+        for past in [now, now - chrono::Duration::days(1)] {
+            let e = check_lease("expiresAt", Some(past), now)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("`expiresAt`"), "{e}");
+            assert!(
+                e.contains("2026-05-01T12:00:00Z"),
+                "names the server's time: {e}"
+            );
         }
     }
 }

@@ -50,6 +50,7 @@ impl<'a> Runs<'a> {
     /// Creates the deployment and starts deploying it in the background.
     pub async fn deploy(&self, new: NewDeployment) -> Result<Deployment, DeployError> {
         check_name(&new.name)?;
+        super::recovery::check_lease("expiresAt", new.expires_at, chrono::Utc::now())?;
         let blueprint = self.0.blueprints().get(new.blueprint_id).await?;
         let variables = blueprint::bind(&blueprint.parsed, &new.variables)
             .map_err(|p| DeployError::Invalid(p.to_string()))?;
@@ -75,6 +76,17 @@ impl<'a> Runs<'a> {
     }
 
     pub async fn destroy(&self, id: Uuid) -> Result<Deployment, DeployError> {
+        self.destroy_because(id, None).await
+    }
+
+    /// Destroys the deployment; `reason`, when the server decided it (a lease
+    /// that expired), is its error while it is destroyed and stays in its
+    /// events.
+    pub async fn destroy_because(
+        &self,
+        id: Uuid,
+        reason: Option<&str>,
+    ) -> Result<Deployment, DeployError> {
         let deployment = self.0.queries().get(id).await?;
         if deployment.state == DeploymentState::Destroyed {
             return Err(DeployError::Conflict(format!(
@@ -89,7 +101,7 @@ impl<'a> Runs<'a> {
             id,
             DeploymentState::Destroying,
             Some(Phase::Destroy),
-            None,
+            reason,
             Some(Uuid::now_v7()),
         )
         .await?;

@@ -129,9 +129,9 @@ impl Catalog {
             rows::Deletion::NotFound => {
                 return Err(ProviderError::NotFound(format!("no provider with id {id}")));
             }
-            rows::Deletion::Holding(held) => {
-                return Err(ProviderError::Conflict(format!(
-                    "the provider holds {held} resource(s) of deployments; destroy them first"
+            rows::Deletion::Holding(holders) => {
+                return Err(ProviderError::Conflict(holding_message(
+                    &row.name, &holders,
                 )));
             }
         }
@@ -368,6 +368,34 @@ fn conflict_or(e: DbErr, message: impl FnOnce() -> String) -> ProviderError {
     }
 }
 
+/// How many deployments a refusal to delete names; the rest are counted.
+const HOLDERS_NAMED: usize = 5;
+
+/// Why a provider cannot be deleted: the deployments holding resources on it,
+/// by name and id, the first few named and the rest counted.
+fn holding_message(provider: &str, holders: &[crate::store::deployments::Holder]) -> String {
+    let resources: u64 = holders.iter().map(|h| h.nodes).sum();
+    let mut named: Vec<String> = holders
+        .iter()
+        .take(HOLDERS_NAMED)
+        .map(|h| {
+            format!(
+                "`{}` ({}, {} resource(s))",
+                h.deployment_name, h.deployment_id, h.nodes
+            )
+        })
+        .collect();
+    if holders.len() > HOLDERS_NAMED {
+        named.push(format!("and {} more", holders.len() - HOLDERS_NAMED));
+    }
+    format!(
+        "provider `{provider}` holds {resources} resource(s) of {} deployment(s): {}; \
+         destroy them first",
+        holders.len(),
+        named.join(", ")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -379,6 +407,30 @@ mod tests {
             &serde_json::json!({"password": "hidden"}),
         );
         assert_eq!(merged, serde_json::json!({"a": 1, "password": "hidden"}));
+    }
+
+    #[test]
+    fn a_refused_delete_names_a_few_holders_and_counts_the_rest() {
+        let holders: Vec<_> = (0..7)
+            .map(|i| crate::store::deployments::Holder {
+                deployment_id: Uuid::from_u128(i),
+                deployment_name: format!("d{i}"),
+                nodes: 2,
+            })
+            .collect();
+        let message = holding_message("process", &holders);
+        assert!(
+            message.starts_with("provider `process` holds 14 resource(s) of 7 deployment(s): "),
+            "{message}"
+        );
+        assert!(
+            message.contains(&format!(
+                "`d4` ({}, 2 resource(s)), and 2 more;",
+                Uuid::from_u128(4)
+            )),
+            "{message}"
+        );
+        assert!(!message.contains("`d5`"), "{message}");
     }
 
     #[test]

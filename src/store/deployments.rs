@@ -400,16 +400,57 @@ pub const HOLDING_STATES: [&str; 7] = [
     "DESTROYING",
 ];
 
-pub async fn count_provider_nodes(
+/// A deployment holding resources on one provider.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    pub deployment_id: Uuid,
+    pub deployment_name: String,
+    /// How many of its nodes hold (or may hold) a resource there.
+    pub nodes: u64,
+}
+
+/// The deployments whose nodes in `holding` states are on `provider_id`, by
+/// name.
+pub async fn provider_holders(
     db: &impl ConnectionTrait,
     provider_id: Uuid,
     holding: &[&str],
-) -> Result<u64, DbErr> {
-    deployment_node::Entity::find()
+) -> Result<Vec<Holder>, DbErr> {
+    let counts: Vec<(Uuid, i64)> = deployment_node::Entity::find()
+        .select_only()
+        .column(deployment_node::Column::DeploymentId)
+        .column_as(deployment_node::Column::Id.count(), "nodes")
         .filter(deployment_node::Column::ProviderId.eq(provider_id))
         .filter(deployment_node::Column::State.is_in(holding.iter().copied()))
-        .count(db)
-        .await
+        .group_by(deployment_node::Column::DeploymentId)
+        .into_tuple()
+        .all(db)
+        .await?;
+    if counts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let names: HashMap<Uuid, String> = deployment::Entity::find()
+        .select_only()
+        .column(deployment::Column::Id)
+        .column(deployment::Column::Name)
+        .filter(deployment::Column::Id.is_in(counts.iter().map(|(id, _)| *id)))
+        .into_tuple::<(Uuid, String)>()
+        .all(db)
+        .await?
+        .into_iter()
+        .collect();
+    let mut holders: Vec<Holder> = counts
+        .into_iter()
+        .map(|(id, nodes)| Holder {
+            deployment_id: id,
+            deployment_name: names.get(&id).cloned().unwrap_or_default(),
+            nodes: nodes.max(0) as u64,
+        })
+        .collect();
+    holders.sort_by(|a, b| {
+        (&a.deployment_name, a.deployment_id).cmp(&(&b.deployment_name, b.deployment_id))
+    });
+    Ok(holders)
 }
 
 /// A node's new state, with what else changes with it.

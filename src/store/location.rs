@@ -9,6 +9,10 @@ use std::path::PathBuf;
 #[error("invalid database URL: {0}")]
 pub struct InvalidDatabaseUrl(String);
 
+/// What a redacted database URL shows in place of its password (as the
+/// other redacted URLs do, see `crate::redact`).
+pub const REDACTED: &str = "***";
+
 /// Where the store lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DatabaseLocation {
@@ -70,10 +74,27 @@ impl DatabaseLocation {
             Self::Postgres(url) => {
                 let mut url = url.clone();
                 if url.password().is_some() {
-                    let _ = url.set_password(Some("<redacted>"));
+                    let _ = url.set_password(Some(REDACTED));
                 }
                 url.to_string()
             }
+        }
+    }
+
+    /// Whether the location carries a password (which [`Self::redacted`] hides).
+    pub fn has_password(&self) -> bool {
+        match self {
+            Self::Sqlite(_) => false,
+            Self::Postgres(url) => url.password().is_some(),
+        }
+    }
+
+    /// Whether the password is the placeholder [`Self::redacted`] shows: a URL
+    /// copied from `corbel config` without the real password put back.
+    pub fn has_redacted_password(&self) -> bool {
+        match self {
+            Self::Sqlite(_) => false,
+            Self::Postgres(url) => url.password() == Some(REDACTED),
         }
     }
 
@@ -108,5 +129,20 @@ mod tests {
         assert_eq!(pg.identity(), "postgres:db.example:6543/c");
         let other_creds = DatabaseLocation::parse("postgres://v:q@db.example:6543/c").unwrap();
         assert_eq!(pg.identity(), other_creds.identity());
+    }
+
+    #[test]
+    fn a_redacted_url_shows_its_placeholder_literally_and_is_known_as_redacted() {
+        let pg = DatabaseLocation::parse("postgres://u:p%40ss@db.example:6543/c").unwrap();
+        let shown = pg.redacted();
+        assert_eq!(shown, "postgres://u:***@db.example:6543/c");
+        assert!(pg.has_password() && !pg.has_redacted_password());
+        assert!(
+            DatabaseLocation::parse(&shown)
+                .unwrap()
+                .has_redacted_password()
+        );
+        let no_password = DatabaseLocation::parse("postgres://u@db.example/c").unwrap();
+        assert_eq!(no_password.redacted(), "postgres://u@db.example/c");
     }
 }

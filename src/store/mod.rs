@@ -17,7 +17,7 @@ use std::time::Duration;
 use migration::{Migrator, MigratorTrait};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection};
 
-pub use location::{DatabaseLocation, InvalidDatabaseUrl};
+pub use location::{DatabaseLocation, InvalidDatabaseUrl, REDACTED};
 
 /// A pool of connections to the store. Areas hold one and hand it to the store's
 /// functions; only `store` builds queries or sea-orm models.

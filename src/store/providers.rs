@@ -240,8 +240,8 @@ pub async fn replace_secret_configs(
 pub enum Deletion {
     Deleted,
     NotFound,
-    /// Refused: this many deployment nodes hold (or may hold) a resource on it.
-    Holding(u64),
+    /// Refused: these deployments' nodes hold (or may hold) resources on it.
+    Holding(Vec<super::deployments::Holder>),
 }
 
 /// Deletes the provider unless deployment nodes hold resources on it
@@ -256,12 +256,11 @@ pub async fn delete_unless_holding(db: &DatabaseConnection, id: Uuid) -> Result<
         txn.rollback().await?;
         return Ok(Deletion::NotFound);
     }
-    let held =
-        super::deployments::count_provider_nodes(&txn, id, &super::deployments::HOLDING_STATES)
-            .await?;
-    if held > 0 {
+    let holders =
+        super::deployments::provider_holders(&txn, id, &super::deployments::HOLDING_STATES).await?;
+    if !holders.is_empty() {
         txn.rollback().await?;
-        return Ok(Deletion::Holding(held));
+        return Ok(Deletion::Holding(holders));
     }
     txn.commit().await?;
     Ok(Deletion::Deleted)

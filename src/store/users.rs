@@ -108,6 +108,22 @@ pub async fn insert_token(db: &impl ConnectionTrait, new: NewToken<'_>) -> Resul
     .await
 }
 
+/// Inserts the token in place of the user's tokens of the same kind and name,
+/// in one transaction; returns how many it replaced.
+pub async fn replace_named_token(db: &DatabaseConnection, new: NewToken<'_>) -> Result<u64, DbErr> {
+    let txn = db.begin().await?;
+    let replaced = api_token::Entity::delete_many()
+        .filter(api_token::Column::UserId.eq(new.user_id))
+        .filter(api_token::Column::Kind.eq(new.kind))
+        .filter(api_token::Column::Name.eq(new.name))
+        .exec(&txn)
+        .await?
+        .rows_affected;
+    insert_token(&txn, new).await?;
+    txn.commit().await?;
+    Ok(replaced)
+}
+
 pub async fn token_exists(db: &DatabaseConnection, token_hash: &str) -> Result<bool, DbErr> {
     Ok(api_token::Entity::find()
         .filter(api_token::Column::TokenHash.eq(token_hash))

@@ -18,13 +18,23 @@ async fn everything_but_server_info_and_login_needs_a_valid_token() {
         "{ ... on Query { me { id } } }",
     ];
     for query in private {
-        for token in [None, Some("cbl_not_a_real_token"), Some("")] {
+        // No token and a wrong one are told apart: the fix differs.
+        for (token, told) in [
+            (None, "needs a token: send `Authorization: Bearer"),
+            (Some(""), "needs a token: send `Authorization: Bearer"),
+            (
+                Some("cbl_not_a_real_token"),
+                "the token is not valid (unknown, expired or revoked)",
+            ),
+        ] {
             let body = app.gql_as(token, query, json!({})).await;
             assert_eq!(
                 error_code(&body),
                 Some("UNAUTHENTICATED"),
                 "{query} with {token:?}: {body}"
             );
+            let message = body["errors"][0]["message"].as_str().unwrap_or_default();
+            assert!(message.contains(told), "{query} with {token:?}: {body}");
             assert!(body["data"].is_null(), "nothing is served: {body}");
         }
     }
@@ -189,6 +199,10 @@ async fn password_login_sessions_and_api_tokens() {
         .gql_as(Some(&api_token), "{ me { id } }", json!({}))
         .await;
     assert_eq!(error_code(&gone), Some("UNAUTHENTICATED"));
+    assert_eq!(
+        gone["errors"][0]["message"], "`me`: the token is not valid (unknown, expired or revoked)",
+        "a revoked token is told it is not valid: {gone}"
+    );
     let again = app
         .gql(
             "mutation($id: ID!) { revokeApiToken(id: $id) }",

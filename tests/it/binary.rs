@@ -152,3 +152,228 @@ fn subcommands_version_schema_config_migrate() {
     );
     assert!(dir.path().join("corbel.db").exists());
 }
+
+/// `{ me { apiTokens … } }` as `token`: the names of the admin's tokens, or
+/// `None` when the token is refused.
+async fn token_names(addr: std::net::SocketAddr, token: &str) -> Option<Vec<String>> {
+    let body: serde_json::Value = reqwest::Client::new()
+        .post(format!("http://{addr}/graphql"))
+        .bearer_auth(token)
+        .json(&json!({"query": "{ me { apiTokens { edges { node { name } } } } }"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let edges = body["data"]["me"]["apiTokens"]["edges"].as_array()?;
+    Some(
+        edges
+            .iter()
+            .map(|e| e["node"]["name"].as_str().unwrap().to_owned())
+            .collect(),
+    )
+}
+
+#[tokio::test]
+async fn a_changed_admin_token_replaces_the_one_given_before_and_says_so() {
+    const NEXT: &str = "cbl_the_next_admin_token_0123456789";
+    let store = TestStore::fresh().await;
+    let mut first = serve(&store, &[("CORBEL_ADMIN_TOKEN", ADMIN_TOKEN)]);
+    assert_eq!(
+        token_names(first.addr, ADMIN_TOKEN).await,
+        Some(vec!["CORBEL_ADMIN_TOKEN".to_owned()])
+    );
+    assert!(terminate(&mut first.child).success());
+
+    let mut second = serve(&store, &[("CORBEL_ADMIN_TOKEN", NEXT)]);
+    assert_eq!(
+        token_names(second.addr, NEXT).await,
+        Some(vec!["CORBEL_ADMIN_TOKEN".to_owned()]),
+        "one token from the environment, not two"
+    );
+    assert_eq!(
+        token_names(second.addr, ADMIN_TOKEN).await,
+        None,
+        "the token given before no longer works"
+    );
+    assert!(terminate(&mut second.child).success());
+    let said = second.log.lock().unwrap().join("\n");
+    assert!(
+        said.contains("CORBEL_ADMIN_TOKEN changed"),
+        "the replacement is logged: {said}"
+    );
+    assert!(!said.contains(NEXT), "the token itself is not logged");
+
+    // The same token again changes nothing and says nothing.
+    let mut third = serve(&store, &[("CORBEL_ADMIN_TOKEN", NEXT)]);
+    assert_eq!(
+        token_names(third.addr, NEXT).await,
+        Some(vec!["CORBEL_ADMIN_TOKEN".to_owned()])
+    );
+    assert!(terminate(&mut third.child).success());
+    let said = third.log.lock().unwrap().join("\n");
+    assert!(!said.contains("CORBEL_ADMIN_TOKEN changed"), "{said}");
+}
+
+/// `corbel ARGS` with only `PATH` and `env` in its environment: stdout, or a
+/// panic with stderr.
+fn corbel_output(args: &[&str], env: &[(&str, &str)]) -> String {
+    let output = Command::new(corbel_bin())
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "corbel {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[test]
+fn the_printed_config_is_a_config_file_that_reads_back_the_same() {
+    let store = tempfile::tempdir().unwrap();
+    let data_dir = store.path().to_str().unwrap();
+    let file = store.path().join("corbel.toml");
+    let file = file.to_str().unwrap();
+    // Defaults, then a setting changed in every section.
+    for flags in [
+        &[][..],
+        &[
+            "--graphql-max-depth",
+            "9",
+            "--login-user-burst",
+            "3",
+            "--login-trusted-proxy",
+            "10.0.0.1",
+            "--repo-refresh-check-ms",
+            "77",
+            "--provider-call-timeout-ms",
+            "1234",
+            "--provider-git-schemes",
+            "https,file",
+            "--deploy-concurrency",
+            "4",
+            "--session-ttl-seconds",
+            "60",
+        ][..],
+    ] {
+        let mut args = vec!["config", "--data-dir", data_dir];
+        args.extend_from_slice(flags);
+        let printed = corbel_output(&args, &[("CORBEL_LISTEN", "127.0.0.1:0")]);
+        for key in [
+            "listen = \"127.0.0.1:0\"",
+            "session_ttl_seconds = ",
+            "shutdown_grace_seconds = ",
+            "[graphql]",
+            "max_depth = ",
+            "[login]",
+            "user_burst = ",
+            "[repository]",
+            "refresh_check_ms = ",
+            "[provider]",
+            "call_timeout_ms = ",
+            "[deploy]",
+            "concurrency = ",
+        ] {
+            assert!(printed.contains(key), "{key} in:\n{printed}");
+        }
+        std::fs::write(file, &printed).unwrap();
+        let again = corbel_output(&["--config", file, "config"], &[]);
+        assert_eq!(again, printed, "read back the same");
+    }
+    assert!(
+        std::fs::read_to_string(file)
+            .unwrap()
+            .contains("call_timeout_ms = 1234")
+    );
+}
+
+#[tokio::test]
+async fn serve_starts_from_a_printed_config() {
+    let store = TestStore::fresh().await;
+    let data_dir = store.data_dir();
+    let file = data_dir.join("printed.toml");
+    let mut env = vec![
+        ("CORBEL_LISTEN", "127.0.0.1:0"),
+        ("CORBEL_LOG_FORMAT", "json"),
+        ("CORBEL_DATA_DIR", data_dir.to_str().unwrap()),
+    ];
+    // The real password is not in the printed file: it comes with the
+    // environment, as the file's comment says.
+    if let Some(url) = &store.database_url {
+        env.push(("CORBEL_DATABASE_URL", url));
+    }
+    std::fs::write(&file, corbel_output(&["config"], &env)).unwrap();
+    let mut command = Command::new(corbel_bin());
+    command
+        .arg("serve")
+        .arg("--config")
+        .arg(&file)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("CORBEL_ADMIN_TOKEN", ADMIN_TOKEN)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    if let Some(url) = &store.database_url {
+        command.env("CORBEL_DATABASE_URL", url);
+    }
+    let mut served = crate::support::binary::spawn_served(command);
+    let ready = reqwest::get(format!("http://{}/readyz", served.addr))
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+    assert!(terminate(&mut served.child).success());
+}
+
+#[test]
+fn a_missing_config_file_is_named_in_one_line() {
+    let output = Command::new(corbel_bin())
+        .args(["--config", "/nonexistent/corbel.toml", "config"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(
+        stderr,
+        "corbel: config file /nonexistent/corbel.toml does not exist (named by --config or \
+         CORBEL_CONFIG)\n"
+    );
+}
+
+#[test]
+fn help_shows_each_default_and_environment_variable() {
+    let help = corbel_output(&["serve", "--help"], &[]);
+    for shown in [
+        "[default: 127.0.0.1:8080]",
+        "[env: CORBEL_LISTEN=]",
+        "[default: corbel-data]",
+        "[default: SQLite at <data-dir>/corbel.db]",
+        "[env: CORBEL_DATABASE_URL]",
+        "[default: 30000]",
+        "[env: CORBEL_PROVIDER_CALL_TIMEOUT_MS=]",
+        "[default: https,http,git,ssh,file]",
+        "[default: 16]",
+    ] {
+        assert!(help.contains(shown), "{shown} in:\n{help}");
+    }
+}
+
+#[test]
+fn pretty_logs_have_no_colours_off_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(corbel_bin())
+        .args(["migrate", "--log-format", "pretty", "--data-dir"])
+        .arg(dir.path())
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("migrations applied"), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "no escape codes: {stderr:?}");
+}

@@ -188,7 +188,7 @@ async fn data_survives_a_restart() {
     assert!(names.contains(&"survivor"), "{names:?}");
     // Still one admin: a restart does not bootstrap again.
     assert_eq!(
-        names.iter().filter(|n| **n == "bootstrap").count(),
+        names.iter().filter(|n| **n == "CORBEL_ADMIN_TOKEN").count(),
         1,
         "{names:?}"
     );

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use crate::support::deployments::{
-    WEB, create_blueprint, deploy, pids, settled, with_process_provider,
+    WEB, create_blueprint, deploy, deployment, pids, settled, with_process_provider,
 };
 use crate::support::processes::{alive, all_gone};
 use crate::support::providers::wait_status;
@@ -104,7 +104,12 @@ async fn a_blueprint_deploys_through_the_process_provider_and_is_destroyed() {
         .await;
     assert_eq!(error_code(&refused), Some("CONFLICT"), "{refused}");
     let message = refused["errors"][0]["message"].as_str().unwrap();
-    assert!(message.contains("holds 4 resource(s)"), "{message}");
+    // It names the deployments holding them, by name and id.
+    assert!(
+        message.contains("holds 4 resource(s) of 1 deployment(s)")
+            && message.contains(&format!("`web-1` ({id}, 4 resource(s))")),
+        "{message}"
+    );
     data(
         &app.gql(
             "mutation($id: ID!) { loadProvider(id: $id) { status } }",
@@ -175,9 +180,29 @@ async fn a_blueprint_deploys_through_the_process_provider_and_is_destroyed() {
 }
 
 #[tokio::test]
-async fn an_expired_lease_is_reaped() {
+async fn a_lease_in_the_past_is_refused_and_an_expired_one_is_reaped_saying_why() {
     let (app, _, _repo) = with_process_provider(|_| {}).await;
     let blueprint = create_blueprint(&app, "web", WEB).await;
+    let past = (chrono::Utc::now() - chrono::Duration::seconds(1)).to_rfc3339();
+    let refused = app
+        .gql(
+            "mutation($input: DeployBlueprintInput!) { deployBlueprint(input: $input) { id } }",
+            json!({ "input": { "blueprintId": blueprint, "name": "late", "expiresAt": past } }),
+        )
+        .await;
+    assert_eq!(error_code(&refused), Some("VALIDATION"), "{refused}");
+    let message = refused["errors"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("`expiresAt`") && message.contains("the server's time is"),
+        "names the field and the server's time: {message}"
+    );
+    let listed = app.gql("{ deployments { totalCount } }", json!({})).await;
+    assert_eq!(
+        data(&listed)["deployments"]["totalCount"],
+        0,
+        "nothing made"
+    );
+
     let far = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
     let id = deploy(
         &app,
@@ -188,15 +213,36 @@ async fn an_expired_lease_is_reaped() {
     .await;
     let done = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
     assert_eq!(done.state, "COMPLETE", "{done:?}");
-    let past = (chrono::Utc::now() - chrono::Duration::seconds(1)).to_rfc3339();
-    let body = app
-        .gql(
-            "mutation($id: ID!, $at: DateTime) { extendDeployment(id: $id, expiresAt: $at) { expiresAt } }",
-            json!({ "id": id, "at": past }),
-        )
-        .await;
-    data(&body);
+    let extend = "mutation($id: ID!, $at: DateTime) { extendDeployment(id: $id, expiresAt: $at) { expiresAt } }";
+    let refused = app.gql(extend, json!({ "id": id, "at": past })).await;
+    assert_eq!(error_code(&refused), Some("VALIDATION"), "{refused}");
+    assert_eq!(deployment(&app, &id).await.state, "COMPLETE", "left alone");
+
+    let soon = chrono::Utc::now() + chrono::Duration::milliseconds(500);
+    data(
+        &app.gql(extend, json!({ "id": id, "at": soon.to_rfc3339() }))
+            .await,
+    );
     settled(&app, &id, &["DESTROYED"]).await;
     all_gone(&pids(&done)).await;
+    // Why it went is in its history, not only in the server's log.
+    let events = app
+        .gql(
+            "query($id: ID!) { deployment(id: $id) { events { message } } }",
+            json!({ "id": id }),
+        )
+        .await;
+    let expected = format!(
+        "lease expired at {}",
+        soon.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    );
+    assert!(
+        data(&events)["deployment"]["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["message"].as_str().unwrap().contains(&expected)),
+        "{expected} in {events}"
+    );
     app.stop().await;
 }

@@ -35,9 +35,13 @@ pub fn serve_command(store: &TestStore, extra_env: &[(&str, &str)]) -> Command {
 }
 
 pub fn serve(store: &TestStore, extra_env: &[(&str, &str)]) -> Served {
-    let mut child = serve_command(store, extra_env)
-        .spawn()
-        .expect("corbel starts");
+    spawn_served(serve_command(store, extra_env))
+}
+
+/// Runs `command` (a `corbel serve` logging JSON, with piped output) until it
+/// announces its address.
+pub fn spawn_served(mut command: Command) -> Served {
+    let mut child = command.spawn().expect("corbel starts");
     let stderr = child.stderr.take().unwrap();
     let mut lines = BufReader::new(stderr).lines();
     let log = Arc::new(Mutex::new(Vec::new()));
