@@ -13,6 +13,9 @@ command -v pg_ctlcluster >/dev/null 2>&1 || need_apt+=(postgresql)
 [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
+# The README's tour (tests/it/tour.rs) is bash with curl and jq.
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+command -v jq >/dev/null 2>&1 || need_apt+=(jq)
 # git2's https and ssh transports build against OpenSSL.
 dpkg -s libssl-dev >/dev/null 2>&1 || need_apt+=(libssl-dev pkg-config)
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -52,6 +55,10 @@ fi
 # The provider tests run the workspace's provider binaries as real processes.
 log "building the workspace binaries"
 cargo build --workspace --bins
+# The tour loads providers/process from this clone, whose corbel-provider.yaml
+# builds it in release into CARGO_TARGET_DIR: build it ahead, once.
+log "building the process provider in release (the tour loads it)"
+cargo build --release --locked -p corbel-provider-process
 
 log "tests on SQLite"
 env -u CORBEL_TEST_POSTGRES_URL bash -c "$(declare -f run_tests); run_tests $*"

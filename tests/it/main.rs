@@ -19,4 +19,5 @@ mod repositories;
 mod schema;
 mod server;
 mod subscriptions;
+mod tour;
 mod web;
