@@ -3,6 +3,7 @@
 //! provider passes; providers that hang, speak another protocol version or
 //! sit in a subdirectory not named are failed, each with its reason.
 
+use std::path::Path;
 use std::process::Command;
 
 use crate::support::corbel_bin;
@@ -48,28 +49,32 @@ fn check(flags: &[&str], args: &[&str]) -> Checked {
     }
 }
 
-/// The shipped `providers/process/corbel-provider.yaml`, its `shell:` made to
-/// run this workspace's build, so its `check:` samples are what is tested.
-fn shipped_process_metadata(sample_arg: &str) -> String {
-    let shipped = include_str!("../../../providers/process/corbel-provider.yaml");
+/// A shipped `corbel-provider.yaml` (`text`), its `shell:` made to run this
+/// workspace's build of `binary`, so its `check:` samples are what is tested.
+fn shipped_metadata(text: &str, binary: &Path) -> String {
     let mut out = String::new();
     let mut in_shell = false;
-    for line in shipped.lines() {
+    for line in text.lines() {
         if line == "shell:" {
             in_shell = true;
-            out.push_str(&format!(
-                "shell:\n  run: exec {}\n",
-                workspace_bin("corbel-provider-process").display()
-            ));
+            out.push_str(&format!("shell:\n  run: exec {}\n", binary.display()));
             continue;
         }
         if in_shell && line.starts_with("  ") {
             continue;
         }
         in_shell = false;
-        out.push_str(&line.replace("\"300\"", &format!("\"{sample_arg}\"")));
+        out.push_str(line);
         out.push('\n');
     }
+    assert!(out.contains("check:"), "no check samples in\n{out}");
+    out
+}
+
+fn shipped_process_metadata(sample_arg: &str) -> String {
+    let shipped = include_str!("../../../providers/process/corbel-provider.yaml");
+    let out = shipped_metadata(shipped, &workspace_bin("corbel-provider-process"))
+        .replace("\"300\"", &format!("\"{sample_arg}\""));
     assert!(
         out.contains(sample_arg),
         "the shipped sample changed:\n{out}"
@@ -208,4 +213,28 @@ fn a_provider_in_a_subdirectory_is_pointed_at_and_checked_with_path() {
         "{}",
         checked.table
     );
+}
+
+#[test]
+fn the_sdk_example_provider_passes() {
+    let shipped = include_str!("../../../providers/sdk/corbel-provider.yaml");
+    let hello = workspace_bin("corbel-provider-process").with_file_name("examples/hello");
+    if !hello.exists() {
+        let built = Command::new(env!("CARGO"))
+            .args(["build", "-p", "corbel-provider-sdk", "--example", "hello"])
+            .status()
+            .expect("cargo runs");
+        assert!(built.success(), "building the hello example failed");
+    }
+    assert!(hello.exists(), "{} is not built", hello.display());
+    let repo = ProviderRepo::new(&shipped_metadata(shipped, &hello), &[]);
+    let checked = check(&[], &[&repo.url()]);
+    assert!(checked.success, "{}\n{}", checked.table, checked.progress);
+    assert_eq!(
+        checked.outcome("deploy hello.v1.greeting"),
+        Some("PASS"),
+        "{}",
+        checked.table
+    );
+    assert!(checked.table.contains(" 0 failed"), "{}", checked.table);
 }
