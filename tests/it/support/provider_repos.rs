@@ -70,7 +70,9 @@ impl ProviderRepo {
         let work = self.work();
         std::fs::write(work.join("corbel-provider.yaml"), metadata).unwrap();
         for (name, text) in files {
-            std::fs::write(work.join(name), text).unwrap();
+            let path = work.join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
         }
         git(&work, &["add", "-A"]);
         git(&work, &["commit", "-q", "-m", "provider"]);
