@@ -24,10 +24,14 @@ fi
 
 # The Python example provider (providers/examples/python) needs grpcio and
 # grpcio-tools; Debian's python3 is "externally managed", hence the flag.
-command -v python3 >/dev/null 2>&1 || { apt-get update -qq; apt-get install -y -qq python3 python3-pip >/dev/null; }
+if ! python3 -m pip --version >/dev/null 2>&1; then
+  log "installing python3 and pip from Debian's packages"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq python3 python3-pip >/dev/null
+fi
 if ! python3 -c 'import grpc, grpc_tools' >/dev/null 2>&1; then
   log "installing grpcio and grpcio-tools from PyPI"
-  python3 -m pip --version >/dev/null 2>&1 || apt-get install -y -qq python3-pip >/dev/null
   python3 -m pip install -q grpcio grpcio-tools 2>/dev/null ||
     python3 -m pip install -q --break-system-packages grpcio grpcio-tools
 fi
