@@ -41,8 +41,13 @@ CONFIG_KEYS = {"file_mode"}
 
 
 def log(message):
-    # stdout and stderr go to the provider's log in Corbel.
-    print(f"[{NAME}] {message}", file=sys.stderr, flush=True)
+    # stdout and stderr go to the provider's log in Corbel. Once Corbel is
+    # gone they are broken pipes: a line that cannot be written is dropped,
+    # never an exception (it would kill the thread that is shutting down).
+    try:
+        print(f"[{NAME}] {message}", file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 def take_environment():
@@ -246,10 +251,14 @@ def watch_registry(channel, stopping):
             if answer.status != health_pb2.HealthCheckResponse.SERVING:
                 log("the registry is not serving: exiting")
                 break
+        else:
+            log("the registry's health stream ended: exiting")
     except grpc.RpcError as e:
         if not stopping.is_set():
-            log(f"the registry's health stream ended ({e.code().name}): exiting")
-    stopping.set()
+            log(f"the registry's health stream failed ({e.code().name}): exiting")
+    finally:
+        # Whatever happened above, the provider stops.
+        stopping.set()
 
 
 def main():
