@@ -249,6 +249,32 @@ async fn a_configuration_the_provider_refuses_is_a_validation_error_in_its_words
     );
     // Not stored: the provider still has its old configuration.
     assert_eq!(provider(&app, &id).await.config, json!({}));
+
+    // A stored configuration the provider refuses at registration: the
+    // registration is refused in the provider's words, in its log.
+    let repo = example_repo(None, &[]);
+    let (id, _) = create_provider(
+        &app,
+        json!({ "name": "refused", "gitUrl": repo.url(), "config": { "file_mode": "rwx" } }),
+    )
+    .await;
+    let line = eventually(
+        Duration::from_secs(60),
+        "the refusal in the log",
+        || async {
+            logs(&app, &id)
+                .await
+                .lines()
+                .find(|l| l.contains("refused its configuration"))
+                .map(str::to_owned)
+        },
+    )
+    .await;
+    assert!(
+        line.contains("file_mode: `rwx` is not an octal mode"),
+        "{line}"
+    );
+    assert_ne!(provider(&app, &id).await.status, "CONNECTED");
 }
 
 /// Wraps the example's `DeployResource`: `extra` yields two events after
