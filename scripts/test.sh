@@ -2,7 +2,7 @@
 # The whole test suite, on SQLite and again on PostgreSQL. Works on a fresh Debian
 # machine as root: installs and starts what the tests need, then cleans up the
 # databases it made. Needs: PostgreSQL (the server), nginx (repository tests), Chromium
-# (the web UI test).
+# (the web UI test), Python 3 with grpcio (the Python example provider).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +23,20 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+# The Python example provider (providers/examples/python) needs grpcio and
+# grpcio-tools; Debian's python3 is "externally managed", hence the flag.
+if ! python3 -m pip --version >/dev/null 2>&1; then
+  log "installing python3 and pip from Debian's packages"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq python3 python3-pip >/dev/null
+fi
+if ! python3 -c 'import grpc, grpc_tools' >/dev/null 2>&1; then
+  log "installing grpcio and grpcio-tools from PyPI"
+  python3 -m pip install -q grpcio grpcio-tools 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages grpcio grpcio-tools
 fi
 
 # PostgreSQL: the Debian cluster, started if it is not running, and a role for us.

@@ -128,13 +128,14 @@ impl Calls {
     ) -> Result<serde_json::Value, ProviderError> {
         let link = self.connected(id).await?;
         let started = std::time::Instant::now();
-        let result = async {
+        let tail = self.tail(id, &resource);
+        let result = bounded(&link, "DeployResource", async {
             let stream = link
                 .deploy_resource(resource.into_deploy())
                 .await
                 .map_err(unavailable)?;
-            follow(&link, "DeployResource", stream, &mut progress).await
-        }
+            follow(&link, "DeployResource", stream, &mut progress, tail).await
+        })
         .await;
         record("DeployResource", &result, started);
         result
@@ -150,7 +151,8 @@ impl Calls {
     ) -> Result<(), ProviderError> {
         let link = self.connected(id).await?;
         let started = std::time::Instant::now();
-        let result = async {
+        let tail = self.tail(id, &resource);
+        let result = bounded(&link, "DestroyResource", async {
             let stream = link
                 .destroy_resource(proto::DestroyResourceRequest {
                     resource: Some(resource.resource()),
@@ -158,13 +160,23 @@ impl Calls {
                 })
                 .await
                 .map_err(unavailable)?;
-            follow(&link, "DestroyResource", stream, &mut progress)
+            follow(&link, "DestroyResource", stream, &mut progress, tail)
                 .await
                 .map(drop)
-        }
+        })
         .await;
         record("DestroyResource", &result, started);
         result
+    }
+
+    /// What watches a stream after its `done` or `error`.
+    fn tail(&self, id: Uuid, resource: &ResourceCall) -> Tail {
+        Tail {
+            slots: self.slots.clone(),
+            provider: id,
+            resource_id: resource.resource_id.clone(),
+            key: resource.key.clone(),
+        }
     }
 
     /// Whether the resource exists at the provider, and its outputs if so.
@@ -324,15 +336,106 @@ fn unavailable(e: LinkError) -> ProviderError {
     ProviderError::Unavailable(e.to_string())
 }
 
-/// Reads a deploy or destroy stream to its end: progress to `progress`, then
-/// the outputs or the failure.
+/// A whole deploy or destroy, bounded by the resource deadline: past it, the
+/// outcome is lost (the engine inspects or calls again), not a failure.
+async fn bounded<T>(
+    link: &Link,
+    call: &'static str,
+    work: impl std::future::Future<Output = Result<T, ProviderError>>,
+) -> Result<T, ProviderError> {
+    let deadline = link.resource_deadline();
+    tokio::time::timeout(deadline, work)
+        .await
+        .unwrap_or_else(|_| {
+            Err(unavailable(LinkError::Deadline {
+                call,
+                after: deadline,
+            }))
+        })
+}
+
+/// The rest of a stream after its `done` or `error`: read in the background,
+/// and every further event reported as the protocol violation it is (in the
+/// provider's log and the server's), then ignored.
+struct Tail {
+    slots: Arc<Slots>,
+    provider: Uuid,
+    resource_id: String,
+    key: String,
+}
+
+impl Tail {
+    fn watch(
+        self,
+        link: Link,
+        call: &'static str,
+        ended_with: &'static str,
+        mut stream: tonic::Streaming<proto::ResourceEvent>,
+    ) {
+        tokio::spawn(async move {
+            let mut extra = 0usize;
+            // Bounded: each next event by the call deadline, as in `follow`.
+            while let Ok(Some(event)) = link.next(call, &mut stream).await {
+                extra += 1;
+                let kind = match event.event {
+                    Some(E::Progress(_)) => "a progress event",
+                    Some(E::Log(_)) => "a log event",
+                    Some(E::Done(_)) => "a second `done`",
+                    Some(E::Error(_)) => "an `error`",
+                    None => "an unknown event",
+                };
+                if extra > 10 {
+                    continue; // counted, not reported line by line
+                }
+                let message = format!(
+                    "protocol violation: {call} for resource {} (key `{}`) sent {kind} after `{ended_with}`; ignored",
+                    self.resource_id, self.key
+                );
+                tracing::warn!(provider.id = %self.provider, resource.id = %self.resource_id, "{message}");
+                if let Some(slot) = self.slots.existing(self.provider) {
+                    self.slots.note(&slot, &message);
+                }
+            }
+            if extra > 10 {
+                let message = format!(
+                    "protocol violation: {call} for resource {} sent {extra} events after `{ended_with}`; all ignored",
+                    self.resource_id
+                );
+                tracing::warn!(provider.id = %self.provider, resource.id = %self.resource_id, "{message}");
+                if let Some(slot) = self.slots.existing(self.provider) {
+                    self.slots.note(&slot, &message);
+                }
+            }
+        });
+    }
+}
+
+/// Reads a deploy or destroy stream to its `done` or `error`: progress to
+/// `progress`, then the outputs or the failure. Whatever follows is the
+/// tail's to report.
 async fn follow(
     link: &Link,
     call: &'static str,
     mut stream: tonic::Streaming<proto::ResourceEvent>,
     progress: &mut (impl FnMut(ResourceProgress) + Send),
+    tail: Tail,
 ) -> Result<serde_json::Value, ProviderError> {
-    while let Some(event) = link.next(call, &mut stream).await.map_err(unavailable)? {
+    let result = read_until_end(link, call, &mut stream, progress).await;
+    match &result {
+        Ok(_) => tail.watch(link.clone(), call, "done", stream),
+        Err(ProviderError::Failed { .. }) => tail.watch(link.clone(), call, "error", stream),
+        Err(_) => {}
+    }
+    result
+}
+
+async fn read_until_end(
+    link: &Link,
+    call: &'static str,
+    stream: &mut tonic::Streaming<proto::ResourceEvent>,
+    progress: &mut (impl FnMut(ResourceProgress) + Send),
+) -> Result<serde_json::Value, ProviderError> {
+    while let Some(event) = link.next(call, stream).await.map_err(unavailable)? {
         match event.event {
             Some(E::Progress(p)) => progress(ResourceProgress::Progress {
                 percent: p.percent.min(100),

@@ -175,7 +175,12 @@ impl Catalog {
         if let Some(link) = self.slots.slot(id).link() {
             link.configure(merge(&config, &secret).to_string())
                 .await
-                .map_err(|e| ProviderError::Unavailable(e.to_string()))?;
+                .map_err(|e| match e.invalid_argument() {
+                    Some(why) => ProviderError::Invalid(format!(
+                        "the provider refused the configuration: {why}"
+                    )),
+                    None => ProviderError::Unavailable(e.to_string()),
+                })?;
         }
         let change = rows::ProviderChange {
             config: Some(config.to_string()),

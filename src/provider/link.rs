@@ -1,7 +1,9 @@
 //! The link: Corbel's client to one registered provider. Every call carries a
 //! deadline, both as the gRPC timeout the provider sees and as a local timer, so
 //! a provider that hangs costs its caller the deadline and a clear error, never
-//! a stuck request.
+//! a stuck request. `DeployResource` and `DestroyResource` carry the longer
+//! resource deadline for the whole call, stream included; each of their events
+//! must also come within the call deadline of the one before.
 //!
 //! It never knows about slots, statuses or the database: callers decide what a
 //! failed call means.
@@ -37,11 +39,17 @@ pub struct Link {
     client: ProviderClient<Channel>,
     health: HealthClient<Channel>,
     deadline: Duration,
+    /// Of a whole `DeployResource` or `DestroyResource`, events included.
+    resource_deadline: Duration,
 }
 
 impl Link {
     /// Dials `endpoint` (`unix:///…` or `http://127.0.0.1:…`).
-    pub async fn dial(endpoint: &str, deadline: Duration) -> Result<Link, LinkError> {
+    pub async fn dial(
+        endpoint: &str,
+        deadline: Duration,
+        resource_deadline: Duration,
+    ) -> Result<Link, LinkError> {
         let unreachable = |message: String| LinkError::Unreachable {
             endpoint: endpoint.to_owned(),
             message,
@@ -57,6 +65,7 @@ impl Link {
                 .max_decoding_message_size(64 * 1024 * 1024),
             health: HealthClient::new(channel),
             deadline,
+            resource_deadline,
         })
     }
 
@@ -152,23 +161,20 @@ impl Link {
         .await
     }
 
+    /// The deadline of a whole `DeployResource` or `DestroyResource`.
+    pub fn resource_deadline(&self) -> Duration {
+        self.resource_deadline
+    }
+
     /// Starts deploying one resource; its events follow on the stream.
     pub async fn deploy_resource(
         &self,
         request: proto::DeployResourceRequest,
     ) -> Result<tonic::Streaming<proto::ResourceEvent>, LinkError> {
         let mut client = self.client.clone();
-        // No grpc-timeout header here: it would bound the whole step on the
-        // provider's side. The first event and each next one have the deadline.
-        let request = tonic::Request::new(request);
-        match tokio::time::timeout(self.deadline, client.deploy_resource(request)).await {
-            Ok(Ok(response)) => Ok(response.into_inner()),
-            Ok(Err(status)) => Err(refused("DeployResource", &status)),
-            Err(_) => Err(LinkError::Deadline {
-                call: "DeployResource",
-                after: self.deadline,
-            }),
-        }
+        let request = self.resource_request(request);
+        self.open_stream("DeployResource", client.deploy_resource(request))
+            .await
     }
 
     /// Starts destroying one resource; its events follow on the stream.
@@ -177,13 +183,36 @@ impl Link {
         request: proto::DestroyResourceRequest,
     ) -> Result<tonic::Streaming<proto::ResourceEvent>, LinkError> {
         let mut client = self.client.clone();
-        let request = tonic::Request::new(request);
-        match tokio::time::timeout(self.deadline, client.destroy_resource(request)).await {
+        let request = self.resource_request(request);
+        self.open_stream("DestroyResource", client.destroy_resource(request))
+            .await
+    }
+
+    /// The provider sees the resource deadline as the call's gRPC timeout: it
+    /// bounds the whole step, so the provider can give up when Corbel will.
+    fn resource_request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request.set_timeout(self.resource_deadline);
+        request
+    }
+
+    /// Opening a stream (the answer's headers) has the call deadline.
+    async fn open_stream<T>(
+        &self,
+        call: &'static str,
+        open: impl Future<Output = Result<tonic::Response<tonic::Streaming<T>>, tonic::Status>>,
+    ) -> Result<tonic::Streaming<T>, LinkError> {
+        let deadline = self.deadline.min(self.resource_deadline);
+        match tokio::time::timeout(deadline, open).await {
             Ok(Ok(response)) => Ok(response.into_inner()),
-            Ok(Err(status)) => Err(refused("DestroyResource", &status)),
+            Ok(Err(status)) if is_deadline(&status) => Err(LinkError::Deadline {
+                call,
+                after: self.resource_deadline,
+            }),
+            Ok(Err(status)) => Err(refused(call, &status)),
             Err(_) => Err(LinkError::Deadline {
-                call: "DestroyResource",
-                after: self.deadline,
+                call,
+                after: deadline,
             }),
         }
     }
@@ -225,6 +254,10 @@ impl Link {
     ) -> Result<Option<T>, LinkError> {
         match tokio::time::timeout(self.deadline, stream.message()).await {
             Ok(Ok(item)) => Ok(item),
+            Ok(Err(status)) if is_deadline(&status) => Err(LinkError::Deadline {
+                call,
+                after: self.resource_deadline,
+            }),
             Ok(Err(status)) => Err(refused(call, &status)),
             Err(_) => Err(LinkError::Deadline {
                 call,
@@ -300,6 +333,21 @@ impl Link {
 fn is_deadline(status: &tonic::Status) -> bool {
     status.code() == tonic::Code::DeadlineExceeded
         || (status.code() == tonic::Code::Cancelled && status.message() == "Timeout expired")
+}
+
+impl LinkError {
+    /// The provider's message when it refused the call as `INVALID_ARGUMENT`:
+    /// the caller's input was wrong, not the provider's health.
+    pub fn invalid_argument(&self) -> Option<&str> {
+        match self {
+            LinkError::Refused {
+                code: tonic::Code::InvalidArgument,
+                message,
+                ..
+            } => Some(message),
+            _ => None,
+        }
+    }
 }
 
 /// The metrics label of a call's result.

@@ -21,6 +21,7 @@
 //! This file holds the shared types and `Providers`, a cheap handle that
 //! forwards to the parts. Proto types stay inside this module.
 
+mod authority;
 mod binding;
 mod calls;
 mod catalog;

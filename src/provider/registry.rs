@@ -28,6 +28,7 @@ use corbel_proto::v1::{
 };
 use tokio::net::UnixListener;
 use tokio::sync::watch;
+use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::UnixListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::server::UdsConnectInfo;
@@ -35,6 +36,7 @@ use tonic::{Request, Response, Status};
 use tonic_health::ServingStatus;
 use uuid::Uuid;
 
+use super::authority::AuthorityFix;
 use super::binding::{Binding, Peer};
 use super::catalog::{self, token_hash};
 use super::link::Link;
@@ -89,7 +91,11 @@ pub async fn serve_registry(
         let server = tonic::transport::Server::builder()
             .add_service(health)
             .add_service(RegistryServer::new(RegistryService::new(&providers)))
-            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown);
+            .serve_with_incoming_shutdown(
+                // grpc-core clients' `:authority` made acceptable to h2.
+                UnixListenerStream::new(listener).map(|accepted| accepted.map(AuthorityFix::new)),
+                shutdown,
+            );
         // Providers' health watches are endless streams: once stopping, give them
         // a moment to notice and then end the server regardless.
         tokio::select! {
@@ -204,7 +210,7 @@ impl Registry for RegistryService {
     ) -> Result<Response<UnregisterResponse>, Status> {
         let request = request.into_inner();
         let id = parse_id(&request.id)?;
-        self.unregister(id, &request.session).await;
+        self.unregister(id, &request.session).await?;
         Ok(Response::new(UnregisterResponse {}))
     }
 }
@@ -325,9 +331,13 @@ impl RegistryService {
                 .note(slot, &format!("registration failed: {message}"));
             Status::failed_precondition(message)
         };
-        let link = Link::dial(endpoint, self.settings.call_timeout)
-            .await
-            .map_err(|e| refuse(slot, e.to_string()))?;
+        let link = Link::dial(
+            endpoint,
+            self.settings.call_timeout,
+            self.settings.resource_timeout,
+        )
+        .await
+        .map_err(|e| refuse(slot, e.to_string()))?;
         link.check_health(None)
             .await
             .map_err(|e| refuse(slot, e.to_string()))?;
@@ -338,9 +348,18 @@ impl RegistryService {
                 .open(row)
                 .map_err(|e| refuse(slot, e.to_string()))?,
         );
-        link.configure(config.to_string())
-            .await
-            .map_err(|e| refuse(slot, e.to_string()))?;
+        link.configure(config.to_string()).await.map_err(|e| {
+            match e.invalid_argument() {
+                // The stored configuration is what is wrong: say so, in the
+                // provider's words, to whoever reads its status and logs.
+                Some(why) => {
+                    let message = format!("the provider refused its configuration: {why}");
+                    refuse(slot, message.clone());
+                    Status::invalid_argument(message)
+                }
+                None => refuse(slot, e.to_string()),
+            }
+        })?;
         Ok(link)
     }
 
@@ -402,10 +421,18 @@ impl RegistryService {
         session
     }
 
-    async fn unregister(&self, id: Uuid, session: &str) {
-        let slot = self.slots.slot(id);
+    /// Ends the registration `session`; an unknown or stale session (a later
+    /// registration replaced it) is `NOT_FOUND` and changes nothing.
+    async fn unregister(&self, id: Uuid, session: &str) -> Result<(), Status> {
+        let Some(slot) = self.slots.existing(id) else {
+            return Err(Status::not_found(format!(
+                "provider {id} has no registration"
+            )));
+        };
         if slot.disconnect(Some(session)).is_none() {
-            return; // a stale session: nothing to do
+            return Err(Status::not_found(format!(
+                "session `{session}` is not provider {id}'s current registration"
+            )));
         }
         self.slots.note(&slot, "unregistered");
         if slot.status() != ProviderStatus::Unloading {
@@ -417,6 +444,7 @@ impl RegistryService {
                 )
                 .await;
         }
+        Ok(())
     }
 
     /// Only endpoints Corbel can trust to be the provider's own: a socket in

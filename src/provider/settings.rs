@@ -34,6 +34,11 @@ pub struct ProviderSettings {
     /// Deadline of each call to a provider.
     #[serde(rename = "call_timeout_ms", with = "millis")]
     pub call_timeout: Duration,
+    /// Deadline of a whole `DeployResource` or `DestroyResource` call, its
+    /// stream of events included (each event must also come within
+    /// `call_timeout_ms` of the one before).
+    #[serde(rename = "resource_timeout_seconds", with = "seconds")]
+    pub resource_timeout: Duration,
     /// Between SIGTERM and SIGKILL.
     #[serde(rename = "stop_grace_ms", with = "millis")]
     pub stop_grace: Duration,
@@ -65,6 +70,7 @@ impl Default for ProviderSettings {
             build_timeout: Duration::from_secs(1800),
             start_timeout: Duration::from_secs(30),
             call_timeout: Duration::from_secs(30),
+            resource_timeout: Duration::from_secs(1800),
             stop_grace: Duration::from_secs(5),
             health_interval: Duration::from_secs(5),
             backoff_initial: Duration::from_millis(500),
@@ -84,6 +90,7 @@ impl ProviderSettings {
             build_timeout: at_least(self.build_timeout, Duration::from_secs(1)),
             start_timeout: at_least(self.start_timeout, Duration::from_secs(1)),
             call_timeout: at_least(self.call_timeout, Duration::from_millis(10)),
+            resource_timeout: at_least(self.resource_timeout, Duration::from_secs(1)),
             health_interval: at_least(self.health_interval, Duration::from_millis(10)),
             backoff_initial: at_least(self.backoff_initial, Duration::from_millis(1)),
             backoff_max: at_least(self.backoff_max, Duration::from_millis(1)),
@@ -165,6 +172,14 @@ pub struct ProviderFlags {
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub call_timeout_ms: Option<u64>,
+    /// Deadline of a whole DeployResource or DestroyResource call, in seconds.
+    #[arg(
+        long = "provider-resource-timeout-seconds",
+        env = "CORBEL_PROVIDER_RESOURCE_TIMEOUT_SECONDS",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resource_timeout_seconds: Option<u64>,
     /// Between SIGTERM and SIGKILL when stopping a provider, in milliseconds.
     #[arg(
         long = "provider-stop-grace-ms",

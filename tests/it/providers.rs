@@ -1,7 +1,8 @@
 //! Providers loaded from real git repositories (local bare repos and `git
 //! daemon` on loopback), built and run by the shell runtime as real processes:
 //! the reference `corbel-provider-process`, and `corbel-provider-fixture`, a
-//! provider that misbehaves on purpose.
+//! provider that misbehaves on purpose, and the Python example provider
+//! (`providers/examples/python`), a grpc-core client.
 
 mod check;
 mod config;
@@ -9,5 +10,6 @@ mod credentials;
 mod failures;
 mod faults;
 mod lifecycle;
+mod python;
 mod secrets;
 mod sources;

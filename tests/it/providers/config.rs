@@ -31,17 +31,20 @@ async fn configuration_is_sent_live_and_secrets_stay_hidden() {
         3
     );
 
-    // A type the provider refuses is not stored.
+    // A type the provider refuses is a validation error in its words, and
+    // is not stored.
     let answer = app
         .gql(
             "mutation($id: ID!) { configureProvider(id: $id, config: {capacity: \"many\"}) { config } }",
             json!({ "id": id }),
         )
         .await;
-    assert_eq!(
-        error_code(&answer),
-        Some("PROVIDER_UNAVAILABLE"),
-        "{answer}"
+    assert_eq!(error_code(&answer), Some("VALIDATION"), "{answer}");
+    let message = answer["errors"][0]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("the provider refused the configuration: ")
+            && message.contains("capacity"),
+        "{message}"
     );
     assert_eq!(provider(&app, &id).await.config, json!({"capacity": 3}));
 
