@@ -222,7 +222,14 @@ impl Check {
             return;
         };
         self.check_registration(&host, &meta);
-        let link = match Link::dial(&started.endpoint, self.options.settings.call_timeout).await {
+        let settings = &self.options.settings;
+        let dialled = Link::dial(
+            &started.endpoint,
+            settings.call_timeout,
+            settings.resource_timeout,
+        )
+        .await;
+        let link = match dialled {
             Ok(link) => link,
             Err(e) => {
                 self.report.add("dial", Outcome::Fail, e.to_string());

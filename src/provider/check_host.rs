@@ -16,10 +16,12 @@ use corbel_proto::v1::{
     UnregisterResponse,
 };
 use tokio::sync::watch;
+use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
 use tonic_health::ServingStatus;
 
+use super::authority::AuthorityFix;
 use super::link::Link;
 use super::registry::REGISTRY_SERVICE;
 
@@ -90,7 +92,11 @@ impl CheckHost {
             let _ = tonic::transport::Server::builder()
                 .add_service(health)
                 .add_service(RegistryServer::new(service))
-                .serve_with_incoming(UnixListenerStream::new(listener))
+                // grpc-core clients' `:authority` made acceptable, as the server's registry does.
+                .serve_with_incoming(
+                    UnixListenerStream::new(listener)
+                        .map(|accepted| accepted.map(AuthorityFix::new)),
+                )
                 .await;
             // Keeps the reporter (and so the watched status) alive until the end.
             drop(reporter);
@@ -226,7 +232,7 @@ impl Service {
         let refuse = |what: &str, why: String| {
             Status::failed_precondition(format!("{what} at `{}`: {why}", request.endpoint))
         };
-        let link = Link::dial(&request.endpoint, self.deadline)
+        let link = Link::dial(&request.endpoint, self.deadline, self.deadline)
             .await
             .map_err(|e| refuse("cannot reach the provider", e.to_string()))?;
         link.check_health(None)

@@ -1088,15 +1088,22 @@ mod tests {
         );
         assert!(error.to_string().contains(&url), "{error}");
 
-        // A missing local repository is unreachable too.
-        let url = format!("file://{}/none.git", dest.path().display());
-        let error = fetch(&url, "", &dest.path().join("src"), &settings(), |_| {})
-            .await
-            .expect_err("no repository");
-        assert!(
-            matches!(error, SourceError::Unreachable { .. }),
-            "{error:?}"
-        );
+        // A missing local repository is named as such, before libgit2 would
+        // call it an unsupported protocol: as a URL and as a path.
+        let missing = dest.path().join("none.git");
+        for url in [
+            format!("file://{}", missing.display()),
+            missing.display().to_string(),
+        ] {
+            let error = fetch(&url, "", &dest.path().join("src"), &settings(), |_| {})
+                .await
+                .expect_err("no repository");
+            assert!(
+                matches!(&error, SourceError::NoLocalRepository { path, .. } if *path == missing),
+                "{error:?}"
+            );
+            assert!(error.to_string().contains("it does not exist"), "{error}");
+        }
     }
 
     #[tokio::test]

@@ -238,3 +238,34 @@ fn the_sdk_example_provider_passes() {
     );
     assert!(checked.table.contains(" 0 failed"), "{}", checked.table);
 }
+
+/// The provider in another language: Python with grpcio, from the `.proto`
+/// and the docs alone, checked straight from this repository.
+#[test]
+fn the_python_example_provider_passes() {
+    let checked = check(
+        &[],
+        &[
+            env!("CARGO_MANIFEST_DIR"),
+            "--path",
+            "providers/examples/python",
+        ],
+    );
+    assert!(checked.success, "{}\n{}", checked.table, checked.progress);
+    for row in [
+        "handshake",
+        "register",
+        "Configure refuses bad JSON",
+        "deploy example.v1.file",
+        "lost deploy of example.v1.file: Inspect, retry",
+        "exits 0 on SIGTERM",
+        "exits when the host goes away",
+    ] {
+        assert_eq!(checked.outcome(row), Some("PASS"), "{}", checked.table);
+    }
+    assert!(
+        checked.table.contains(" 0 failed, 0 warnings"),
+        "{}",
+        checked.table
+    );
+}

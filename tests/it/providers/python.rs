@@ -146,10 +146,16 @@ async fn events(app: &TestApp, id: &str) -> Vec<String> {
 #[tokio::test]
 async fn the_python_example_provider_deploys_and_destroys_files() {
     let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), quick).await;
-    let repo = example_repo(None, &[]);
+    // Straight from Corbel's own repository, as a provider author would
+    // publish it in a monorepo (what is committed is what loads).
     let (id, _) = create_provider(
         &app,
-        json!({ "name": "example-python", "gitUrl": repo.url(), "config": { "file_mode": "0600" } }),
+        json!({
+            "name": "example-python",
+            "gitUrl": env!("CARGO_MANIFEST_DIR"),
+            "path": "providers/examples/python",
+            "config": { "file_mode": "0600" },
+        }),
     )
     .await;
     let connected = wait_status(&app, &id, "CONNECTED").await;
