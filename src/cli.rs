@@ -66,11 +66,11 @@ pub enum ProviderCommand {
         /// what gets checked, as `serve` would load it).
         source: String,
         /// A tag, branch or commit; the default branch if not given.
-        #[arg(long = "ref", default_value = "")]
+        #[arg(long = "ref", default_value = "", hide_default_value = true)]
         reference: String,
         /// The provider's directory in the repository (a monorepo); the
         /// root if not given.
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", hide_default_value = true)]
         path: String,
         /// Keep the scratch directory (checkout, build output, state) and
         /// print where it is.

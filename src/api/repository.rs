@@ -583,12 +583,22 @@ impl RepositoryMutation {
         Ok(true)
     }
 
-    /// Starts a sync now (a running one is left to finish).
-    async fn refresh_repository(&self, ctx: &Context<'_>, id: ID) -> Result<Repository, ApiError> {
+    /// Starts a sync now (a running one is left to finish). A changed
+    /// inventory entry (or its `digest`) has its manifest read again; with
+    /// `refetchManifests`, every manifest is (COPY: fetched now; LAZY:
+    /// dropped, fetched at its next use), for a source whose manifests change
+    /// under unchanged entries. A refetch asked while a sync runs is refused
+    /// (`CONFLICT`).
+    async fn refresh_repository(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        #[graphql(default = false)] refetch_manifests: bool,
+    ) -> Result<Repository, ApiError> {
         principal(ctx)?;
         Ok(Repository(
             state::<Repositories>(ctx)?
-                .refresh(parse_id(&id, "id")?)
+                .refresh(parse_id(&id, "id")?, refetch_manifests)
                 .await?,
         ))
     }

@@ -325,10 +325,19 @@ impl Repositories {
         Ok(())
     }
 
-    /// Starts a sync now; a sync already running is left to finish.
-    pub async fn refresh(&self, id: Uuid) -> Result<Repository, RepositoryError> {
-        self.repository_row(id).await?;
-        self.start_sync(id);
+    /// Starts a sync now; a sync already running is left to finish. With
+    /// `refetch`, every manifest is read again from the source (COPY) or
+    /// dropped to be fetched at its next use (LAZY), for a source that
+    /// changes manifests without changing their inventory entries; it is
+    /// refused while a sync runs, so that it is never silently lost.
+    pub async fn refresh(&self, id: Uuid, refetch: bool) -> Result<Repository, RepositoryError> {
+        let row = self.repository_row(id).await?;
+        if !self.start_sync_with(id, refetch) && refetch {
+            return Err(RepositoryError::Conflict(format!(
+                "repository `{}` is syncing now; ask for the refetch when the sync has ended",
+                row.name
+            )));
+        }
         self.get(id).await
     }
 
@@ -388,16 +397,21 @@ impl Repositories {
     }
 
     fn start_sync(&self, id: Uuid) {
+        self.start_sync_with(id, false);
+    }
+
+    /// Starts a sync unless one runs; says whether it started.
+    fn start_sync_with(&self, id: Uuid, refetch: bool) -> bool {
         {
             let mut syncing = self.syncing.lock().unwrap_or_else(|e| e.into_inner());
             if !syncing.insert(id) {
-                return;
+                return false;
             }
         }
         let this = self.clone();
         self.tasks.spawn(async move {
             let outcome = tokio::select! {
-                outcome = sync::run(&this, id) => Some(outcome),
+                outcome = sync::run(&this, id, refetch) => Some(outcome),
                 _ = this.stopping.cancelled() => None,
             };
             if let Some(Err(e)) = outcome {
@@ -405,6 +419,7 @@ impl Repositories {
             }
             this.syncing.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
         });
+        true
     }
 }
 

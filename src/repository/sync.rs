@@ -24,7 +24,7 @@ const BATCH: usize = 1000;
 
 /// Runs a sync and records its outcome on the repository; `Err` only when even
 /// that could not be written.
-pub async fn run(repos: &Repositories, id: Uuid) -> Result<(), RepositoryError> {
+pub async fn run(repos: &Repositories, id: Uuid, refetch: bool) -> Result<(), RepositoryError> {
     let db = &repos.db;
     let Some(row) = rows::find_repository(db, id).await? else {
         return Ok(());
@@ -37,7 +37,7 @@ pub async fn run(repos: &Repositories, id: Uuid) -> Result<(), RepositoryError> 
     // The total deadline: a source that trickles bytes (each within the idle
     // deadline) or a provider that streams its inventory slowly ends here.
     let deadline = repos.settings.sync_deadline;
-    let outcome = match tokio::time::timeout(deadline, sync(repos, &repository)).await {
+    let outcome = match tokio::time::timeout(deadline, sync(repos, &repository, refetch)).await {
         Ok(outcome) => outcome,
         Err(_elapsed) => Err(RepositoryError::Source(format!(
             "the sync passed its deadline of {}s (sync_deadline_seconds) and was stopped",
@@ -140,6 +140,7 @@ fn publish(
 async fn sync(
     repos: &Repositories,
     repository: &super::Repository,
+    refetch: bool,
 ) -> Result<Stats, RepositoryError> {
     let db = &repos.db;
     let id = repository.id;
@@ -158,7 +159,7 @@ async fn sync(
             result = &mut reading, if reading_done.is_none() => reading_done = Some(result),
         }
     };
-    let mut diff = Diff::new(existing, repository.sync_mode == SyncMode::Copy);
+    let mut diff = Diff::new(existing, repository.sync_mode == SyncMode::Copy, refetch);
     loop {
         let listed = tokio::select! {
             listed = rx.recv() => listed,
@@ -219,6 +220,8 @@ async fn sync(
 /// made, the manifests to fetch (COPY), the counts.
 struct Diff {
     copy: bool,
+    /// Every stored element counts as changed: its manifest is read again.
+    refetch: bool,
     /// Stored elements the inventory has not listed (yet).
     existing: rows::Existing,
     seen_keys: HashSet<(String, String)>,
@@ -233,9 +236,10 @@ struct Diff {
 }
 
 impl Diff {
-    fn new(existing: rows::Existing, copy: bool) -> Self {
+    fn new(existing: rows::Existing, copy: bool, refetch: bool) -> Self {
         Self {
             copy,
+            refetch,
             stored: existing.len() as i64,
             existing,
             seen_keys: HashSet::new(),
@@ -296,7 +300,8 @@ impl Diff {
             // Changed, or (COPY) its manifest is still missing: a fetch that
             // failed before is tried again.
             Some(stored)
-                if stored.hash.as_deref() != Some(entry.hash.as_str())
+                if self.refetch
+                    || stored.hash.as_deref() != Some(entry.hash.as_str())
                     || (self.copy && !stored.has_manifest) =>
             {
                 (stored.id, false)

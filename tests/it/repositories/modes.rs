@@ -6,7 +6,8 @@ use sha2::{Digest, Sha256};
 
 use crate::support::nginx::Nginx;
 use crate::support::repositories::{
-    create_id, element_ids, manifest_of, put_element, refresh, settled, write_inventory,
+    create_id, element_ids, manifest_of, put_element, refresh, refresh_with, settled,
+    write_inventory,
 };
 use crate::support::{ADMIN_TOKEN, TestApp, data};
 
@@ -204,8 +205,50 @@ async fn lazy_fetches_the_changed_manifest_on_next_use() {
     write_inventory(root, &[same_entry]);
     refresh(&app, &id).await;
     assert_eq!(manifest_of(&app, &element).await["description"], "one");
+    // Asked to, a refresh reads every manifest again.
+    refresh_with(&app, &id, true).await;
+    assert_eq!(
+        manifest_of(&app, &element).await["description"],
+        "unnoticed"
+    );
     // With its digest, it is noticed.
     write_inventory(root, &[publish(root, "two")]);
     refresh(&app, &id).await;
     assert_eq!(manifest_of(&app, &element).await["description"], "two");
+}
+
+/// A source that edits manifests under unchanged entries: a refresh asked to
+/// refetch reads every manifest again, and a COPY repository stores it.
+#[tokio::test]
+async fn a_copy_refresh_asked_to_refetch_reads_every_manifest_again() {
+    let served = tempfile::tempdir().unwrap();
+    let root = served.path();
+    let entry = put_element(root, "app", "1.0.0", json!({}), &[]);
+    write_inventory(root, std::slice::from_ref(&entry));
+    let nginx = Nginx::start(root);
+    let app = TestApp::spawn().await;
+    let id = create_id(
+        &app,
+        json!({"name": "copy", "driver": {"http": {"url": nginx.url()}}, "syncMode": "COPY"}),
+    )
+    .await;
+    settled(&app, &id, "ACTIVE").await;
+    let element = element_ids(&app, &id).await["app 1.0.0"].clone();
+    assert!(manifest_of(&app, &element).await["description"].is_null());
+    std::fs::write(
+        root.join("app/1.0.0/manifests/app.yaml"),
+        "name: app\nversion: 1.0.0\ndescription: edited\nresources: {}\n",
+    )
+    .unwrap();
+    refresh(&app, &id).await;
+    assert!(
+        manifest_of(&app, &element).await["description"].is_null(),
+        "an unchanged entry keeps what is stored"
+    );
+    let repo = refresh_with(&app, &id, true).await;
+    assert_eq!(repo.status, "ACTIVE");
+    assert_eq!(element_ids(&app, &id).await["app 1.0.0"], element);
+    // Stored at sync time: without the source, the new content is there.
+    drop(nginx);
+    assert_eq!(manifest_of(&app, &element).await["description"], "edited");
 }

@@ -162,12 +162,17 @@ pub async fn mutate(app: &TestApp, field: &str, args: &str, vars: Value) -> Valu
 /// `ERROR`): a sync's end is the only write that leaves a status other than
 /// `SYNCING` with a new `updatedAt`.
 pub async fn refresh(app: &TestApp, id: &str) -> Repository {
+    refresh_with(app, id, false).await
+}
+
+/// [`refresh`], with `refetchManifests` as given.
+pub async fn refresh_with(app: &TestApp, id: &str, refetch: bool) -> Repository {
     let query = format!("query($id: ID!) {{ repository(id: $id) {{ {REPO_FIELDS} }} }}");
     let before: Repository = app.query_as(&query, json!({"id": id}), "repository").await;
     data(
         &app.gql(
-            "mutation($id: ID!) { refreshRepository(id: $id) { id } }",
-            json!({"id": id}),
+            "mutation($id: ID!, $refetch: Boolean!) { refreshRepository(id: $id, refetchManifests: $refetch) { id } }",
+            json!({"id": id, "refetch": refetch}),
         )
         .await,
     );
