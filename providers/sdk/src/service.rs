@@ -2,12 +2,14 @@
 //! requests into trait calls, and step results into event streams that end
 //! with exactly one `done` or `error`.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
@@ -23,11 +25,95 @@ const STREAM_BUFFER: usize = 64;
 
 pub(crate) struct ProviderService<P> {
     provider: Arc<P>,
+    turns: Arc<Turns>,
 }
 
 impl<P> ProviderService<P> {
     pub(crate) fn new(provider: Arc<P>) -> Self {
-        ProviderService { provider }
+        ProviderService {
+            provider,
+            turns: Arc::default(),
+        }
+    }
+}
+
+/// One deploy or destroy at a time per `resource_id`, in the order they
+/// arrived. A step goes on after its caller hangs up (a lost outcome); the
+/// retry, or the destroy, that follows must not overtake it, or a destroy
+/// could finish before the lost deploy creates what it then leaves behind.
+///
+/// Each step, as it arrives, puts its own "finished" signal in the map and
+/// takes out the one of the step before it, which it awaits.
+#[derive(Default)]
+struct Turns {
+    last: Mutex<HashMap<String, (u64, oneshot::Receiver<()>)>>,
+    arrivals: AtomicU64,
+}
+
+/// A step's turn on its resource: ends (and signals the next) when dropped.
+struct Turn {
+    turns: Arc<Turns>,
+    id: String,
+    arrival: u64,
+    _finished: oneshot::Sender<()>,
+}
+
+impl Turns {
+    /// Queues for `id` now, so arrival order is kept, and waits for the turn.
+    fn take(self: &Arc<Self>, id: String) -> impl Future<Output = Turn> + Send + 'static {
+        let arrival = self.arrivals.fetch_add(1, Ordering::Relaxed);
+        let (finished, next_waits) = oneshot::channel();
+        let before = self
+            .last
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(id.clone(), (arrival, next_waits));
+        let turn = Turn {
+            turns: self.clone(),
+            id,
+            arrival,
+            _finished: finished,
+        };
+        async move {
+            if let Some((_, before)) = before {
+                // Sent or dropped: either way the step before is over.
+                let _ = before.await;
+            }
+            turn
+        }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let mut last = self
+            .turns
+            .last
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Nobody came after this step: its entry goes with it.
+        if last.get(&self.id).is_some_and(|(a, _)| *a == self.arrival) {
+            last.remove(&self.id);
+        }
+    }
+}
+
+impl<P> ProviderService<P> {
+    /// The turn of a step on `resource` (none without a resource id).
+    fn turn(
+        &self,
+        resource: Option<&proto::Resource>,
+    ) -> impl Future<Output = Option<Turn>> + Send + 'static {
+        let queued = resource
+            .map(|r| r.resource_id.clone())
+            .filter(|id| !id.is_empty())
+            .map(|id| self.turns.take(id));
+        async move {
+            match queued {
+                Some(queued) => Some(queued.await),
+                None => None,
+            }
+        }
     }
 }
 
@@ -69,7 +155,9 @@ impl<P: Provider> proto::provider_server::Provider for ProviderService<P> {
     ) -> Result<Response<Self::DeployResourceStream>, Status> {
         let request = request.into_inner();
         let provider = self.provider.clone();
+        let turn = self.turn(request.resource.as_ref());
         step("DeployResource", move |events| async move {
+            let _turn = turn.await;
             provider.deploy_resource(request, events).await
         })
         .await
@@ -83,7 +171,9 @@ impl<P: Provider> proto::provider_server::Provider for ProviderService<P> {
     ) -> Result<Response<Self::DestroyResourceStream>, Status> {
         let request = request.into_inner();
         let provider = self.provider.clone();
+        let turn = self.turn(request.resource.as_ref());
         step("DestroyResource", move |events| async move {
+            let _turn = turn.await;
             provider.destroy_resource(request, events).await
         })
         .await
@@ -228,5 +318,42 @@ async fn open<T: Send + 'static>(
         Some(Ok(first)) => Ok(Box::pin(
             tokio_stream::once(Ok(first)).chain(ReceiverStream::new(rx)),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::FutureExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn steps_on_one_resource_take_turns_in_arrival_order() {
+        let turns = Arc::new(Turns::default());
+        let first = turns
+            .take("a".into())
+            .now_or_never()
+            .expect("the first step goes at once");
+        let mut second = Box::pin(turns.take("a".into()));
+        let mut third = Box::pin(turns.take("a".into()));
+        // Another resource does not wait.
+        let other = turns.take("b".into()).now_or_never();
+        assert!(other.is_some());
+        drop(other);
+        assert!(
+            (&mut second).now_or_never().is_none(),
+            "waits for the first"
+        );
+        assert!((&mut third).now_or_never().is_none());
+        drop(first);
+        let second = (&mut second).now_or_never().expect("its turn came");
+        assert!(
+            (&mut third).now_or_never().is_none(),
+            "waits for the second"
+        );
+        drop(second);
+        let third = (&mut third).now_or_never().expect("its turn came");
+        drop(third);
+        assert!(turns.last.lock().unwrap().is_empty(), "nothing kept after");
     }
 }
