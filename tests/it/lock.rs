@@ -140,8 +140,8 @@ async fn two_data_dirs_on_one_database_are_refused() {
         assert!(message.contains(&format!("pid={holder}")), "{message}");
     }
     wait_ready(first.addr).await;
-    let mut child = first.child;
-    let status = tokio::task::spawn_blocking(move || terminate(&mut child))
+    let mut first = first;
+    let status = tokio::task::spawn_blocking(move || terminate(&mut first.child))
         .await
         .unwrap();
     assert!(status.success(), "{status:?}");

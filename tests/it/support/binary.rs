@@ -14,6 +14,16 @@ pub struct Served {
     pub log: Arc<Mutex<Vec<String>>>,
 }
 
+/// A test that fails before it stops its server must not leave it running.
+impl Drop for Served {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// `corbel serve` on `store`, listening on `127.0.0.1:0` unless `extra_env` says
 /// otherwise, logging JSON, with piped output.
 pub fn serve_command(store: &TestStore, extra_env: &[(&str, &str)]) -> Command {
