@@ -4,17 +4,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::support::binary::serve;
-use crate::support::processes::{alive, gone, provider_pid};
+use crate::support::processes::{
+    alive, gone, provider_exits_when_its_server_is_killed, provider_pid,
+};
 use crate::support::provider_repos::{ProviderRepo, process_metadata, workspace_bin};
 use crate::support::providers::{
     create_provider, logs, nodes, provider_json, spawn_quick, wait_status,
 };
 use crate::support::settings::quick;
 use crate::support::websocket::{next_json, subscribe};
-use crate::support::{ADMIN_TOKEN, TestApp, TestStore, corbel_bin, data, error_code, eventually};
+use crate::support::{TestApp, TestStore, corbel_bin, data, error_code};
 
 #[tokio::test]
 async fn a_provider_loads_from_git_registers_and_unloads() {
@@ -182,34 +183,12 @@ async fn providers_follow_their_server() {
     gone(pid).await;
 
     // The real binary, killed outright: the provider notices and exits.
-    let mut served = serve(
+    provider_exits_when_its_server_is_killed(
         &store,
-        &[
-            ("CORBEL_ADMIN_TOKEN", ADMIN_TOKEN),
-            ("CORBEL_PROVIDER_HEALTH_INTERVAL_MS", "200"),
-        ],
-    );
-    let client = reqwest::Client::new();
-    let url = format!("http://{}/graphql", served.addr);
-    eventually(Duration::from_secs(60), "the provider to load again", || async {
-        let body: Value = client
-            .post(&url)
-            .bearer_auth(ADMIN_TOKEN)
-            .json(&json!({"query": "query($id: ID!) { provider(id: $id) { status } }", "variables": {"id": id}}))
-            .send()
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
-        (body["data"]["provider"]["status"] == "CONNECTED").then_some(())
-    })
+        &id,
+        &[("CORBEL_PROVIDER_HEALTH_INTERVAL_MS", "200")],
+    )
     .await;
-    let pid = provider_pid(&store, &id);
-    assert!(alive(pid));
-    served.child.kill().unwrap();
-    served.child.wait().unwrap();
-    gone(pid).await;
 }
 
 #[test]

@@ -9,13 +9,12 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::binary::serve;
 use crate::support::deployments::{create_blueprint, deploy, settled};
-use crate::support::processes::{alive, gone, provider_pid};
+use crate::support::processes::provider_exits_when_its_server_is_killed;
 use crate::support::provider_repos::ProviderRepo;
 use crate::support::providers::{create_provider, logs, nodes, provider, wait_status};
 use crate::support::settings::quick;
-use crate::support::{ADMIN_TOKEN, TestApp, TestStore, data, error_code, eventually};
+use crate::support::{TestApp, TestStore, data, error_code, eventually};
 
 /// Runs a Python program; fails the test, saying what to install, when
 /// grpcio is missing (`scripts/test.sh` installs it).
@@ -412,26 +411,5 @@ async fn the_python_provider_exits_when_its_server_is_killed() {
     wait_status(&app, &id, "CONNECTED").await;
     let store = app.stop().await;
 
-    let mut served = serve(&store, &[("CORBEL_ADMIN_TOKEN", ADMIN_TOKEN)]);
-    let client = reqwest::Client::new();
-    let url = format!("http://{}/graphql", served.addr);
-    eventually(Duration::from_secs(60), "the provider to load again", || async {
-        let body: serde_json::Value = client
-            .post(&url)
-            .bearer_auth(ADMIN_TOKEN)
-            .json(&json!({"query": "query($id: ID!) { provider(id: $id) { status } }", "variables": {"id": id}}))
-            .send()
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
-        (body["data"]["provider"]["status"] == "CONNECTED").then_some(())
-    })
-    .await;
-    let pid = provider_pid(&store, &id);
-    assert!(alive(pid));
-    served.child.kill().unwrap();
-    served.child.wait().unwrap();
-    gone(pid).await;
+    provider_exits_when_its_server_is_killed(&store, &id, &[]).await;
 }

@@ -92,3 +92,38 @@ pub fn signal(pid: i32, signal: libc::c_int) {
     // checked by start time by the callers.
     unsafe { libc::kill(pid, signal) };
 }
+
+/// A provider never outlives its server: `corbel serve` (the real binary, with
+/// `extra_env`) on `store` loads provider `id` again, is killed with SIGKILL,
+/// and the provider's process exits by itself.
+pub async fn provider_exits_when_its_server_is_killed(
+    store: &TestStore,
+    id: &str,
+    extra_env: &[(&str, &str)],
+) {
+    use serde_json::{Value, json};
+    let mut env = vec![("CORBEL_ADMIN_TOKEN", super::ADMIN_TOKEN)];
+    env.extend_from_slice(extra_env);
+    let mut served = super::binary::serve(store, &env);
+    let client = reqwest::Client::new();
+    let url = format!("http://{}/graphql", served.addr);
+    eventually(Duration::from_secs(60), "the provider to load again", || async {
+        let body: Value = client
+            .post(&url)
+            .bearer_auth(super::ADMIN_TOKEN)
+            .json(&json!({"query": "query($id: ID!) { provider(id: $id) { status } }", "variables": {"id": id}}))
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        (body["data"]["provider"]["status"] == "CONNECTED").then_some(())
+    })
+    .await;
+    let pid = provider_pid(store, id);
+    assert!(alive(pid));
+    served.child.kill().unwrap();
+    served.child.wait().unwrap();
+    gone(pid).await;
+}
