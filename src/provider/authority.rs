@@ -45,8 +45,13 @@ const PADDED: u8 = 0x8;
 const PRIORITY: u8 = 0x20;
 /// The smallest SETTINGS_MAX_FRAME_SIZE: every peer accepts frames this large.
 const MAX_FRAME: usize = 16_384;
-/// A header block larger than this is passed on unread.
-const MAX_BLOCK: usize = 1 << 20;
+/// A header block larger than this is passed on unread: h2 refuses header
+/// lists well below it (16 KiB by default), so nothing is lost, and a peer
+/// cannot make a connection hold more.
+const MAX_BLOCK: usize = 64 * 1024;
+/// A header name literal longer than this cannot be `:authority` (10 bytes
+/// plain, 8 Huffman-coded): it is skipped, not decoded.
+const MAX_AUTHORITY_NAME: usize = 16;
 
 /// A registry connection whose requests' `:authority` h2 will accept.
 pub struct AuthorityFix<IO> {
@@ -279,17 +284,20 @@ fn rewrite_block(block: &[u8]) -> Option<Option<Vec<u8>>> {
         let (index, n) = integer(&block[at..], prefix)?;
         at += n;
         let is_authority = if index == 0 {
-            let (name, n) = string(&block[at..])?;
+            let (name, n) = string(&block[at..], |len| len <= MAX_AUTHORITY_NAME)?;
             at += n;
-            name == b":authority"
+            name.as_deref() == Some(b":authority".as_slice())
         } else {
             // Static table entry 1 is `:authority`.
             index == 1
         };
         let value_at = at;
-        let (value, n) = string(&block[at..])?;
+        // Only an `:authority` value is decoded; others are skipped by length.
+        let (value, n) = string(&block[at..], |_| is_authority)?;
         at += n;
-        if is_authority && http::uri::Authority::try_from(value.as_slice()).is_err() {
+        if let Some(value) = value
+            && http::uri::Authority::try_from(value.as_slice()).is_err()
+        {
             out.extend_from_slice(&block[start..value_at]);
             let fixed: Vec<u8> = value
                 .iter()
@@ -347,15 +355,16 @@ fn put_integer(out: &mut Vec<u8>, high: u8, n: u32, mut value: usize) {
     out.push(value as u8);
 }
 
-/// An HPACK string literal (RFC 7541 §5.2), decoded, and its encoded length.
-fn string(src: &[u8]) -> Option<(Vec<u8>, usize)> {
+/// An HPACK string literal (RFC 7541 §5.2) and its encoded length; decoded
+/// only when `decode` says so for its encoded length (else `None`).
+fn string(src: &[u8], decode: impl Fn(usize) -> bool) -> Option<(Option<Vec<u8>>, usize)> {
     let huffman = *src.first()? & 0x80 != 0;
     let (len, n) = integer(src, 7)?;
     let bytes = src.get(n..n.checked_add(len)?)?;
-    let value = if huffman {
-        huffman_decode(bytes)?
-    } else {
-        bytes.to_vec()
+    let value = match (decode(len), huffman) {
+        (false, _) => None,
+        (true, true) => Some(huffman_decode(bytes)?),
+        (true, false) => Some(bytes.to_vec()),
     };
     Some((value, n + len))
 }
