@@ -98,6 +98,20 @@ impl Drop for Turn {
     }
 }
 
+/// Waits for a step's turn; one that must wait says so first, so its caller
+/// gets the stream's first event at once rather than silence until its turn.
+async fn wait_turn(turn: impl Future<Output = Option<Turn>>, events: &Events) -> Option<Turn> {
+    use futures_util::FutureExt as _;
+    let mut turn = std::pin::pin!(turn);
+    if let Some(ready) = (&mut turn).now_or_never() {
+        return ready;
+    }
+    events
+        .log("waiting for the call before it on this resource to end")
+        .await;
+    turn.await
+}
+
 impl<P> ProviderService<P> {
     /// The turn of a step on `resource` (none without a resource id).
     fn turn(
@@ -157,7 +171,7 @@ impl<P: Provider> proto::provider_server::Provider for ProviderService<P> {
         let provider = self.provider.clone();
         let turn = self.turn(request.resource.as_ref());
         step("DeployResource", move |events| async move {
-            let _turn = turn.await;
+            let _turn = wait_turn(turn, &events).await;
             provider.deploy_resource(request, events).await
         })
         .await
@@ -173,7 +187,7 @@ impl<P: Provider> proto::provider_server::Provider for ProviderService<P> {
         let provider = self.provider.clone();
         let turn = self.turn(request.resource.as_ref());
         step("DestroyResource", move |events| async move {
-            let _turn = turn.await;
+            let _turn = wait_turn(turn, &events).await;
             provider.destroy_resource(request, events).await
         })
         .await
