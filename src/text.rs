@@ -1,4 +1,4 @@
-//! Enums stored and shown as fixed text (`TO_DEPLOY`, `ADMIN`, `stdout`), all
+//! [`bounded`], the one cut of outside text to a size. And enums stored and shown as fixed text (`TO_DEPLOY`, `ADMIN`, `stdout`), all
 //! made by one macro, [`text_enum!`]. A leaf: it uses nothing else of the crate.
 //!
 //! ```ignore
@@ -84,8 +84,30 @@ macro_rules! text_enum {
 
 pub(crate) use text_enum;
 
+/// `text` cut to at most `max` bytes at a character boundary, with `marker`
+/// appended when it was cut.
+pub fn bounded(mut text: String, max: usize, marker: &str) -> String {
+    if text.len() > max {
+        let mut cut = max;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str(marker);
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn texts_are_cut_at_a_character_boundary() {
+        assert_eq!(super::bounded("short".into(), 10, "…"), "short");
+        assert_eq!(super::bounded("ééé".into(), 3, "…"), "é…");
+        let long = super::bounded("x".repeat(10_000), 2048, " …");
+        assert_eq!(long.len(), 2048 + " …".len());
+    }
+
     use super::*;
 
     text_enum! {

@@ -83,15 +83,11 @@ impl LogSink {
     }
 
     pub fn line(&self, stream: LogStream, text: &str) {
-        let mut text = text.trim_end_matches(['\r', '\n']).to_owned();
-        if text.len() > MAX_LINE_BYTES {
-            let mut cut = MAX_LINE_BYTES;
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            text.truncate(cut);
-            text.push_str(" …");
-        }
+        let text = crate::text::bounded(
+            text.trim_end_matches(['\r', '\n']).to_owned(),
+            MAX_LINE_BYTES,
+            " …",
+        );
         tracing::info!(
             provider.id = %self.provider_id,
             stream = stream.as_str(),

@@ -9,6 +9,7 @@ use uuid::Uuid;
 use super::{InvalidElement, Repositories, RepositoryError};
 use crate::store::Db;
 use crate::store::repositories as rows;
+use crate::text::bounded;
 
 impl Repositories {
     /// A page of the repository's invalid elements, by path, and the total.
@@ -57,13 +58,15 @@ impl InvalidElement {
         }
     }
 
+    /// As stored: each text cut to a bound, since all of it comes from the
+    /// source (a name may be any YAML value, a message quotes the entry).
     pub(super) fn into_write(self) -> rows::InvalidWrite {
         rows::InvalidWrite {
             element_id: self.element_id,
-            name: self.name,
-            version: self.version,
-            path: self.path,
-            message: self.message,
+            name: self.name.map(|n| bounded(n, 256, "…")),
+            version: self.version.map(|v| bounded(v, 256, "…")),
+            path: bounded(self.path, 1024, "…"),
+            message: bounded(self.message, 2048, "…"),
         }
     }
 }
