@@ -387,26 +387,26 @@ impl Tail {
                 if extra > 10 {
                     continue; // counted, not reported line by line
                 }
-                let message = format!(
+                self.report(&format!(
                     "protocol violation: {call} for resource {} (key `{}`) sent {kind} after `{ended_with}`; ignored",
                     self.resource_id, self.key
-                );
-                tracing::warn!(provider.id = %self.provider, resource.id = %self.resource_id, "{message}");
-                if let Some(slot) = self.slots.existing(self.provider) {
-                    self.slots.note(&slot, &message);
-                }
+                ));
             }
             if extra > 10 {
-                let message = format!(
+                self.report(&format!(
                     "protocol violation: {call} for resource {} sent {extra} events after `{ended_with}`; all ignored",
                     self.resource_id
-                );
-                tracing::warn!(provider.id = %self.provider, resource.id = %self.resource_id, "{message}");
-                if let Some(slot) = self.slots.existing(self.provider) {
-                    self.slots.note(&slot, &message);
-                }
+                ));
             }
         });
+    }
+
+    /// In the server's log and the provider's.
+    fn report(&self, message: &str) {
+        tracing::warn!(provider.id = %self.provider, resource.id = %self.resource_id, "{message}");
+        if let Some(slot) = self.slots.existing(self.provider) {
+            self.slots.note(&slot, message);
+        }
     }
 }
 
