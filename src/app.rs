@@ -206,7 +206,7 @@ impl App {
         let router = Router::new()
             .route(
                 "/graphql",
-                get(api_http::graphiql).post(api_http::graphql_post),
+                get(crate::web::graphiql).post(api_http::graphql_post),
             )
             .route("/graphql/ws", get(api_http::graphql_ws))
             .route("/artifacts/{element}/{urn}", get(api_http::artifact))

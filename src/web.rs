@@ -1,9 +1,11 @@
-//! The web UI: the static files of `web/`, embedded in the binary, so the UI works
-//! with no network beyond this server.
+//! The web console and GraphiQL: the static files of `web/`, embedded in the
+//! binary, so both work with no network beyond this server. The console is one
+//! page (`index.html`) served at each of its routes, so reload and back work;
+//! its modules, styles and the vendored GraphiQL bundles are under `/ui/`.
 
 use axum::Router;
 use axum::extract::Path;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use rust_embed::RustEmbed;
@@ -12,30 +14,92 @@ use rust_embed::RustEmbed;
 #[folder = "web/"]
 struct Assets;
 
+/// The console's top-level routes (`web/js/app.js` names the same): each is
+/// answered with `index.html`, and so is any path below it.
+const SECTIONS: &[&str] = &[
+    "sign-in",
+    "providers",
+    "repositories",
+    "elements",
+    "blueprints",
+    "deployments",
+    "account",
+];
+
+/// Scripts, styles, fonts and connections only from this origin; no framing.
+/// GraphiQL's bundles set inline styles, hence `'unsafe-inline'` for styles only.
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
+                   img-src 'self' data:; font-src 'self' data:; connect-src 'self'; \
+                   frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+
 pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    Router::new().route("/", get(|| serve("index.html"))).route(
-        "/ui/{*path}",
-        get(|Path(path): Path<String>| serve_owned(path)),
-    )
+    let mut router = Router::new()
+        .route("/", get(index))
+        .route("/ui/{*path}", get(asset));
+    for section in SECTIONS {
+        router = router
+            .route(&format!("/{section}"), get(index))
+            .route(&format!("/{section}/{{*rest}}"), get(index));
+    }
+    router
 }
 
-async fn serve_owned(path: String) -> Response {
-    serve(&path).await
+/// GraphiQL, from the vendored bundles (`web/vendor/graphiql/`).
+pub async fn graphiql(headers: HeaderMap) -> Response {
+    serve("graphiql.html", &headers)
 }
 
-async fn serve(path: &str) -> Response {
+async fn index(headers: HeaderMap) -> Response {
+    serve("index.html", &headers)
+}
+
+async fn asset(Path(path): Path<String>, headers: HeaderMap) -> Response {
+    serve(&path, &headers)
+}
+
+/// A file of `web/`, revalidated on each use (`no-cache`) by its ETag: an
+/// unchanged file is a `304` with no body.
+fn serve(path: &str, request: &HeaderMap) -> Response {
     match Assets::get(path) {
         Some(file) => {
             let mime = mime_guess::from_path(path).first_or_octet_stream();
-            (
-                [
-                    (header::CONTENT_TYPE, mime.as_ref().to_owned()),
-                    (header::CACHE_CONTROL, "no-cache".to_owned()),
-                ],
-                file.data.into_owned(),
-            )
-                .into_response()
+            let etag = format!("\"{}\"", hex(&file.metadata.sha256_hash()[..12]));
+            let fresh = request
+                .get(header::IF_NONE_MATCH)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.split(',').any(|tag| tag.trim() == etag));
+            let mut response = if fresh {
+                StatusCode::NOT_MODIFIED.into_response()
+            } else {
+                (
+                    [(header::CONTENT_TYPE, mime.as_ref().to_owned())],
+                    file.data.into_owned(),
+                )
+                    .into_response()
+            };
+            let headers = response.headers_mut();
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+            if let Ok(etag) = HeaderValue::from_str(&etag) {
+                headers.insert(header::ETAG, etag);
+            }
+            let headers = response.headers_mut();
+            headers.insert(
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            );
+            if path.ends_with(".html") {
+                headers.insert(
+                    header::CONTENT_SECURITY_POLICY,
+                    HeaderValue::from_static(CSP),
+                );
+                headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+            }
+            response
         }
         None => (StatusCode::NOT_FOUND, "not found\n").into_response(),
     }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -261,9 +261,176 @@ pub fn from_str<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T, Yaml
     })
 }
 
+/// The 1-based line of the node at a dotted `path` (`resources.web.depends_on[0]`)
+/// in `text`: the line of its key for a mapping entry, of the item for a
+/// sequence entry. When the path goes further than the document (a missing
+/// field), the line of the deepest part that is there; `None` for an empty
+/// path or text that does not parse that far. For pointing an author at a
+/// problem; `text` is expected to have passed [`check`].
+pub fn line_of(text: &str, path: &str) -> Option<usize> {
+    let want = segments(path);
+    if want.is_empty() {
+        return None;
+    }
+    // One frame per open collection: where it is, and which entry is current.
+    enum Frame {
+        Map {
+            expect_key: bool,
+            key: Option<String>,
+            key_line: usize,
+        },
+        Seq {
+            next: usize,
+        },
+    }
+    let mut frames: Vec<Frame> = Vec::new();
+    // The path of each open collection, and whether it is on `want`'s way.
+    // (`None` for the document's root, which has no segment).
+    let mut at: Vec<Option<Segment>> = Vec::new();
+    let mut best: Option<(usize, usize)> = None; // (matched segments, line)
+    for item in Parser::new_from_str(text) {
+        let Ok((event, span)) = item else { break };
+        let line = span.start.line();
+        let starts_node = matches!(
+            event,
+            Event::Scalar(..)
+                | Event::Alias(_)
+                | Event::MappingStart(..)
+                | Event::SequenceStart(..)
+        );
+        let mut entered: Option<(Segment, usize)> = None;
+        if starts_node {
+            match frames.last_mut() {
+                Some(Frame::Map {
+                    expect_key,
+                    key,
+                    key_line,
+                }) if *expect_key => {
+                    if let Event::Scalar(value, ..) = &event {
+                        *key = Some(value.to_string());
+                    } else {
+                        *key = None;
+                    }
+                    *key_line = line;
+                    *expect_key = false;
+                    if !matches!(event, Event::Scalar(..) | Event::Alias(_)) {
+                        // A complex key: skip what it holds as if a value.
+                        frames.push(match event {
+                            Event::MappingStart(..) => Frame::Map {
+                                expect_key: true,
+                                key: None,
+                                key_line: line,
+                            },
+                            _ => Frame::Seq { next: 0 },
+                        });
+                        at.push(Some(Segment::Key("\0".to_owned())));
+                    }
+                    continue;
+                }
+                Some(Frame::Map {
+                    expect_key,
+                    key,
+                    key_line,
+                }) => {
+                    *expect_key = true;
+                    entered = key.take().map(|k| (Segment::Key(k), *key_line));
+                }
+                Some(Frame::Seq { next }) => {
+                    entered = Some((Segment::Index(*next), line));
+                    *next += 1;
+                }
+                None => {}
+            }
+        }
+        if let Some((segment, line)) = &entered {
+            let open: Vec<&Segment> = at.iter().flatten().collect();
+            let depth = open.len() + 1;
+            if depth <= want.len()
+                && open.iter().zip(&want).all(|(a, b)| *a == b)
+                && want[depth - 1] == *segment
+                && best.is_none_or(|(d, _)| depth > d)
+            {
+                best = Some((depth, *line));
+                if depth == want.len() {
+                    break;
+                }
+            }
+        }
+        match event {
+            Event::MappingStart(..) | Event::SequenceStart(..) => {
+                frames.push(match event {
+                    Event::MappingStart(..) => Frame::Map {
+                        expect_key: true,
+                        key: None,
+                        key_line: line,
+                    },
+                    _ => Frame::Seq { next: 0 },
+                });
+                at.push(entered.map(|(s, _)| s));
+            }
+            Event::MappingEnd | Event::SequenceEnd => {
+                frames.pop();
+                at.pop();
+            }
+            _ => {}
+        }
+    }
+    best.map(|(_, line)| line)
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Segment {
+    Key(String),
+    Index(usize),
+}
+
+/// `a.b[0].c` → `[Key(a), Key(b), Index(0), Key(c)]`.
+fn segments(path: &str) -> Vec<Segment> {
+    let mut out = Vec::new();
+    for part in path.split('.').filter(|p| !p.is_empty()) {
+        let (name, mut rest) = match part.find('[') {
+            Some(i) => (&part[..i], &part[i..]),
+            None => (part, ""),
+        };
+        if !name.is_empty() {
+            out.push(Segment::Key(name.to_owned()));
+        }
+        while let Some(close) = rest.find(']') {
+            if let Ok(n) = rest[1..close].parse() {
+                out.push(Segment::Index(n));
+            }
+            rest = &rest[close + 1..];
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const BLUEPRINT: &str = "version: \"1\"\nvariables:\n  port: { type: int }\nresources:\n  db:\n    type: process.v1.service\n  web:\n    type: process.v1.service\n    depends_on:\n      - db\n      - cache\n    config: {command: sleep, args: [\"1\", \"2\"]}\n";
+
+    #[test]
+    fn line_of_finds_keys_items_and_flow_entries() {
+        assert_eq!(line_of(BLUEPRINT, "version"), Some(1));
+        assert_eq!(line_of(BLUEPRINT, "variables.port.type"), Some(3));
+        assert_eq!(line_of(BLUEPRINT, "resources.db"), Some(5));
+        assert_eq!(line_of(BLUEPRINT, "resources.web.type"), Some(8));
+        assert_eq!(line_of(BLUEPRINT, "resources.web.depends_on[0]"), Some(10));
+        assert_eq!(line_of(BLUEPRINT, "resources.web.depends_on[1]"), Some(11));
+        assert_eq!(line_of(BLUEPRINT, "resources.web.config.args[1]"), Some(12));
+    }
+
+    #[test]
+    fn line_of_a_missing_field_is_the_line_of_what_holds_it() {
+        assert_eq!(line_of(BLUEPRINT, "resources.db.config"), Some(5));
+        assert_eq!(line_of(BLUEPRINT, "resources.web.depends_on[7]"), Some(9));
+        assert_eq!(line_of(BLUEPRINT, "outputs.url"), None);
+        assert_eq!(line_of(BLUEPRINT, ""), None);
+        assert_eq!(line_of("a: [", "a"), Some(1));
+        assert_eq!(line_of("", "a"), None);
+    }
 
     const SMALL: Limits = Limits {
         max_bytes: 10_000,

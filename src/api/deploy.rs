@@ -133,23 +133,7 @@ impl Blueprint {
         &self.0.source
     }
     async fn resources(&self) -> Vec<BlueprintResource> {
-        self.0
-            .parsed
-            .resources
-            .iter()
-            .map(|r| BlueprintResource {
-                key: r.key.clone(),
-                resource_type: r.resource_type.clone(),
-                provider: r.provider.clone(),
-                depends_on: r.depends_on.clone(),
-                replicas: match &r.replicas {
-                    Replicas::Fixed(n) => n.to_string(),
-                    Replicas::Template(t) => t.clone(),
-                },
-                strategy: r.strategy.into(),
-                config: Json(r.config.clone()),
-            })
-            .collect()
+        resources_of(&self.0.parsed)
     }
     async fn variables(&self) -> Vec<BlueprintVariable> {
         self.0
@@ -297,6 +281,16 @@ impl Deployment {
     }
     async fn expires_at(&self) -> Option<DateTime<Utc>> {
         self.0.expires_at
+    }
+    /// The resources of the blueprint copy this deployment runs (it keeps
+    /// the copy it was made from when its blueprint changes): with their
+    /// `dependsOn`, the edges of its DAG.
+    async fn resources(&self, ctx: &Context<'_>) -> Result<Vec<BlueprintResource>, ApiError> {
+        let parsed = state::<Deployments>(ctx)?
+            .queries()
+            .parsed(self.0.id)
+            .await?;
+        Ok(resources_of(&parsed))
     }
     async fn nodes(&self, ctx: &Context<'_>) -> Result<Vec<ResourceNode>, ApiError> {
         let nodes = state::<Deployments>(ctx)?
@@ -670,4 +664,24 @@ impl DeploySubscription {
         );
         Ok(futures_util::stream::iter(replay).chain(live))
     }
+}
+
+/// A blueprint's resources as the API shows them.
+fn resources_of(parsed: &crate::deploy::blueprint::Blueprint) -> Vec<BlueprintResource> {
+    parsed
+        .resources
+        .iter()
+        .map(|r| BlueprintResource {
+            key: r.key.clone(),
+            resource_type: r.resource_type.clone(),
+            provider: r.provider.clone(),
+            depends_on: r.depends_on.clone(),
+            replicas: match &r.replicas {
+                Replicas::Fixed(n) => n.to_string(),
+                Replicas::Template(t) => t.clone(),
+            },
+            strategy: r.strategy.into(),
+            config: Json(r.config.clone()),
+        })
+        .collect()
 }

@@ -206,6 +206,34 @@ impl From<DeployError> for ApiError {
     fn from(e: DeployError) -> Self {
         match e {
             DeployError::Invalid(m) => Self::validation(m),
+            DeployError::Blueprint(ref problems) => {
+                let list = problems
+                    .iter()
+                    .map(|p| {
+                        let mut entry = async_graphql::indexmap::IndexMap::new();
+                        entry.insert(
+                            async_graphql::Name::new("path"),
+                            async_graphql::Value::from(p.problem.path.clone()),
+                        );
+                        entry.insert(
+                            async_graphql::Name::new("message"),
+                            async_graphql::Value::from(p.problem.message.clone()),
+                        );
+                        entry.insert(
+                            async_graphql::Name::new("line"),
+                            p.line.map_or(async_graphql::Value::Null, |l| {
+                                async_graphql::Value::from(l as u64)
+                            }),
+                        );
+                        async_graphql::Value::Object(entry)
+                    })
+                    .collect::<Vec<_>>();
+                let mut error = Self::validation(e.to_string());
+                error
+                    .details
+                    .push(("problems", async_graphql::Value::List(list)));
+                error
+            }
             DeployError::NotFound(m) => Self::new(ErrorCode::NotFound, m),
             DeployError::Conflict(m) => Self::new(ErrorCode::Conflict, m),
             DeployError::Provider(p) => p.into(),

@@ -4,13 +4,13 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
-use async_graphql::http::{ALL_WEBSOCKET_PROTOCOLS, GraphiQLSource, WebSocketProtocols, WsMessage};
+use async_graphql::http::{ALL_WEBSOCKET_PROTOCOLS, WebSocketProtocols, WsMessage};
 use async_graphql::{BatchRequest, Data};
 use axum::body::{Body, Bytes};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use futures_util::{SinkExt, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -52,16 +52,6 @@ pub struct HttpState {
 pub fn anonymous_gate() -> Arc<tokio::sync::Semaphore> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     Arc::new(tokio::sync::Semaphore::new((cores / 2).max(1)))
-}
-
-pub async fn graphiql() -> Html<String> {
-    Html(
-        GraphiQLSource::build()
-            .endpoint("/graphql")
-            .subscription_endpoint("/graphql/ws")
-            .title("Corbel GraphQL")
-            .finish(),
-    )
 }
 
 pub async fn graphql_post(State(state): State<HttpState>, request: Request) -> Response {

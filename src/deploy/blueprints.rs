@@ -116,14 +116,23 @@ pub(super) fn check_name(name: &str) -> Result<(), DeployError> {
 
 /// Parses and checks a blueprint; every problem is named at once.
 fn parse_checked(source: &str) -> Result<blueprint::Blueprint, DeployError> {
-    let parsed = blueprint::parse(source).map_err(|p| DeployError::Invalid(p.to_string()))?;
+    let located = |problems: Vec<blueprint::Problem>| {
+        DeployError::Blueprint(
+            problems
+                .into_iter()
+                .map(|problem| super::LocatedProblem {
+                    line: crate::yaml::line_of(source, &problem.path),
+                    problem,
+                })
+                .collect(),
+        )
+    };
+    let parsed = blueprint::parse(source).map_err(|p| located(p.0))?;
     let problems = blueprint::check(&parsed);
     if problems.is_empty() {
         Ok(parsed)
     } else {
-        Err(DeployError::Invalid(
-            blueprint::Problems(problems).to_string(),
-        ))
+        Err(located(problems))
     }
 }
 

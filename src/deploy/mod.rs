@@ -55,10 +55,22 @@ pub use rows::DeploymentFilter;
 pub use runs::Runs;
 pub use settings::{DeployFlags, DeploySettings};
 
+/// A blueprint problem and the 1-based line of the source it points at
+/// (`None` for the document as a whole, or where the source ends first).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocatedProblem {
+    pub problem: blueprint::Problem,
+    pub line: Option<usize>,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
     #[error("{0}")]
     Invalid(String),
+    /// A blueprint that does not parse or check: every problem, each with the
+    /// line of the source it points at.
+    #[error("{}", blueprint::Problems(.0.iter().map(|p| p.problem.clone()).collect()))]
+    Blueprint(Vec<LocatedProblem>),
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]

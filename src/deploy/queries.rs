@@ -68,8 +68,8 @@ impl Queries<'_> {
         Ok(rows::journal_len(&self.0.inner.db).await?)
     }
 
-    /// The deployment's stored blueprint, parsed.
-    pub(super) async fn parsed(&self, id: Uuid) -> Result<blueprint::Blueprint, DeployError> {
+    /// The deployment's own copy of its blueprint, parsed: what it runs.
+    pub async fn parsed(&self, id: Uuid) -> Result<blueprint::Blueprint, DeployError> {
         let row = self.row(id).await?;
         blueprint::parse(&row.source).map_err(|p| DeployError::Corrupt(p.to_string()))
     }

@@ -51,6 +51,20 @@ async fn a_blueprint_deploys_through_the_process_provider_and_is_destroyed() {
         )
         .await;
     assert_eq!(error_code(&refused), Some("VALIDATION"), "{refused}");
+    let runs = app
+        .gql(
+            "query($id: ID!) { deployment(id: $id) { resources { key dependsOn replicas } } }",
+            json!({ "id": id }),
+        )
+        .await;
+    assert_eq!(
+        data(&runs)["deployment"]["resources"],
+        json!([
+            { "key": "db", "dependsOn": [], "replicas": "1" },
+            { "key": "web", "dependsOn": ["db"], "replicas": "{{ replicas }}" },
+        ]),
+        "the deployment's own copy, with its edges"
+    );
     let done = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
     assert_eq!(done.state, "COMPLETE", "{done:?}");
     let nodes = &done.nodes;

@@ -43,6 +43,24 @@ async fn bad_blueprints_and_variables_are_refused_naming_the_field() {
         let message = body["errors"][0]["message"].as_str().unwrap();
         assert!(message.contains(wants), "{source}: {message}");
     }
+    // Each problem is also in `extensions.problems`, with the line it points
+    // at, for an editor to mark.
+    let body = app
+        .gql(
+            "mutation($input: CreateBlueprintInput!) { createBlueprint(input: $input) { id } }",
+            json!({ "input": { "name": "bad", "source": "version: \"1\"\nresources:\n  a:\n    type: x\n    depends_on:\n      - nope\n  b: { type: x, depends_on: [a, zz] }\n" } }),
+        )
+        .await;
+    let problems = &body["errors"][0]["extensions"]["problems"];
+    assert_eq!(
+        problems,
+        &json!([
+            { "path": "resources.a.depends_on[0]", "message": problems[0]["message"], "line": 6 },
+            { "path": "resources.b.depends_on[1]", "message": problems[1]["message"], "line": 7 },
+        ]),
+        "{body}"
+    );
+    assert!(problems[1]["message"].as_str().unwrap().contains("zz"));
     let listed = app.gql("{ blueprints { totalCount } }", json!({})).await;
     assert_eq!(
         data(&listed)["blueprints"]["totalCount"],

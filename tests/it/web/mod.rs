@@ -1,0 +1,320 @@
+//! The web console and GraphiQL in real headless Chromium (WebDriver), with
+//! the network limited to loopback: the pages, their live updates and the
+//! errors they show, against the real server. Screenshots go to
+//! `target/screenshots/`.
+
+use serde_json::json;
+
+use crate::support::TestApp;
+use crate::support::browser::{Browser, PASSWORD, set_admin_password};
+
+mod blueprints;
+mod repositories;
+
+#[tokio::test]
+async fn every_page_leads_to_sign_in_and_back_after_it() {
+    let app = TestApp::spawn().await;
+    set_admin_password(&app).await;
+    let browser = Browser::open(&app).await;
+    browser.goto("/deployments?state=FAILED").await;
+    browser.find("#sign-in").await;
+    assert_eq!(
+        browser.path().await,
+        "/sign-in?next=%2Fdeployments%3Fstate%3DFAILED"
+    );
+    // A wrong password is refused where it was typed, with its code.
+    browser.fill("#sign-in [name=username]", "admin").await;
+    browser
+        .fill("#sign-in [name=password]", "not-the-password")
+        .await;
+    browser.click("#sign-in button[type=submit]").await;
+    let error = browser
+        .wait_text("#sign-in [role=alert]", "UNAUTHENTICATED")
+        .await;
+    assert!(!error.contains(PASSWORD), "{error}");
+    browser.screenshot("sign-in-refused").await;
+
+    browser.fill("#sign-in [name=password]", PASSWORD).await;
+    browser.click("#sign-in button[type=submit]").await;
+    browser.wait_text("#signed-in-as", "admin").await;
+    assert_eq!(browser.path().await, "/deployments?state=FAILED");
+    // The session is the HttpOnly cookie: the page's script cannot read it.
+    assert_eq!(browser.js("return document.cookie;").await, json!(""));
+
+    // Reload keeps the route and the session; back goes where it was.
+    browser.goto("/account").await;
+    browser.wait_text("h1", "Account").await;
+    browser.client.refresh().await.unwrap();
+    browser.wait_text("#signed-in-as", "admin").await;
+    browser.wait_text("h1", "Account").await;
+    browser.client.back().await.unwrap();
+    browser.wait_text("h1", "Deployments").await;
+
+    browser.click("#sign-out").await;
+    browser.find("#sign-in").await;
+    browser.goto("/providers").await;
+    browser.find("#sign-in").await;
+    assert!(browser.foreign_requests().await.is_empty());
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn a_first_start_sets_the_admin_password_with_the_printed_token() {
+    let app = TestApp::spawn().await;
+    let browser = Browser::open(&app).await;
+    browser.goto("/").await;
+    browser.click("details summary").await;
+    browser
+        .fill("#first-start [name=token]", crate::support::ADMIN_TOKEN)
+        .await;
+    browser
+        .fill("#first-start [name=new-password]", "short")
+        .await;
+    browser.click("#first-start button[type=submit]").await;
+    // The browser's own check (minlength) keeps the form from being sent.
+    assert_eq!(browser.path().await, "/sign-in?next=%2F");
+    browser
+        .fill("#first-start [name=new-password]", "a-good-password")
+        .await;
+    browser.click("#first-start button[type=submit]").await;
+    browser.wait_text("#signed-in-as", "admin").await;
+    browser.wait_text("h1", "Overview").await;
+    // The token was used once and kept nowhere the page can read.
+    let stored = browser
+        .js("return JSON.stringify(localStorage) + JSON.stringify(sessionStorage) + document.cookie;")
+        .await;
+    assert!(
+        !stored
+            .as_str()
+            .unwrap_or_default()
+            .contains(crate::support::ADMIN_TOKEN)
+    );
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn the_overview_counts_and_names_what_needs_attention() {
+    let app = TestApp::spawn().await;
+    let browser = Browser::sign_in(&app).await;
+    browser
+        .wait_text("#overview", "Nothing needs attention")
+        .await;
+    assert_eq!(
+        browser.text("[data-count=Providers] strong").await,
+        "0",
+        "no providers yet"
+    );
+    browser.wait_text("#overview", "Add a provider").await;
+    // A repository whose source is missing fails its sync: it shows up,
+    // live (serverEvents), as a link to it.
+    let missing = tempfile::tempdir().unwrap();
+    let gone = missing.path().join("gone");
+    let body = app
+        .gql(
+            "mutation($input: CreateRepositoryInput!) { createRepository(input: $input) { id } }",
+            json!({ "input": { "name": "broken", "driver": { "local": { "path": gone } } } }),
+        )
+        .await;
+    let id = crate::support::data(&body)["createRepository"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    browser.wait_text("#attention", "broken").await;
+    browser
+        .wait_text("[data-count=Repositories] strong", "1")
+        .await;
+    browser.screenshot("overview").await;
+    browser.click("#attention a").await;
+    assert_eq!(browser.path().await, format!("/repositories/{id}"));
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn api_tokens_are_shown_once_and_revoked_from_the_account_page() {
+    let app = TestApp::spawn().await;
+    let browser = Browser::sign_in(&app).await;
+    browser.goto("/account").await;
+    // The session this browser signed in with is listed; no API token yet.
+    browser.wait_text("#tokens", "SESSION").await;
+    assert!(browser.all("[data-revoke]").await.is_empty());
+    browser.fill("#create-token [name=token-name]", "ci").await;
+    browser.click("#create-token button[type=submit]").await;
+    let secret = browser.text("#token-secret").await;
+    assert!(secret.len() > 20, "{secret}");
+    browser.find("tr[data-token=ci]").await;
+    // The token works for a script...
+    let me = app
+        .gql_as(Some(&secret), "{ me { username } }", json!({}))
+        .await;
+    assert_eq!(me["data"]["me"]["username"], "admin", "{me}");
+    // ...and is never shown again.
+    browser.client.refresh().await.unwrap();
+    browser.find("tr[data-token=ci]").await;
+    let page = browser.text("body").await;
+    assert!(!page.contains(&secret));
+
+    browser.click("[data-revoke=ci]").await;
+    browser.client.accept_alert().await.unwrap();
+    crate::support::eventually(crate::support::browser::WAIT, "the row goes", || async {
+        browser
+            .all("tr[data-token=ci]")
+            .await
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    let after = app
+        .gql_as(Some(&secret), "{ me { username } }", json!({}))
+        .await;
+    assert_eq!(crate::support::error_code(&after), Some("UNAUTHENTICATED"));
+
+    // A wrong current password is refused beside the form.
+    browser
+        .fill("#change-password [name=current-password]", "wrong-password")
+        .await;
+    browser
+        .fill("#change-password [name=new-password]", "another-password")
+        .await;
+    browser.click("#change-password button[type=submit]").await;
+    browser
+        .wait_text("#change-password [role=alert]", "currentPassword is wrong")
+        .await;
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn graphiql_runs_a_query_and_a_subscription_with_no_network() {
+    let app = TestApp::spawn().await;
+    let browser = Browser::sign_in(&app).await;
+    browser.goto("/graphql").await;
+    browser.find(".graphiql-container").await;
+    browser.wait_text("#who", "Signed in as admin").await;
+    // The default query runs with the session's cookie.
+    browser
+        .click(".graphiql-execute-button, button[aria-label^='Execute']")
+        .await;
+    browser
+        .wait_js(
+            "the query's result",
+            "document.querySelector('.result-window') && document.querySelector('.result-window').textContent.includes('\"username\": \"admin\"')",
+        )
+        .await;
+    browser.screenshot("graphiql").await;
+
+    // A subscription over /graphql/ws: the editor's text is replaced through
+    // CodeMirror, then an event is caused through the API.
+    browser
+        .js("document.querySelector('.graphiql-query-editor .CodeMirror').CodeMirror.setValue('subscription { serverEvents { __typename ... on ApiTokenCreated { name } } }'); return true;")
+        .await;
+    browser
+        .click(".graphiql-execute-button, button[aria-label^='Execute']")
+        .await;
+    // Subscribed once the socket has sent `subscribe`: retry making the event
+    // until the result window shows it.
+    let deadline = std::time::Instant::now() + crate::support::browser::WAIT;
+    let mut n = 0;
+    loop {
+        n += 1;
+        let name = format!("from-graphiql-{n}");
+        let body = app
+            .gql(
+                "mutation($n: String!) { createApiToken(name: $n) { token } }",
+                json!({ "n": name }),
+            )
+            .await;
+        crate::support::data(&body);
+        let shown = browser
+            .js("return document.querySelector('.result-window').textContent;")
+            .await;
+        if shown
+            .as_str()
+            .unwrap_or_default()
+            .contains("from-graphiql-")
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the subscription showed no event: {shown}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let foreign = browser.foreign_requests().await;
+    assert!(foreign.is_empty(), "requests off this server: {foreign:?}");
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn the_console_is_served_whole_from_the_binary_with_a_strict_policy() {
+    let app = TestApp::spawn().await;
+    for path in ["/", "/providers/some-id", "/sign-in", "/graphql"] {
+        let response = app
+            .client
+            .get(app.url(path))
+            .header("Accept", "text/html")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        let csp = response.headers()["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(csp.contains("script-src 'self'"), "{path}: {csp}");
+        assert_eq!(response.headers()["x-frame-options"], "DENY");
+        let html = response.text().await.unwrap();
+        assert!(
+            !html.contains("https://"),
+            "{path} loads nothing from elsewhere"
+        );
+    }
+    // Assets are revalidated by ETag: unchanged, they cost a 304.
+    let first = app
+        .client
+        .get(app.url("/ui/js/app.js"))
+        .send()
+        .await
+        .unwrap();
+    let etag = first.headers()["etag"].clone();
+    let again = app
+        .client
+        .get(app.url("/ui/js/app.js"))
+        .header("If-None-Match", etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 304);
+    assert_eq!(
+        app.client
+            .get(app.url("/nothing-here"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+}
+
+/// The console's own files (not the vendored GraphiQL) stay small.
+#[test]
+fn the_consoles_own_code_stays_under_150_kb() {
+    let web = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("web");
+    let mut total = 0;
+    let mut stack = vec![web.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                if path != web.join("vendor") {
+                    stack.push(path);
+                }
+            } else if matches!(
+                path.extension().and_then(|e| e.to_str()),
+                Some("js" | "css")
+            ) {
+                total += std::fs::metadata(&path).unwrap().len();
+            }
+        }
+    }
+    assert!(total < 150 * 1024, "web/ without vendor is {total} bytes");
+}

@@ -1,0 +1,129 @@
+// The one way the console talks to Corbel: GraphQL over HTTP (`gql`) and
+// subscriptions over one shared WebSocket (`subscribe`, graphql-transport-ws).
+// The session is the HttpOnly cookie `login` sets: the browser sends it on both.
+
+/** An error the API returned: its message and `extensions.code`. */
+export class ApiError extends Error {
+  constructor(message, code = "ERROR", extensions = {}) {
+    super(message);
+    this.code = code;
+    this.extensions = extensions;
+  }
+}
+
+const listeners = new Set();
+/** Called with every UNAUTHENTICATED error, so the app can go to sign-in. */
+export function onUnauthenticated(fn) {
+  listeners.add(fn);
+}
+
+function fail(errors) {
+  const first = errors[0];
+  const code = first.extensions?.code ?? "ERROR";
+  const message = errors.map((e) => e.message).join("; ");
+  const error = new ApiError(message, code, first.extensions ?? {});
+  if (code === "UNAUTHENTICATED") for (const fn of listeners) fn(error);
+  return error;
+}
+
+/** Runs a query or mutation; resolves to `data`, or throws an ApiError. */
+export async function gql(query, variables = {}, headers = {}) {
+  let response;
+  try {
+    response = await fetch("/graphql", {
+      method: "POST",
+      headers: { "Content-Type": "application/json", ...headers },
+      credentials: "same-origin",
+      body: JSON.stringify({ query, variables }),
+    });
+  } catch (e) {
+    throw new ApiError(`cannot reach the server: ${e.message}`, "NETWORK");
+  }
+  let body;
+  try {
+    body = await response.json();
+  } catch {
+    throw new ApiError(`the server answered ${response.status} without JSON`, "BAD_RESPONSE");
+  }
+  if (body.errors?.length) throw fail(body.errors);
+  return body.data;
+}
+
+// One socket for every subscription of the page; reopened (and every active
+// subscription started again) when it drops, with a growing pause.
+let socket = null;
+let ready = false;
+let nextId = 1;
+let retry = 0;
+const active = new Map(); // id -> { payload, sink }
+
+function send(message) {
+  if (socket && ready) socket.send(JSON.stringify(message));
+}
+
+function open() {
+  const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/graphql/ws`;
+  socket = new WebSocket(url, "graphql-transport-ws");
+  ready = false;
+  socket.onopen = () => socket.send(JSON.stringify({ type: "connection_init", payload: {} }));
+  socket.onmessage = (event) => {
+    const message = JSON.parse(event.data);
+    const entry = active.get(message.id);
+    switch (message.type) {
+      case "connection_ack":
+        ready = true;
+        retry = 0;
+        for (const [id, { payload }] of active) send({ id, type: "subscribe", payload });
+        break;
+      case "ping":
+        socket.send(JSON.stringify({ type: "pong" }));
+        break;
+      case "next":
+        if (entry) {
+          if (message.payload.errors?.length) entry.sink.error?.(fail(message.payload.errors));
+          else entry.sink.next(message.payload.data);
+        }
+        break;
+      case "error":
+        if (entry) {
+          active.delete(message.id);
+          entry.sink.error?.(fail(message.payload));
+        }
+        break;
+      case "complete":
+        if (entry) {
+          active.delete(message.id);
+          entry.sink.complete?.();
+        }
+        break;
+    }
+  };
+  socket.onclose = () => {
+    socket = null;
+    ready = false;
+    if (active.size === 0) return;
+    for (const { sink } of active.values()) sink.reconnecting?.();
+    retry = Math.min(retry + 1, 6);
+    setTimeout(() => active.size && !socket && open(), 250 * 2 ** retry);
+  };
+}
+
+/**
+ * Starts a subscription. `sink.next(data)` gets each event; `sink.error`,
+ * `sink.complete` and `sink.reconnecting` are optional. Returns a function
+ * that ends it.
+ */
+export function subscribe(query, variables, sink) {
+  const id = String(nextId++);
+  const payload = { query, variables };
+  active.set(id, { payload, sink });
+  if (!socket) open();
+  else send({ id, type: "subscribe", payload });
+  return () => {
+    if (active.delete(id)) send({ id, type: "complete" });
+    if (active.size === 0 && socket) {
+      socket.close(1000);
+      socket = null;
+    }
+  };
+}

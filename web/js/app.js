@@ -1,0 +1,214 @@
+// The console's shell: who is signed in, the navigation, and the router that
+// maps paths to pages. Pages are modules under `pages/`, loaded when first
+// visited; each exports `render(main, params, scope)`.
+
+import { gql, onUnauthenticated, subscribe } from "./api.js";
+import { h, replace } from "./dom.js";
+
+/** Paths to pages: `:name` segments become `params.name`. */
+const routes = [
+  ["/", "overview"],
+  ["/sign-in", "signin"],
+  ["/providers", "providers", "list"],
+  ["/providers/new", "providers", "create"],
+  ["/providers/:id", "providers", "detail"],
+  ["/repositories", "repositories", "list"],
+  ["/repositories/new", "repositories", "create"],
+  ["/repositories/:id", "repositories", "detail"],
+  ["/elements", "elements", "list"],
+  ["/elements/:id", "elements", "detail"],
+  ["/blueprints", "blueprints", "list"],
+  ["/blueprints/new", "blueprints", "editor"],
+  ["/blueprints/:id", "blueprints", "editor"],
+  ["/deployments", "deployments", "list"],
+  ["/deployments/new", "deployments", "create"],
+  ["/deployments/:id", "deployments", "detail"],
+  ["/account", "account"],
+];
+
+const nav = [
+  ["/", "Overview"],
+  ["/providers", "Providers"],
+  ["/repositories", "Repositories"],
+  ["/elements", "Elements"],
+  ["/blueprints", "Blueprints"],
+  ["/deployments", "Deployments"],
+];
+
+/** The signed-in user (`{ id, username, role }`), or null. */
+export let me = null;
+
+function match(path) {
+  const parts = path.split("/").filter(Boolean);
+  for (const [pattern, module, view] of routes) {
+    const want = pattern.split("/").filter(Boolean);
+    if (want.length !== parts.length) continue;
+    const params = {};
+    if (
+      want.every((seg, i) => {
+        if (seg.startsWith(":")) {
+          params[seg.slice(1)] = decodeURIComponent(parts[i]);
+          return true;
+        }
+        return seg === parts[i];
+      })
+    ) {
+      return { module, view, params };
+    }
+  }
+  return null;
+}
+
+/** Goes to `path` (with its `?query`) without reloading. */
+export function navigate(path, { replace: replaceState = false } = {}) {
+  if (replaceState) history.replaceState(null, "", path);
+  else history.pushState(null, "", path);
+  show();
+}
+
+// Everything a page started (subscriptions, timers) ends when it is left.
+let scope = null;
+class Scope {
+  constructor() {
+    this.alive = true;
+    this.cleanups = [];
+  }
+  onDispose(fn) {
+    this.cleanups.push(fn);
+  }
+  subscribe(query, variables, sink) {
+    const stop = subscribe(query, variables, sink);
+    this.onDispose(stop);
+    return stop;
+  }
+  dispose() {
+    this.alive = false;
+    for (const fn of this.cleanups.splice(0)) fn();
+  }
+}
+
+const header = document.getElementById("top");
+const main = document.getElementById("main");
+
+function drawHeader() {
+  const here = location.pathname;
+  const current = (href) =>
+    (href === "/" ? here === "/" : here === href || here.startsWith(`${href}/`)) ? "page" : null;
+  replace(
+    header,
+    h("a", { class: "brand", href: "/" }, "Corbel"),
+    me
+      ? h(
+          "nav",
+          { "aria-label": "Main" },
+          nav.map(([href, label]) => h("a", { href, "aria-current": current(href) }, label)),
+        )
+      : null,
+    h(
+      "div",
+      { class: "who" },
+      h("a", { href: "/graphql", "data-native": "" }, "GraphQL"),
+      me
+        ? [
+            h("a", { href: "/account", id: "signed-in-as", "aria-current": current("/account") }, me.username),
+            h("button", { type: "button", class: "link", id: "sign-out", onclick: signOut }, "Sign out"),
+          ]
+        : null,
+    ),
+  );
+}
+
+async function signOut() {
+  try {
+    await gql("mutation { logout }");
+  } catch {
+    // Signed out either way: the cookie is gone or was not valid.
+  }
+  me = null;
+  navigate("/sign-in");
+}
+
+async function loadMe() {
+  try {
+    const data = await gql("query Me { me { id username role hasPassword } }");
+    me = data.me;
+  } catch {
+    me = null;
+  }
+}
+
+/** Signed in now (after `login`): reads who, then goes to `next`. */
+export async function signedIn(next) {
+  await loadMe();
+  navigate(next && next.startsWith("/") && !next.startsWith("//") ? next : "/", { replace: true });
+}
+
+async function show() {
+  scope?.dispose();
+  scope = new Scope();
+  const mine = scope;
+  const route = match(location.pathname);
+  if (!me && route?.module !== "signin") {
+    const next = location.pathname + location.search;
+    history.replaceState(null, "", `/sign-in?next=${encodeURIComponent(next)}`);
+    return show();
+  }
+  drawHeader();
+  main.setAttribute("aria-busy", "true");
+  if (!route) {
+    replace(main, h("h1", {}, "Not found"), h("p", {}, "No page at ", h("code", {}, location.pathname), ". ", h("a", { href: "/" }, "Go to the overview.")));
+    main.removeAttribute("aria-busy");
+    return;
+  }
+  try {
+    const page = await import(`./pages/${route.module}.js`);
+    if (!mine.alive) return;
+    if (page.styles) stylesheet(page.styles);
+    const query = new URLSearchParams(location.search);
+    const view = document.createElement("div");
+    view.className = "page";
+    replace(main, view);
+    await page.render(view, { ...route.params, view: route.view, query }, mine);
+  } catch (error) {
+    if (mine.alive) {
+      const { errorBox } = await import("./dom.js");
+      replace(main, h("h1", {}, "Something went wrong"), errorBox(error));
+    }
+  } finally {
+    if (mine.alive) {
+      main.removeAttribute("aria-busy");
+      document.body.dataset.ready = route?.module ?? "none";
+      const heading = main.querySelector("h1");
+      document.title = heading ? `${heading.textContent} · Corbel` : "Corbel";
+    }
+  }
+}
+
+/** Adds a page's own stylesheet (`export const styles = "/ui/css/x.css"`) once. */
+function stylesheet(href) {
+  if (document.querySelector(`link[href="${href}"]`)) return;
+  document.head.append(h("link", { rel: "stylesheet", href }));
+}
+
+// Links inside the console are followed by the router (middle-click and
+// modified clicks keep their usual meaning; `data-native` links leave it).
+document.addEventListener("click", (event) => {
+  const a = event.target.closest("a[href]");
+  if (!a || a.hasAttribute("data-native") || a.target || a.hasAttribute("download")) return;
+  if (event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey || event.altKey) return;
+  const url = new URL(a.href, location.href);
+  if (url.origin !== location.origin || url.pathname.startsWith("/graphql") || url.pathname.startsWith("/artifacts/")) return;
+  event.preventDefault();
+  navigate(url.pathname + url.search + url.hash);
+});
+window.addEventListener("popstate", show);
+
+// A session that ends (expired, revoked, signed out elsewhere) leads to sign-in.
+onUnauthenticated(() => {
+  if (!me) return;
+  me = null;
+  navigate(`/sign-in?next=${encodeURIComponent(location.pathname + location.search)}`, { replace: true });
+});
+
+await loadMe();
+show();
