@@ -4,7 +4,7 @@
 use async_graphql::{Context, ID, SimpleObject, Subscription, Union};
 use futures_util::{Stream, StreamExt};
 
-use super::{ApiError, principal, state};
+use super::{ApiError, parse_id, principal, state};
 use std::future::ready;
 
 use crate::auth::{Auth, AuthEvent};
@@ -35,7 +35,8 @@ pub struct ApiTokenRevoked {
 #[derive(SimpleObject, Clone)]
 pub struct RepositorySync {
     repository_id: ID,
-    /// `SYNCING`, `ACTIVE` or `ERROR`.
+    /// `SYNCING`, `ACTIVE` or `ERROR` (or `NEW`, in the first event of
+    /// `repositoryEvents`, for a repository that has not synced yet).
     status: String,
     message: Option<String>,
     /// Inventory entries read so far (`null` once a sync failed).
@@ -173,25 +174,35 @@ impl EventSubscription {
         ))
     }
 
-    /// One repository's sync progress, live: an event when a sync starts, one
-    /// per stored batch, and one when it ends.
+    /// One repository's sync progress, live: first where it stands now (its
+    /// status, including `NEW`, and its counts), then an event when a sync
+    /// starts, one per stored batch, and one when it ends.
     async fn repository_events(
         &self,
         ctx: &Context<'_>,
         id: ID,
     ) -> Result<impl Stream<Item = RepositorySync> + use<>, ApiError> {
         principal(ctx)?;
-        let wanted = id.0.clone();
-        Ok(state::<Repositories>(ctx)?
-            .events()
-            .subscribe()
-            .filter_map(move |delivery| {
-                ready(match delivery {
-                    Delivery::Event(e) if e.repository_id.to_string() == wanted => {
-                        Some(RepositorySync::from(&*e))
-                    }
-                    Delivery::Event(_) | Delivery::Lagged(_) => None,
-                })
-            }))
+        let wanted = parse_id(&id, "id")?;
+        let repositories = state::<Repositories>(ctx)?;
+        // Subscribe before reading where it stands, so nothing falls in between.
+        let live = repositories.events().subscribe();
+        let now = repositories.get(wanted).await?;
+        let invalid = repositories.invalid_count(wanted).await?;
+        let first = RepositorySync {
+            repository_id: ID(wanted.to_string()),
+            status: now.status.as_str().to_owned(),
+            message: now.status_message,
+            seen: Some(now.elements_seen),
+            stored: Some(now.elements_stored),
+            invalid: Some(i64::try_from(invalid).unwrap_or(i64::MAX)),
+        };
+        let live = live.filter_map(move |delivery| {
+            ready(match delivery {
+                Delivery::Event(e) if e.repository_id == wanted => Some(RepositorySync::from(&*e)),
+                Delivery::Event(_) | Delivery::Lagged(_) => None,
+            })
+        });
+        Ok(futures_util::stream::once(ready(first)).chain(live))
     }
 }

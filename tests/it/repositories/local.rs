@@ -96,6 +96,17 @@ async fn sync_progress_is_published_live() {
         "variables": {"id": id}}}),
     )
     .await;
+    // First, where it stands now: a page that loaded the repository and then
+    // subscribed cannot miss the end of a short sync.
+    let now = tokio::time::timeout(Duration::from_secs(10), next_json(&mut ws))
+        .await
+        .expect("the first event comes at once")
+        .expect("an event");
+    assert_eq!(
+        now["payload"]["data"]["repositoryEvents"],
+        json!({"status": "ACTIVE", "seen": 3, "stored": 3}),
+        "{now}"
+    );
     // Refresh until the subscriber sees a whole sync: SYNCING, then ACTIVE.
     let mut statuses = Vec::new();
     for _ in 0..50 {
