@@ -57,26 +57,24 @@ let nextId = 1;
 let retry = 0;
 const active = new Map(); // id -> { payload, sink }
 
-function send(message) {
-  if (socket && ready) socket.send(JSON.stringify(message));
-}
-
 function open() {
   const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/graphql/ws`;
-  socket = new WebSocket(url, "graphql-transport-ws");
+  const ws = new WebSocket(url, "graphql-transport-ws");
+  socket = ws;
   ready = false;
-  socket.onopen = () => socket.send(JSON.stringify({ type: "connection_init", payload: {} }));
-  socket.onmessage = (event) => {
+  ws.onopen = () => ws.send(JSON.stringify({ type: "connection_init", payload: {} }));
+  ws.onmessage = (event) => {
+    if (ws !== socket) return; // a socket closed on purpose since
     const message = JSON.parse(event.data);
     const entry = active.get(message.id);
     switch (message.type) {
       case "connection_ack":
         ready = true;
         retry = 0;
-        for (const [id, { payload }] of active) send({ id, type: "subscribe", payload });
+        for (const id of active.keys()) start(id);
         break;
       case "ping":
-        socket.send(JSON.stringify({ type: "pong" }));
+        ws.send(JSON.stringify({ type: "pong" }));
         break;
       case "next":
         if (entry) {
@@ -98,7 +96,8 @@ function open() {
         break;
     }
   };
-  socket.onclose = () => {
+  ws.onclose = () => {
+    if (ws !== socket) return; // closed when its last subscription ended
     socket = null;
     ready = false;
     if (active.size === 0) return;
@@ -108,22 +107,33 @@ function open() {
   };
 }
 
+// Sends `subscribe` for `id` on the acknowledged socket; `sink.started` then
+// says the subscription is live (the first time and after each reconnect).
+function start(id) {
+  const entry = active.get(id);
+  if (!entry || !socket || !ready) return;
+  socket.send(JSON.stringify({ id, type: "subscribe", payload: entry.payload }));
+  entry.sink.started?.();
+}
+
 /**
  * Starts a subscription. `sink.next(data)` gets each event; `sink.error`,
- * `sink.complete` and `sink.reconnecting` are optional. Returns a function
- * that ends it.
+ * `sink.complete`, `sink.reconnecting` and `sink.started` (sent: live from
+ * now) are optional. Returns a function that ends it.
  */
 export function subscribe(query, variables, sink) {
   const id = String(nextId++);
   const payload = { query, variables };
   active.set(id, { payload, sink });
   if (!socket) open();
-  else send({ id, type: "subscribe", payload });
+  else start(id);
   return () => {
-    if (active.delete(id)) send({ id, type: "complete" });
+    if (active.delete(id) && socket && ready) socket.send(JSON.stringify({ id, type: "complete" }));
     if (active.size === 0 && socket) {
-      socket.close(1000);
+      const closing = socket;
       socket = null;
+      ready = false;
+      closing.close(1000);
     }
   };
 }

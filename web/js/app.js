@@ -178,6 +178,8 @@ async function show() {
     if (mine.alive) {
       main.removeAttribute("aria-busy");
       document.body.dataset.ready = route?.module ?? "none";
+      // The first page is drawn and its controls work (benches/console.rs).
+      if (!performance.getEntriesByName("console-ready").length) performance.mark("console-ready");
       const heading = main.querySelector("h1");
       document.title = heading ? `${heading.textContent} · Corbel` : "Corbel";
     }

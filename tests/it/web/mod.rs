@@ -9,6 +9,8 @@ use crate::support::TestApp;
 use crate::support::browser::{Browser, PASSWORD, set_admin_password};
 
 mod blueprints;
+mod deployments;
+mod providers;
 mod repositories;
 
 #[tokio::test]
