@@ -467,13 +467,14 @@ impl Executor<'_> {
                 tracing::error!(deployment.id = %node.deployment_id, error = %e, "cannot taint a node");
             }
         }
-        if let Some(node) = nodes.first() {
+        // One event per node, named `key[replica]` like every node event.
+        for node in nodes {
             self.0
                 .runs()
                 .record(
                     node.deployment_id,
                     EventKind::Node,
-                    Some(key),
+                    Some(&format!("{key}[{}]", node.replica)),
                     Some(NodeState::Tainted.as_str()),
                     format!("not deployed: `{because}`, which it depends on, failed"),
                 )

@@ -44,6 +44,15 @@ impl Recovery<'_> {
         check_lease("expiresAt", expires_at, Utc::now())?;
         self.0.queries().get(id).await?;
         rows::set_expiry(&self.0.inner.db, id, expires_at).await?;
+        // In the history, so whoever follows the deployment sees it move.
+        let message = match expires_at {
+            Some(at) => format!("lease moved: destroyed at {}", at.to_rfc3339()),
+            None => "lease removed: kept until destroyed".to_owned(),
+        };
+        self.0
+            .runs()
+            .record(id, super::EventKind::State, None, None, message)
+            .await;
         self.0.queries().get(id).await
     }
 

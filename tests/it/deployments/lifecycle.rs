@@ -250,13 +250,22 @@ async fn a_lease_in_the_past_is_refused_and_an_expired_one_is_reaped_saying_why(
         "lease expired at {}",
         soon.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
     );
+    let messages: Vec<&str> = data(&events)["deployment"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["message"].as_str().unwrap())
+        .collect();
     assert!(
-        data(&events)["deployment"]["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["message"].as_str().unwrap().contains(&expected)),
+        messages.iter().any(|m| m.contains(&expected)),
         "{expected} in {events}"
     );
+    // So is the lease being moved (a refused move is not).
+    let moved: Vec<_> = messages
+        .iter()
+        .filter(|m| m.starts_with("lease moved"))
+        .collect();
+    assert_eq!(moved.len(), 1, "{events}");
+    assert!(moved[0].contains(&soon.to_rfc3339()), "{events}");
     app.stop().await;
 }

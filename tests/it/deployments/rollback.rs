@@ -1,7 +1,7 @@
 //! Failed deploys rolled back or kept, redeploys replacing a resource and its
 //! dependents, and concurrent requests on one deployment.
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::support::deployments::{
     WEB, create_blueprint, deploy, destroy_and_wait, pids, settled, with_process_provider,
@@ -58,6 +58,24 @@ async fn a_failed_deploy_rolls_back_or_keeps_what_it_made() {
     assert_eq!(state_of(&kept, "good"), "COMPLETE");
     assert_eq!(state_of(&kept, "bad"), "FAILED");
     assert_eq!(state_of(&kept, "after"), "TAINTED");
+    // Its event names the node as every node event does: `key[replica]`.
+    let history = app
+        .gql(
+            "query($id: ID!) { deployment(id: $id) { events { kind nodeKey state } } }",
+            json!({ "id": id }),
+        )
+        .await;
+    let tainted: Vec<&Value> = data(&history)["deployment"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["state"] == "TAINTED")
+        .collect();
+    assert_eq!(
+        tainted,
+        vec![&json!({ "kind": "NODE", "nodeKey": "after[0]", "state": "TAINTED" })],
+        "{history}"
+    );
     let good = pids(&kept);
     assert_eq!(good.len(), 1);
     assert!(alive(good[0]));
