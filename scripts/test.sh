@@ -2,7 +2,7 @@
 # The whole test suite, on SQLite and again on PostgreSQL. Works on a fresh Debian
 # machine as root: installs and starts what the tests need, then cleans up the
 # databases it made. Needs: PostgreSQL (the server), nginx (repository tests), Chromium
-# (the web UI test), Python 3 with grpcio (the Python example provider).
+# and chromedriver (the web console's tests), Python 3 with grpcio (the Python example provider).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +12,8 @@ need_apt=()
 command -v pg_ctlcluster >/dev/null 2>&1 || need_apt+=(postgresql)
 [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
+# The console's tests drive Chromium through WebDriver.
+[ -x /usr/bin/chromedriver ] || need_apt+=(chromium-driver)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
 # The README's tour (tests/it/tour.rs) is bash with curl and jq.
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
