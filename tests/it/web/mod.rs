@@ -320,3 +320,52 @@ fn the_consoles_own_code_stays_under_150_kb() {
     }
     assert!(total < 150 * 1024, "web/ without vendor is {total} bytes");
 }
+
+#[tokio::test]
+async fn the_shell_works_by_keyboard_and_fits_420_px() {
+    let app = TestApp::spawn().await;
+    set_admin_password(&app).await;
+    let browser = Browser::open_sized(&app, 420).await;
+    assert_eq!(browser.js("return window.innerWidth;").await, json!(420));
+    let fits = "document.documentElement.scrollWidth <= 420";
+    browser.goto("/").await;
+    browser.find("#sign-in").await;
+    browser.wait_js("sign-in fits", fits).await;
+    // The username field has the focus; Tab moves to the password, Enter
+    // sends the form: no mouse.
+    let focused = browser
+        .js("return document.activeElement.getAttribute('name');")
+        .await;
+    assert_eq!(focused, json!("username"));
+    let active = browser.client.active_element().await.unwrap();
+    active
+        .send_keys(&format!("admin\u{E004}{PASSWORD}\u{E007}"))
+        .await
+        .unwrap();
+    browser.wait_text("#signed-in-as", "admin").await;
+    browser.wait_text("h1", "Overview").await;
+    browser.wait_js("the overview fits", fits).await;
+    browser.screenshot("overview-narrow").await;
+    // Every navigation link is reachable by Tab, in order, after the skip link.
+    let order = browser
+        .js("return [...document.querySelectorAll('a[href], button, input, select, textarea, [tabindex]')].filter(e => e.tabIndex >= 0).slice(0, 9).map(e => e.textContent.trim());")
+        .await;
+    assert_eq!(
+        order,
+        json!([
+            "Skip to content",
+            "Corbel",
+            "Overview",
+            "Providers",
+            "Repositories",
+            "Elements",
+            "Blueprints",
+            "Deployments",
+            "GraphQL"
+        ])
+    );
+    browser.goto("/account").await;
+    browser.wait_text("h1", "Account").await;
+    browser.wait_js("the account page fits", fits).await;
+    browser.close().await;
+}
