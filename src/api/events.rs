@@ -61,7 +61,23 @@ pub enum ServerEvent {
     ApiTokenRevoked(ApiTokenRevoked),
     RepositorySync(RepositorySync),
     ProviderStatusChanged(ProviderStatusChanged),
+    ProviderCreated(ProviderCreated),
+    ProviderDeleted(ProviderDeleted),
     EventsMissed(EventsMissed),
+}
+
+/// A provider was created (it is `UNLOADED` until it loads).
+#[derive(SimpleObject)]
+pub struct ProviderCreated {
+    provider_id: ID,
+    name: String,
+}
+
+/// A provider was deleted.
+#[derive(SimpleObject)]
+pub struct ProviderDeleted {
+    provider_id: ID,
+    name: String,
 }
 
 /// A provider's status (or status message) changed.
@@ -132,7 +148,7 @@ pub struct EventSubscription;
 #[Subscription]
 impl EventSubscription {
     /// Server-wide events (sign-ins, tokens made and revoked, repository syncs,
-    /// provider status changes) as they happen. Secrets are never part of an
+    /// providers created, deleted and changing status) as they happen. Secrets are never part of an
     /// event. Ends when the server shuts down.
     async fn server_events(
         &self,
@@ -165,6 +181,18 @@ impl EventSubscription {
                         status: status.as_str().to_owned(),
                         message: message.clone(),
                     })),
+                    ProviderEvent::Created { provider_id, name } => {
+                        Some(ServerEvent::ProviderCreated(ProviderCreated {
+                            provider_id: ID(provider_id.to_string()),
+                            name: name.clone(),
+                        }))
+                    }
+                    ProviderEvent::Deleted { provider_id, name } => {
+                        Some(ServerEvent::ProviderDeleted(ProviderDeleted {
+                            provider_id: ID(provider_id.to_string()),
+                            name: name.clone(),
+                        }))
+                    }
                     ProviderEvent::Log { .. } => None,
                 }))
             });

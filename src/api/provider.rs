@@ -448,9 +448,7 @@ impl ProviderSubscription {
                             missed: None,
                         })
                     }
-                    domain::ProviderEvent::Status { .. } | domain::ProviderEvent::Log { .. } => {
-                        None
-                    }
+                    _ => None,
                 },
             };
             std::future::ready(event)

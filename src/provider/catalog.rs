@@ -15,8 +15,8 @@ use super::logs::LogLine;
 use super::secrets::Secrets;
 use super::state::Slots;
 use super::{
-    NewProvider, Provider, ProviderError, ProviderPatch, ProviderSettings, ProviderStatus, rows,
-    source,
+    NewProvider, Provider, ProviderError, ProviderEvent, ProviderPatch, ProviderSettings,
+    ProviderStatus, rows, source,
 };
 use crate::store::{Db, DbErr};
 
@@ -81,6 +81,10 @@ impl Catalog {
         )
         .await
         .map_err(|e| conflict_or(e, || format!("a provider named `{}` exists", new.name)))?;
+        self.slots.bus().publish(ProviderEvent::Created {
+            provider_id: row.id,
+            name: row.name.clone(),
+        });
         Ok((row.id, token))
     }
 
@@ -136,6 +140,10 @@ impl Catalog {
             }
         }
         self.slots.remove(id);
+        self.slots.bus().publish(ProviderEvent::Deleted {
+            provider_id: id,
+            name: row.name.clone(),
+        });
         let dir = self.settings.provider_dir(id);
         if let Err(e) = tokio::fs::remove_dir_all(&dir).await
             && e.kind() != std::io::ErrorKind::NotFound

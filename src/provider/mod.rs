@@ -193,6 +193,10 @@ pub enum ProviderEvent {
     },
     /// A provider printed a line (build or run output, or Corbel's note on it).
     Log { provider_id: Uuid, line: LogLine },
+    /// A provider was created (it is `UNLOADED` until it loads).
+    Created { provider_id: Uuid, name: String },
+    /// A provider was deleted.
+    Deleted { provider_id: Uuid, name: String },
 }
 
 /// The provider host: a cheap handle on its parts. Each method forwards to the

@@ -231,3 +231,56 @@ async fn legacy_graphql_ws_times_out_without_init() {
     assert_eq!(error["type"], "connection_error", "{error}");
     assert_eq!(close_code(&mut ws).await.expect("a close frame").0, 4408);
 }
+
+#[tokio::test]
+async fn server_events_say_when_a_provider_is_created_and_deleted() {
+    let app = TestApp::spawn().await;
+    let mut ws = crate::support::websocket::subscribe(
+        app.addr,
+        "subscription { serverEvents { __typename
+            ... on ApiTokenCreated { name }
+            ... on ProviderCreated { providerId name }
+            ... on ProviderDeleted { providerId name } } }",
+        json!({}),
+    )
+    .await;
+    // Live once a token's event arrives.
+    let event =
+        |m: &Value| (m["type"] == "next").then(|| m["payload"]["data"]["serverEvents"].clone());
+    created_event_seen(&app, &mut ws, event).await;
+    let repo = crate::support::provider_repos::ProviderRepo::new(
+        &crate::support::provider_repos::process_metadata(),
+        &[],
+    );
+    let (id, _) = crate::support::providers::create_provider(
+        &app,
+        json!({ "name": "watched", "gitUrl": repo.url(), "autoLoad": false }),
+    )
+    .await;
+    data(
+        &app.gql(
+            "mutation($id: ID!) { deleteProvider(id: $id) }",
+            json!({ "id": id }),
+        )
+        .await,
+    );
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let message = tokio::time::timeout(Duration::from_secs(10), next_json(&mut ws))
+            .await
+            .expect("the provider's events within 10s")
+            .expect("an event");
+        if let Some(e) = event(&message)
+            && e["__typename"] != "ApiTokenCreated"
+        {
+            seen.push(e);
+        }
+    }
+    assert_eq!(
+        seen,
+        vec![
+            json!({ "__typename": "ProviderCreated", "providerId": id, "name": "watched" }),
+            json!({ "__typename": "ProviderDeleted", "providerId": id, "name": "watched" }),
+        ]
+    );
+}
