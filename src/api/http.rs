@@ -361,6 +361,9 @@ fn bearer_token(headers: &HeaderMap) -> Option<&str> {
             return Some(token.trim());
         }
     }
+    if !same_origin(headers) {
+        return None;
+    }
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -369,6 +372,28 @@ fn bearer_token(headers: &HeaderMap) -> Option<&str> {
         .filter_map(|pair| pair.trim().split_once('='))
         .find(|(name, _)| *name == SESSION_COOKIE)
         .map(|(_, value)| value)
+}
+
+/// Whether a request may use the session cookie: it says no `Origin`
+/// (not a browser's cross-origin request), or one whose host and port are
+/// this request's `Host`. `SameSite=Strict` ignores ports, so without this a
+/// page served by another port of the same host could use the session (a
+/// WebSocket, or a form-encoded POST that needs no CORS preflight).
+fn same_origin(headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let origin = origin.to_str().unwrap_or_default();
+    let Some(authority) = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    headers
+        .get(header::HOST)
+        .and_then(|host| host.to_str().ok())
+        .is_some_and(|host| host.eq_ignore_ascii_case(authority))
 }
 
 async fn caller_from_headers(auth: &Auth, headers: &HeaderMap) -> Result<Caller, ApiError> {
@@ -772,6 +797,33 @@ mod tests {
         assert_eq!(protocol_close(1011, "x".into(), false).0, 4401);
         assert_eq!(protocol_close(4429, "again".into(), false).0, 4429);
         assert_eq!(close_reason("é".repeat(100)).len(), 122);
+    }
+
+    #[test]
+    fn the_cookie_counts_only_from_this_origin() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_static("127.0.0.1:8080"));
+        headers.insert(
+            header::COOKIE,
+            HeaderValue::from_static("corbel_session=tok"),
+        );
+        assert_eq!(bearer_token(&headers), Some("tok"), "no Origin: a script");
+        for (origin, allowed) in [
+            ("http://127.0.0.1:8080", true),
+            ("https://127.0.0.1:8080", true),
+            ("http://127.0.0.1:9999", false),
+            ("http://evil.example", false),
+            ("null", false),
+        ] {
+            headers.insert(header::ORIGIN, HeaderValue::from_static(origin));
+            assert_eq!(bearer_token(&headers).is_some(), allowed, "{origin}");
+        }
+        // A bearer header is not ambient: it counts from anywhere.
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer hdr"),
+        );
+        assert_eq!(bearer_token(&headers), Some("hdr"));
     }
 
     #[test]
