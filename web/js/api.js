@@ -28,23 +28,13 @@ function fail(errors) {
 
 /** Runs a query or mutation; resolves to `data`, or throws an ApiError. */
 export async function gql(query, variables = {}, headers = {}) {
-  let response;
-  try {
-    response = await fetch("/graphql", {
-      method: "POST",
-      headers: { "Content-Type": "application/json", ...headers },
-      credentials: "same-origin",
-      body: JSON.stringify({ query, variables }),
-    });
-  } catch (e) {
+  const request = { method: "POST", headers: { "Content-Type": "application/json", ...headers }, credentials: "same-origin", body: JSON.stringify({ query, variables }) };
+  const response = await fetch("/graphql", request).catch((e) => {
     throw new ApiError(`cannot reach the server: ${e.message}`, "NETWORK");
-  }
-  let body;
-  try {
-    body = await response.json();
-  } catch {
+  });
+  const body = await response.json().catch(() => {
     throw new ApiError(`the server answered ${response.status} without JSON`, "BAD_RESPONSE");
-  }
+  });
   if (body.errors?.length) throw fail(body.errors);
   return body.data;
 }
@@ -77,22 +67,16 @@ function open() {
         ws.send(JSON.stringify({ type: "pong" }));
         break;
       case "next":
-        if (entry) {
-          if (message.payload.errors?.length) entry.sink.error?.(fail(message.payload.errors));
-          else entry.sink.next(message.payload.data);
-        }
+        if (message.payload.errors?.length) entry?.sink.error?.(fail(message.payload.errors));
+        else entry?.sink.next(message.payload.data);
         break;
       case "error":
-        if (entry) {
-          active.delete(message.id);
-          entry.sink.error?.(fail(message.payload));
-        }
+        active.delete(message.id);
+        entry?.sink.error?.(fail(message.payload));
         break;
       case "complete":
-        if (entry) {
-          active.delete(message.id);
-          entry.sink.complete?.();
-        }
+        active.delete(message.id);
+        entry?.sink.complete?.();
         break;
     }
   };

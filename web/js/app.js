@@ -1,62 +1,29 @@
 // The console's shell: who is signed in, the navigation, and the router that
 // maps paths to pages. Pages are modules under `pages/`, loaded when first
-// visited; each exports `render(main, params, scope)`.
+// visited; each exports a function per view (`list(main, params, scope)`…),
+// or `render` when it has one.
 
 import { gql, onUnauthenticated, subscribe } from "./api.js";
-import { h, replace } from "./dom.js";
+import { errorBox, h, link, replace } from "./dom.js";
 
-/** Paths to pages: `:name` segments become `params.name`. */
-const routes = [
-  ["/", "overview"],
-  ["/sign-in", "signin"],
-  ["/providers", "providers", "list"],
-  ["/providers/new", "providers", "create"],
-  ["/providers/:id", "providers", "detail"],
-  ["/repositories", "repositories", "list"],
-  ["/repositories/new", "repositories", "create"],
-  ["/repositories/:id", "repositories", "detail"],
-  ["/elements", "elements", "list"],
-  ["/elements/:id", "elements", "detail"],
-  ["/blueprints", "blueprints", "list"],
-  ["/blueprints/new", "blueprints", "editor"],
-  ["/blueprints/:id", "blueprints", "editor"],
-  ["/deployments", "deployments", "list"],
-  ["/deployments/new", "deployments", "create"],
-  ["/deployments/:id", "deployments", "detail"],
-  ["/account", "account"],
-];
+// Paths to pages: `/`, `/sign-in`, `/account`, and for each section its list
+// (`/providers`), a new one (`/providers/new`; elements are not made here)
+// and one of them (`/providers/:id`). `view` says which: "list", "create" or
+// "detail". The server answers each section's paths with the page (src/web.rs).
+const pages = new Map([["", "overview"], ["sign-in", "signin"], ["account", "account"]]);
+const sections = ["providers", "repositories", "elements", "blueprints", "deployments"];
 
-const nav = [
-  ["/", "Overview"],
-  ["/providers", "Providers"],
-  ["/repositories", "Repositories"],
-  ["/elements", "Elements"],
-  ["/blueprints", "Blueprints"],
-  ["/deployments", "Deployments"],
-];
+const nav = [["/", "Overview"], ...sections.map((s) => [`/${s}`, s[0].toUpperCase() + s.slice(1)])];
 
 /** The signed-in user (`{ id, username, role }`), or null. */
 export let me = null;
 
 function match(path) {
-  const parts = path.split("/").filter(Boolean);
-  for (const [pattern, module, view] of routes) {
-    const want = pattern.split("/").filter(Boolean);
-    if (want.length !== parts.length) continue;
-    const params = {};
-    if (
-      want.every((seg, i) => {
-        if (seg.startsWith(":")) {
-          params[seg.slice(1)] = decodeURIComponent(parts[i]);
-          return true;
-        }
-        return seg === parts[i];
-      })
-    ) {
-      return { module, view, params };
-    }
-  }
-  return null;
+  const [first = "", id, ...more] = path.split("/").filter(Boolean);
+  if (more.length) return null;
+  if (!id) return pages.has(first) ? { module: pages.get(first) } : sections.includes(first) ? { module: first, view: "list" } : null;
+  if (!sections.includes(first)) return null;
+  return id === "new" && first !== "elements" ? { module: first, view: "create" } : { module: first, view: "detail", id: decodeURIComponent(id) };
 }
 
 /** Goes to `path` (with its `?query`) without reloading. */
@@ -92,30 +59,14 @@ const main = document.getElementById("main");
 
 function drawHeader() {
   const here = location.pathname;
-  const current = (href) =>
-    (href === "/" ? here === "/" : here === href || here.startsWith(`${href}/`)) ? "page" : null;
-  replace(
-    header,
-    h("a", { class: "brand", href: "/" }, "Corbel"),
-    me
-      ? h(
-          "nav",
-          { "aria-label": "Main" },
-          nav.map(([href, label]) => h("a", { href, "aria-current": current(href) }, label)),
-        )
-      : null,
-    h(
-      "div",
-      { class: "who" },
-      h("a", { href: "/graphql", "data-native": "" }, "GraphQL"),
-      me
-        ? [
-            h("a", { href: "/account", id: "signed-in-as", "aria-current": current("/account") }, me.username),
-            h("button", { type: "button", class: "link", id: "sign-out", onclick: signOut }, "Sign out"),
-          ]
-        : null,
-    ),
-  );
+  const current = (href) => ((href === "/" ? here === "/" : here === href || here.startsWith(`${href}/`)) ? "page" : null);
+  replace(header,
+    h("a.brand", { href: "/" }, "Corbel"),
+    me ? h("nav", { "aria-label": "Main" }, nav.map(([href, label]) => h("a", { href, "aria-current": current(href) }, label))) : null,
+    h("div.who", h("a", { href: "/graphql", "data-native": "" }, "GraphQL"), me ? [
+      h("a#signed-in-as", { href: "/account", "aria-current": current("/account") }, me.username),
+      h("button#sign-out.link", { type: "button", onclick: signOut }, "Sign out"),
+    ] : null));
 }
 
 async function signOut() {
@@ -130,8 +81,7 @@ async function signOut() {
 
 async function loadMe() {
   try {
-    const data = await gql("query Me { me { id username role hasPassword } }");
-    me = data.me;
+    me = (await gql("query Me { me { id username role hasPassword } }")).me;
   } catch {
     me = null;
   }
@@ -156,7 +106,7 @@ async function show() {
   drawHeader();
   main.setAttribute("aria-busy", "true");
   if (!route) {
-    replace(main, h("h1", {}, "Not found"), h("p", {}, "No page at ", h("code", {}, location.pathname), ". ", h("a", { href: "/" }, "Go to the overview.")));
+    replace(main, h("h1", "Not found"), h("p", "No page at ", h("code", location.pathname), ". ", link("/", "Go to the overview.")));
     main.removeAttribute("aria-busy");
     return;
   }
@@ -164,16 +114,10 @@ async function show() {
     const page = await import(`./pages/${route.module}.js`);
     if (!mine.alive) return;
     if (page.styles) stylesheet(page.styles);
-    const query = new URLSearchParams(location.search);
-    const view = document.createElement("div");
-    view.className = "page";
-    replace(main, view);
-    await page.render(view, { ...route.params, view: route.view, query }, mine);
+    const view = replace(main, h("div.page")).firstChild;
+    await page[route.view ?? "render"](view, { id: route.id, query: new URLSearchParams(location.search) }, mine);
   } catch (error) {
-    if (mine.alive) {
-      const { errorBox } = await import("./dom.js");
-      replace(main, h("h1", {}, "Something went wrong"), errorBox(error));
-    }
+    if (mine.alive) replace(main, h("h1", "Something went wrong"), errorBox(error));
   } finally {
     if (mine.alive) {
       main.removeAttribute("aria-busy");

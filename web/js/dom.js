@@ -1,24 +1,28 @@
-// Small DOM helpers shared by every page: building elements, showing errors,
-// states, times and empty lists. No framework: pages build nodes and replace them.
+// DOM helpers shared by every page, so that all show errors, states, lists and
+// confirmations one way. No framework: pages build nodes and replace them.
 
 /**
- * `h("a", { href: "/x", class: "link", onclick: fn }, "text", child)`.
- * Attributes starting with `on` become listeners; `null`/`false` children and
- * attributes are skipped; arrays of children are flattened.
+ * `h("a#add.button", { href: "/x", onclick: fn, dataset: { id } }, "text", child)`:
+ * an `#id` and `.classes` as in CSS; attributes optional, `on…` ones become
+ * listeners; `null`/`false` attributes and children are skipped.
  */
-export function h(tag, attrs = {}, ...children) {
-  const el = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs ?? {})) {
+export function h(tag, attrs, ...children) {
+  if (attrs?.constructor !== Object) {
+    children.unshift(attrs);
+    attrs = {};
+  }
+  const [name, ...marks] = tag.split(/(?=[#.])/);
+  const el = document.createElement(name);
+  for (const mark of marks) {
+    if (mark[0] === "#") el.id = mark.slice(1);
+    else el.classList.add(mark.slice(1));
+  }
+  for (const [key, value] of Object.entries(attrs)) {
     if (value === null || value === undefined || value === false) continue;
-    if (key.startsWith("on") && typeof value === "function") {
-      el.addEventListener(key.slice(2), value);
-    } else if (key === "dataset") {
-      Object.assign(el.dataset, value);
-    } else if (value === true) {
-      el.setAttribute(key, "");
-    } else {
-      el.setAttribute(key, String(value));
-    }
+    if (key.startsWith("on") && typeof value === "function") el.addEventListener(key.slice(2), value);
+    else if (key === "dataset") Object.assign(el.dataset, value);
+    else if (key === "class") el.classList.add(...String(value).split(" ").filter(Boolean));
+    else el.setAttribute(key, value === true ? "" : String(value));
   }
   append(el, children);
   return el;
@@ -27,17 +31,14 @@ export function h(tag, attrs = {}, ...children) {
 /** An SVG element (attributes set as given). */
 export function svg(tag, attrs = {}, ...children) {
   const el = document.createElementNS("http://www.w3.org/2000/svg", tag);
-  for (const [key, value] of Object.entries(attrs)) {
-    if (value !== null && value !== undefined) el.setAttribute(key, String(value));
-  }
+  for (const [key, value] of Object.entries(attrs)) if (value !== null && value !== undefined) el.setAttribute(key, String(value));
   append(el, children);
   return el;
 }
 
 function append(el, children) {
   for (const child of children.flat(Infinity)) {
-    if (child === null || child === undefined || child === false) continue;
-    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    if (child !== null && child !== undefined && child !== false) el.append(child instanceof Node ? child : String(child));
   }
 }
 
@@ -48,79 +49,116 @@ export function replace(el, ...children) {
   return el;
 }
 
-/**
- * An error where the user acted: its message and its code. `role=alert` so
- * screen readers say it; `data-code` so tests can find it.
- */
+export const link = (href, ...children) => h("a", { href }, ...children);
+export const code = (text) => h("code", text);
+export const muted = (text = "—") => h("span.muted", text);
+export const note = (text, attrs) => h("p.muted", attrs, text);
+export const json = (value) => h("pre.json", JSON.stringify(value, null, 2));
+
+/** A check of the page's own, failing like the server's (`VALIDATION`). */
+export const invalid = (message) => Object.assign(new Error(message), { code: "VALIDATION" });
+
+/** An error where the user acted: `role=alert` so screen readers say it, its code, and the dependents a refusal names. */
 export function errorBox(error) {
   const code = error?.code ?? "ERROR";
-  const details = error?.extensions?.dependents?.length
-    ? h("p", {}, "Needed by: ", error.extensions.dependents.map((d) => d.name ?? d).join(", "))
-    : null;
-  return h(
-    "div",
-    { class: "error", role: "alert", dataset: { code } },
-    h("strong", {}, code),
-    " ",
-    error?.message ?? String(error),
-    details,
-  );
+  const dependents = error?.extensions?.dependents ?? [];
+  return h("div.error", { role: "alert", dataset: { code } }, h("strong", code), " ", error?.message ?? String(error),
+    dependents.length ? h("p", "Needed by: ", dependents.map((d) => d.name ?? d).join(", ")) : null);
 }
 
 /** A place for an operation's error: `slot.show(e)`, `slot.clear()`. */
-export function errorSlot() {
-  const el = h("div", { class: "error-slot", "aria-live": "polite" });
+export function errorSlot(attrs = {}) {
+  const el = h("div.error-slot", { "aria-live": "polite", ...attrs });
   el.show = (error) => replace(el, errorBox(error));
   el.clear = () => replace(el);
   return el;
 }
 
-/** A state (`CONNECTED`, `FAILED`, …) as a coloured badge. */
+/** Fills `el` with what `draw()` resolves to, or its error: only the last fill asked, and not once the page was left. */
+export async function fill(el, scope, draw) {
+  const mine = (el.fills = (el.fills ?? 0) + 1);
+  let content;
+  try {
+    content = await draw();
+  } catch (error) {
+    content = errorBox(error);
+  }
+  if (scope.alive && el.fills === mine) replace(el, content);
+}
+
+/** A page that could not be read: its title, the error, and a way back. */
+export const failed = (view, title, error, href, back) => replace(view, h("h1", title), errorBox(error), h("p", link(href, back)));
+
+/** A state (`CONNECTED`, `FAILED`, …) as a coloured badge, the word in it. */
 export function badge(state) {
   const s = state ?? "UNKNOWN";
   return h("span", { class: `badge state-${s.toLowerCase()}`, dataset: { state: s } }, s);
 }
 
-/** A time as the reader's local time, with the exact value on hover. */
-export function time(iso) {
-  if (!iso) return h("span", { class: "muted" }, "—");
-  const d = new Date(iso);
-  return h("time", { datetime: iso, title: iso }, d.toLocaleString());
+/** A state's badge with what the server said of it under it. */
+export const status = (state, message) => [badge(state), message ? h("small.hint", message) : null];
+
+/** A time as the reader's local time, the exact value on hover. */
+export const time = (iso) => (iso ? h("time", { datetime: iso, title: iso }, new Date(iso).toLocaleString()) : muted());
+
+/** What an empty list says and what to do next, the parts spaced: `empty("None yet.", link(…), "to add one.")`. */
+export function empty(...parts) {
+  return h("p.empty", parts.map((part, i) => (i && !/^[.,:;]/.test(part.textContent ?? part) ? [" ", part] : part)));
 }
 
-/** What an empty list says, with what to do next. */
-export function empty(text, ...action) {
-  return h("p", { class: "empty" }, text, " ", ...action);
+/** `dl.facts` of `[term, value, data-field]` rows; null rows are left out. */
+export function facts(rows, attrs = {}) {
+  return h("dl.facts", attrs, rows.filter(Boolean).map(([term, value, field]) =>
+    h("div", h("dt", term), h("dd", { dataset: field ? { field } : null }, value))));
 }
 
-/** A link that the router follows without reloading. */
-export function link(href, ...children) {
-  return h("a", { href }, ...children);
+/** `table.list` with its column heads; `rows` are `<tr>`s, or a `<tbody>` filled later. */
+export function table(heads, rows, attrs = {}) {
+  const body = rows instanceof HTMLTableSectionElement ? rows : h("tbody", rows);
+  return h("table.list", attrs, h("thead", h("tr", heads.map((t) => h("th", { scope: "col" }, t)))), body);
 }
 
-/** JSON shown as indented text. */
-export function json(value) {
-  return h("pre", { class: "json" }, JSON.stringify(value, null, 2));
+/** A wrapping list of small boxes; `items` are `[dataset, ...children]`. */
+export const chips = (items, attrs = {}) => h("ul.chips", attrs, items.map(([dataset, ...children]) => h("li", { dataset }, children)));
+
+/** Counts as bars (the number written beside), `[label, count, dataset]` rows on one scale: `top`, or the largest. */
+export function bars(rows, attrs = {}, top = Math.max(1, ...rows.map(([, n]) => Number(n)).filter(Number.isFinite))) {
+  const width = (n) => Math.min(100, (100 * Math.max(0, Number(n) || 0)) / top);
+  return h("ul.capacity", attrs, rows.map(([label, count, dataset]) =>
+    h("li.cap", { dataset: { ...dataset, count: String(count) } }, code(label),
+      h("span.bar", { "aria-hidden": "true" }, h("span", { style: `width: ${width(count)}%` })),
+      h("span.count", String(count)))));
 }
 
-/** A labelled form field: `field("Name", h("input", {...}))`. */
+/** A secret the server shows this once (a token); one click selects it all. */
+export function shownOnce(heading, secret, id, ...more) {
+  return h("div.token-box", { id: `${id}-box` }, h("strong", heading), h("code.secret.token", { id }, secret), ...more);
+}
+
+/** A labelled form field: `field("Name", h("input", {…}), "hint")`. */
 export function field(label, control, hint) {
-  const id = control.id || `f-${Math.random().toString(36).slice(2, 9)}`;
-  control.id = id;
-  return h(
-    "div",
-    { class: "field" },
-    h("label", { for: id }, label),
-    control,
-    hint ? h("small", { class: "hint" }, hint) : null,
-  );
+  control.id ||= `f-${Math.random().toString(36).slice(2, 9)}`;
+  return h("div.field", h("label", { for: control.id }, label), control, hint ? h("small.hint", hint) : null);
 }
 
-/**
- * Runs `action` for a button or form: disables it meanwhile, shows the error
- * in `slot` (an `errorSlot()`), and returns what `action` returned or
- * `undefined` when it failed.
- */
+/** A textarea for JSON, read with `parseJson`. */
+export const jsonArea = (attrs) => h("textarea", { rows: 4, spellcheck: "false", autocomplete: "off", ...attrs });
+
+/** JSON a user typed: an "object" (empty text is `{}`) or a "list"; the error names the field. */
+export function parseJson(text, name, type = "object") {
+  if (!text.trim()) return {};
+  let value;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    throw invalid(`${name}: not valid JSON (${e.message})`);
+  }
+  const list = Array.isArray(value);
+  if (type === "list" ? !list : list || typeof value !== "object" || !value) throw invalid(`${name}: must be a JSON ${type === "list" ? "array" : "object"}`);
+  return value;
+}
+
+/** Runs `action` for a button, disabled meanwhile; returns its result, or shows its error in `slot` and returns nothing. */
 export async function busy(control, slot, action) {
   control.disabled = true;
   control.setAttribute("aria-busy", "true");
@@ -128,27 +166,89 @@ export async function busy(control, slot, action) {
   try {
     return await action();
   } catch (error) {
-    if (slot) slot.show(error);
-    else throw error;
-    return undefined;
+    if (!slot) throw error;
+    slot.show(error);
   } finally {
     control.disabled = false;
     control.removeAttribute("aria-busy");
   }
 }
 
-/** Parses a JSON object typed by a user; names the field when it is not one. */
-export function parseObject(text, name) {
-  const trimmed = text.trim();
-  if (!trimmed) return {};
-  let value;
-  try {
-    value = JSON.parse(trimmed);
-  } catch (e) {
-    throw Object.assign(new Error(`${name}: not valid JSON (${e.message})`), { code: "VALIDATION" });
-  }
-  if (typeof value !== "object" || value === null || Array.isArray(value)) {
-    throw Object.assign(new Error(`${name}: must be a JSON object`), { code: "VALIDATION" });
-  }
-  return value;
+/** A form's `onsubmit`: runs `action()` for `button` (see `busy`), then `done(result)` if it succeeded. */
+export const sending = (button, slot, action, done) => async (event) => {
+  event.preventDefault();
+  const result = await busy(button, slot, action);
+  if (result) await done?.(result);
+};
+
+/**
+ * Asks before doing, in the page rather than a dialog: the question (or
+ * fields), `yes` (runs `act`), Cancel (runs `close`), and the error.
+ * `check()`, if given, says whether `yes` may be used yet.
+ */
+export function confirmBox({ question, yes, act, close, check, slot = errorSlot(), id, cancelId }) {
+  const ready = () => check && (yes.disabled = !check());
+  const onsubmit = async (event) => {
+    await sending(yes, slot, act)(event);
+    ready();
+  };
+  yes.type = "submit";
+  const box = h("form.confirm", { id, role: "group", "aria-label": "Confirm", oninput: ready, onsubmit },
+    typeof question === "string" ? h("p", question) : question,
+    h("div.toolbar", yes, h("button.secondary", { type: "button", id: cancelId, onclick: close }, "Cancel")),
+    slot);
+  box.slot = slot;
+  ready();
+  return box;
+}
+
+/** `button` opens a hidden `confirmBox`; the focus goes to its field, or to Cancel: the safe choice. */
+export function askFirst(button, options) {
+  const box = confirmBox({ ...options, close: () => ((box.hidden = true), button.focus()) });
+  box.hidden = true;
+  button.addEventListener("click", () => {
+    box.hidden = false;
+    box.slot.clear();
+    box.querySelector("input, button.secondary").focus();
+  });
+  return box;
+}
+
+/** Runs `fn` `ms` after the last call (a burst of events makes one read), unless the page was left. */
+export function later(scope, ms, fn) {
+  let timer = null;
+  scope.onDispose(() => clearTimeout(timer));
+  return () => {
+    clearTimeout(timer);
+    timer = setTimeout(fn, ms);
+  };
+}
+
+/**
+ * A list kept live by `serverEvents`: `load()` draws it, `apply(event)` changes
+ * it in place, or returns `false` when only a new read will do. Events heard
+ * during the first read are applied after it. It is read again once the
+ * subscription is live (it may start after that read), after a reconnect and
+ * after missed events.
+ */
+export async function liveList(scope, subscription, load, apply) {
+  const reload = later(scope, 150, load);
+  const use = (e) => apply(e) === false && reload();
+  let early = [];
+  let stale = false;
+  scope.subscribe(subscription, {}, {
+    next: ({ serverEvents: e }) => {
+      if (e.__typename === "EventsMissed" || stale) {
+        stale = false;
+        reload();
+      }
+      if (early) early.push(e);
+      else use(e);
+    },
+    reconnecting: () => (stale = true),
+    started: reload,
+  });
+  await load();
+  early.splice(0).forEach(use);
+  early = null;
 }

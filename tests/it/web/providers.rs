@@ -215,8 +215,8 @@ async fn a_provider_is_created_followed_live_and_managed_in_the_browser() {
     browser.screenshot("provider-detail").await;
     browser.client.set_window_size(1280, 900).await.unwrap();
 
-    // The list. A provider made elsewhere appears when its status first
-    // changes; statuses then change in place, without a reload.
+    // The list. A provider made elsewhere appears at once; statuses then
+    // change in place, without a reload.
     // Through the navigation: the detail page's socket closes as the list's
     // subscription starts on a new one.
     browser.click("header nav a[href='/providers']").await;
@@ -240,8 +240,12 @@ async fn a_provider_is_created_followed_live_and_managed_in_the_browser() {
         json!({ "name": "process-two", "gitUrl": repo.url(), "ref": "v1", "autoLoad": false }),
     )
     .await;
-    load_via_api(&app, &other).await;
+    // Made (not loaded): it appears at once, UNLOADED (ProviderCreated).
     let other_row = "#provider-list tr[data-name=process-two]";
+    browser
+        .wait_attr(&format!("{other_row} .badge"), "data-state", "UNLOADED")
+        .await;
+    load_via_api(&app, &other).await;
     browser
         .wait_attr(&format!("{other_row} .badge"), "data-state", "CONNECTED")
         .await;
@@ -265,6 +269,14 @@ async fn a_provider_is_created_followed_live_and_managed_in_the_browser() {
     browser.screenshot("providers-list").await;
     browser.client.set_window_size(1280, 900).await.unwrap();
     delete_via_api(&app, &other).await;
+    // Deleted: its row goes (ProviderDeleted), the page stays.
+    browser
+        .wait_js(
+            "the deleted provider's row goes",
+            &format!("!document.querySelector('{other_row}')"),
+        )
+        .await;
+    browser.wait_js("the list was not reloaded", MARKED).await;
 
     // Delete while loaded: refused, the CONFLICT shown where it was clicked.
     browser.click(&format!("{row} a.name")).await;

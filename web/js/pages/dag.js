@@ -87,19 +87,10 @@ export function drawDag(resources, nodes, onSelect) {
   // Group frames reach INSET past their column, inside PAD.
   const width = PAD * 2 + Math.max(1, byLayer.length) * (W + GAP_X) - GAP_X;
   const tall = tallest + 2 * PAD;
-  const root = svg(
-    "svg",
-    { width, height: tall, viewBox: `0 0 ${width} ${tall}`, role: "group", "aria-label": "Resources and their dependencies" },
-    svg(
-      "defs",
-      {},
-      svg(
-        "marker",
-        { id: "dag-arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" },
-        svg("path", { d: "M0,0 L10,5 L0,10 z", class: "arrow" }),
-      ),
-    ),
-  );
+  const arrow = svg("marker", { id: "dag-arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" },
+    svg("path", { d: "M0,0 L10,5 L0,10 z", class: "arrow" }));
+  const root = svg("svg", { width, height: tall, viewBox: `0 0 ${width} ${tall}`, role: "group", "aria-label": "Resources and their dependencies" },
+    svg("defs", {}, arrow));
   for (const [k, ds] of deps) {
     const to = boxes.get(k);
     for (const d of ds) {
@@ -116,31 +107,27 @@ export function drawDag(resources, nodes, onSelect) {
     const list = replicas.get(k);
     const type = typeOf.get(k) ?? list[0]?.type ?? "";
     if (grouped(k)) {
-      root.append(
-        svg("rect", { class: "group", x: box.x, y: box.y, width: box.w, height: box.h, rx: 8 }),
-        svg("text", { class: "group-title", x: box.x + INSET, y: box.y + 14 }, list.length ? `${k} × ${list.length}` : k),
-      );
+      root.append(svg("rect", { class: "group", x: box.x, y: box.y, width: box.w, height: box.h, rx: 8 }),
+        svg("text", { class: "group-title", x: box.x + INSET, y: box.y + 14 }, list.length ? `${k} × ${list.length}` : k));
       if (!list.length) root.append(svg("text", { class: "t", x: box.x + 2 * INSET, y: box.y + HEAD + INSET + 34 }, "no node yet"));
     }
     list.forEach((n, i) => {
       const x = box.x + (grouped(k) ? INSET : 0);
       const y = box.y + (grouped(k) ? HEAD + INSET : 0) + i * (H + GAP_Y);
       const name = label(n);
-      const g = svg(
-        "g",
-        { class: "node", transform: `translate(${x},${y})`, tabindex: 0, role: "button", "aria-pressed": "false", "data-key": name, "data-resource": k },
+      const g = svg("g", { class: "node", transform: `translate(${x},${y})`, tabindex: 0, role: "button", "aria-pressed": "false", "data-key": name, "data-resource": k },
         svg("title", {}, `${name} (${type})`),
         svg("rect", { class: "frame", width: W, height: H, rx: 6 }),
         svg("rect", { class: "accent", width: 6, height: H, rx: 3 }),
         svg("text", { class: "k", x: 16, y: 19 }, short(name, 22)),
         svg("text", { class: "t", x: 16, y: 35 }, short(type, 26)),
-        svg("text", { class: "s", x: 16, y: 52 }),
-      );
+        svg("text", { class: "s", x: 16, y: 52 }));
       g.addEventListener("click", () => onSelect(name));
       g.addEventListener("keydown", (event) => {
-        if (event.key !== "Enter" && event.key !== " ") return;
-        event.preventDefault();
-        onSelect(name);
+        if (event.key === "Enter" || event.key === " ") {
+          event.preventDefault();
+          onSelect(name);
+        }
       });
       drawn.set(name, g);
       root.append(g);

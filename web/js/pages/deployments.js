@@ -6,56 +6,38 @@
 
 import { gql } from "../api.js";
 import { navigate } from "../app.js";
-import { badge, busy, empty, errorBox, errorSlot, field, h, json, link, replace, time } from "../dom.js";
+import {
+  askFirst, badge, bars, busy, empty, errorBox, errorSlot, facts, field, fill, h, invalid, json, jsonArea, later, link, note,
+  parseJson, replace, sending, table, time,
+} from "../dom.js";
 import { drawDag, label } from "./dag.js";
 
 export const styles = "/ui/css/deployments.css";
 
 const STATES = ["PENDING", "IN_PROGRESS", "COMPLETE", "FAILED", "DESTROYING", "DESTROYED", "SUSPENDED"];
 const words = (s) => s.toLowerCase().replace(/_/g, " ");
-const invalid = (message) => Object.assign(new Error(message), { code: "VALIDATION" });
 const checked = (el) => [...el.querySelectorAll("input:checked")].map((i) => i.value);
+const option = (value, text, selected) => h("option", { value, selected }, text);
 const BLUEPRINTS = "query { blueprints(first: 500) { nodes { id name } } }";
 
-export async function render(view, params, scope) {
-  if (params.view === "create") return create(view, params.query);
-  if (params.view === "detail") return detail(view, params.id, scope);
-  return list(view, params.query);
-}
-
-// ---------------------------------------------------------------- the list
+// The list.
 
 const LIST = `query Deployments($filter: DeploymentFilter!) { deployments(filter: $filter, first: 200) {
   totalCount nodes { id name state phase blueprintId elementId createdAt expiresAt }
 } }`;
 
-async function list(view, query) {
+export async function list(view, { query }, scope) {
   const { blueprints } = await gql(BLUEPRINTS);
   const names = new Map(blueprints.nodes.map((b) => [b.id, b.name]));
-  const blueprint = h(
-    "select",
-    { name: "blueprint", onchange: () => apply(true) },
-    h("option", { value: "" }, "Any blueprint"),
-    blueprints.nodes.map((b) => h("option", { value: b.id, selected: b.id === query.get("blueprint") }, b.name)),
-  );
-  let typing;
-  const search = h("input", { type: "search", name: "search", value: query.get("search") ?? "", placeholder: "Part of the name" });
-  search.oninput = () => {
-    clearTimeout(typing);
-    typing = setTimeout(() => apply(false), 250);
-  };
-  const states = h(
-    "fieldset",
-    { class: "states" },
-    h("legend", {}, "State"),
-    STATES.map((s) =>
-      h("label", {}, h("input", { type: "checkbox", name: "state", value: s, checked: query.getAll("state").includes(s), onchange: () => apply(true) }), " ", words(s)),
-    ),
-  );
-  const body = h("div", { id: "deployments" });
+  const blueprint = h("select", { name: "blueprint", onchange: () => apply(true) }, option("", "Any blueprint"),
+    blueprints.nodes.map((b) => option(b.id, b.name, b.id === query.get("blueprint"))));
+  const search = h("input", { type: "search", name: "search", value: query.get("search") ?? "", placeholder: "Part of the name", oninput: later(scope, 250, () => apply(false)) });
+  const box = (s) => h("input", { type: "checkbox", name: "state", value: s, checked: query.getAll("state").includes(s), onchange: () => apply(true) });
+  const states = h("fieldset.states", h("legend", "State"), STATES.map((s) => h("label", box(s), " ", words(s))));
+  const body = h("div#deployments");
   view.append(
-    h("div", { class: "toolbar" }, h("h1", { class: "grow" }, "Deployments"), h("a", { class: "button", href: "/deployments/new" }, "Deploy a blueprint")),
-    h("form", { id: "deployment-filters", class: "filters card", role: "search", onsubmit: (e) => (e.preventDefault(), apply(true)) }, states, field("Blueprint", blueprint), field("Search", search)),
+    h("div.toolbar", h("h1.grow", "Deployments"), h("a.button", { href: "/deployments/new" }, "Deploy a blueprint")),
+    h("form#deployment-filters.filters.card", { role: "search", onsubmit: (e) => (e.preventDefault(), apply(true)) }, states, field("Blueprint", blueprint), field("Search", search)),
     body,
   );
 
@@ -66,132 +48,102 @@ async function list(view, query) {
     for (const s of checked(states)) q.append("state", s);
     if (blueprint.value) q.set("blueprint", blueprint.value);
     if (search.value.trim()) q.set("search", search.value.trim());
-    const url = `/deployments${q.toString() ? `?${q}` : ""}`;
+    const url = `/deployments${q.size ? `?${q}` : ""}`;
     if (url !== location.pathname + location.search) history[push ? "pushState" : "replaceState"](null, "", url);
     load();
   }
 
-  let asked = 0;
-  async function load() {
-    const mine = ++asked;
+  const load = () => fill(body, scope, async () => {
     const q = new URLSearchParams(location.search);
     const chosen = q.getAll("state").filter((s) => STATES.includes(s));
     const filter = { states: chosen.length ? chosen : null, blueprintId: q.get("blueprint") || null, search: q.get("search") || null };
-    try {
-      const { deployments: found } = await gql(LIST, { filter });
-      if (mine !== asked) return;
-      if (!found.nodes.length) {
-        return replace(
-          body,
-          filter.states || filter.blueprintId || filter.search
-            ? empty("No deployment matches these filters.")
-            : empty("No deployments yet. Choose a blueprint in", link("/blueprints", "Blueprints"), "and deploy it, or", link("/deployments/new", "deploy one here"), "."),
-        );
-      }
-      const head = ["Name", "State", "Phase", "Blueprint", "Created", "Lease"].map((c) => h("th", { scope: "col" }, c));
-      replace(
-        body,
-        h("p", { class: "muted" }, `${found.totalCount} deployment${found.totalCount === 1 ? "" : "s"}`, found.totalCount > found.nodes.length ? ` (the newest ${found.nodes.length} shown)` : ""),
-        h("table", { class: "list", id: "deployment-list" }, h("thead", {}, h("tr", {}, head)), h("tbody", {}, found.nodes.map((d) => row(d, names)))),
-      );
-    } catch (error) {
-      if (mine === asked) replace(body, errorBox(error));
+    const { nodes, totalCount: n } = (await gql(LIST, { filter })).deployments;
+    if (nodes.length) {
+      return [
+        note(`${n} deployment${n === 1 ? "" : "s"}${n > nodes.length ? ` (the newest ${nodes.length} shown)` : ""}`),
+        table(["Name", "State", "Phase", "Blueprint", "Created", "Lease"], nodes.map((d) => row(d, names)), { id: "deployment-list" }),
+      ];
     }
-  }
+    return filter.states || filter.blueprintId || filter.search
+      ? empty("No deployment matches these filters.")
+      : empty("No deployments yet. Choose a blueprint in", link("/blueprints", "Blueprints"), "and deploy it, or", link("/deployments/new", "deploy one here"), ".");
+  });
   await load();
 }
 
+/** Where a deployment came from: its blueprint, or an element's install. */
+const origin = (d, blueprint) =>
+  d.blueprintId ? link(`/blueprints/${d.blueprintId}`, blueprint) : d.elementId ? link(`/elements/${d.elementId}`, "an element's install") : "—";
+
 function row(d, names) {
-  const from = d.blueprintId ? link(`/blueprints/${d.blueprintId}`, names.get(d.blueprintId) ?? "(deleted)") : d.elementId ? link(`/elements/${d.elementId}`, "an element") : "—";
-  return h(
-    "tr",
-    { dataset: { id: d.id } },
-    h("td", {}, link(`/deployments/${d.id}`, d.name)),
-    h("td", {}, badge(d.state)),
-    h("td", { dataset: { label: "Phase" } }, d.phase ? words(d.phase) : "—"),
-    h("td", { dataset: { label: "From" } }, from),
-    h("td", { dataset: { label: "Created" } }, time(d.createdAt)),
-    h("td", { dataset: { label: "Lease" } }, time(d.expiresAt)),
-  );
+  const cell = (label, value) => h("td", { dataset: { label } }, value);
+  return h("tr", { dataset: { id: d.id } },
+    h("td", link(`/deployments/${d.id}`, d.name)),
+    h("td", badge(d.state)),
+    cell("Phase", d.phase ? words(d.phase) : "—"),
+    cell("From", origin(d, names.get(d.blueprintId) ?? "(deleted)")),
+    cell("Created", time(d.createdAt)),
+    cell("Lease", time(d.expiresAt)));
 }
 
-// ---------------------------------------------------------- the deploy form
+// The deploy form.
 
 const BLUEPRINT = `query Blueprint($id: ID!) { blueprint(id: $id) {
   id description warnings variables { name type default description } resources { key strategy }
 } }`;
+const DEPLOY = "mutation Deploy($input: DeployBlueprintInput!) { deployBlueprint(input: $input) { id } }";
 
-async function create(view, query) {
+export async function create(view, { query }) {
   const { blueprints } = await gql(BLUEPRINTS);
-  view.append(h("h1", {}, "Deploy a blueprint"));
-  if (!blueprints.nodes.length) {
-    return view.append(empty("There is no blueprint to deploy yet.", link("/blueprints/new", "Write one"), "first."));
-  }
-  const choose = h(
-    "select",
-    { name: "blueprint" },
-    blueprints.nodes.map((b) => h("option", { value: b.id, selected: b.id === query.get("blueprint") }, b.name)),
-  );
+  view.append(h("h1", "Deploy a blueprint"));
+  if (!blueprints.nodes.length) return view.append(empty("There is no blueprint to deploy yet.", link("/blueprints/new", "Write one"), "first."));
+  const choose = h("select", { name: "blueprint" }, blueprints.nodes.map((b) => option(b.id, b.name, b.id === query.get("blueprint"))));
   const about = h("div");
-  const variables = h("fieldset", { id: "variables" });
+  const variables = h("fieldset#variables");
   const name = h("input", { name: "name", required: true, autocomplete: "off", placeholder: "e.g. shop-staging" });
-  const onFailure = h(
-    "fieldset",
-    { class: "choices" },
-    h("legend", {}, "If the deploy fails"),
-    h("label", {}, h("input", { type: "radio", name: "onFailure", value: "ROLLBACK", checked: true }), " Roll back: destroy what it made"),
-    h("label", {}, h("input", { type: "radio", name: "onFailure", value: "KEEP" }), " Keep what it made, to look at"),
-  );
+  const choice = (value, text, checked) => h("label", h("input", { type: "radio", name: "onFailure", value, checked }), " ", text);
   const lease = h("input", { type: "datetime-local", name: "expiresAt" });
   const slot = errorSlot();
   const submit = h("button", { type: "submit" }, "Deploy");
-  const capacity = h("section", { id: "capacity", class: "card" });
+  const capacity = h("section#capacity.card");
   let current = null;
-  const form = h(
-    "form",
-    { id: "deploy-form", class: "card" },
+  const deploy = () => {
+    if (!current) throw invalid("choose a blueprint");
+    const input = {
+      blueprintId: current.id,
+      name: name.value.trim(),
+      variables: readVariables(variables),
+      onFailure: form.querySelector("[name=onFailure]:checked").value,
+      expiresAt: lease.value ? new Date(lease.value).toISOString() : null,
+    };
+    return gql(DEPLOY, { input });
+  };
+  const onsubmit = sending(submit, slot, deploy, (made) => navigate(`/deployments/${made.deployBlueprint.id}`));
+  const form = h("form#deploy-form.card.form", { onsubmit },
     field("Blueprint", choose),
     about,
     variables,
     field("Deployment name", name),
-    onFailure,
-    field("Lease", lease, "Optional: the deployment is destroyed at this time (it can be extended)."),
+    h("fieldset.choices", h("legend", "If the deploy fails"),
+      choice("ROLLBACK", "Roll back: destroy what it made", true), choice("KEEP", "Keep what it made, to look at")),
+    field("Lease", lease, "Optional: the deployment is destroyed then (it can be extended)."),
     slot,
-    submit,
-  );
-  form.onsubmit = async (event) => {
-    event.preventDefault();
-    const made = await busy(submit, slot, async () => {
-      if (!current) throw invalid("choose a blueprint");
-      const input = {
-        blueprintId: current.id,
-        name: name.value.trim(),
-        variables: readVariables(variables),
-        onFailure: form.querySelector("[name=onFailure]:checked").value,
-        expiresAt: lease.value ? new Date(lease.value).toISOString() : null,
-      };
-      return (await gql("mutation Deploy($input: DeployBlueprintInput!) { deployBlueprint(input: $input) { id } }", { input })).deployBlueprint;
-    });
-    if (made) navigate(`/deployments/${made.id}`);
-  };
-  view.append(h("div", { class: "deploy-grid" }, form, capacity));
+    submit);
+  view.append(h("div.deploy-grid", form, capacity));
 
   async function show(id) {
     history.replaceState(null, "", `/deployments/new?blueprint=${encodeURIComponent(id)}`);
     current = null;
-    replace(variables, h("legend", {}, "Variables"));
+    replace(variables, h("legend", "Variables"));
     replace(capacity);
     try {
       current = (await gql(BLUEPRINT, { id })).blueprint;
     } catch (error) {
       return replace(about, errorBox(error));
     }
-    replace(
-      about,
-      current.description ? h("p", { class: "muted" }, current.description) : null,
-      current.warnings.map((w) => h("p", { class: "error", dataset: { code: "WARNING" } }, w)),
-    );
-    variables.append(...(current.variables.length ? current.variables.map(variableField) : [h("p", { class: "muted" }, "This blueprint has no variables.")]));
+    replace(about, current.description ? note(current.description) : null,
+      current.warnings.map((w) => h("p.error", { dataset: { code: "WARNING" } }, w)));
+    variables.append(...(current.variables.length ? current.variables.map(variableField) : [note("This blueprint has no variables.")]));
     capacityPreview(capacity, current, () => readVariables(variables));
   }
   choose.onchange = () => show(choose.value);
@@ -201,17 +153,18 @@ async function create(view, query) {
 /** A blueprint variable as a control of its type, its default filled in. */
 function variableField(v) {
   const required = v.default === null || v.default === undefined;
-  const json = v.type === "list" || v.type === "object";
+  const structured = v.type === "list" || v.type === "object";
   const attrs = { name: `var-${v.name}`, dataset: { var: v.name, type: v.type }, required };
   const control =
     v.type === "int" || v.type === "number"
       ? h("input", { ...attrs, type: "number", step: v.type === "int" ? 1 : "any", value: v.default })
       : v.type === "bool"
         ? h("input", { ...attrs, type: "checkbox", required: false, checked: v.default === true })
-        : json
-          ? h("textarea", { ...attrs, rows: 3, spellcheck: "false" }, required ? "" : JSON.stringify(v.default, null, 2))
+        : structured
+          ? jsonArea({ ...attrs, rows: 3 })
           : h("input", { ...attrs, value: v.default, autocomplete: "off" });
-  return field(v.name, control, [v.description, json ? `${v.type} (JSON)` : v.type, required ? "required" : null].filter(Boolean).join(" · "));
+  if (structured && !required) control.value = JSON.stringify(v.default, null, 2);
+  return field(v.name, control, [v.description, structured ? `${v.type} (JSON)` : v.type, required ? "required" : null].filter(Boolean).join(" · "));
 }
 
 /** The form's variables; one left empty takes its default. */
@@ -227,15 +180,8 @@ function readVariables(fieldset) {
       const n = Number(text);
       if (!Number.isFinite(n) || (type === "int" && !Number.isInteger(n))) throw invalid(`${name}: expected ${type === "int" ? "an integer" : "a number"}`);
       out[name] = n;
-    } else if (type === "list" || type === "object") {
-      try {
-        out[name] = JSON.parse(text);
-      } catch (e) {
-        throw invalid(`${name}: not valid JSON (${e.message})`);
-      }
-      const list = Array.isArray(out[name]);
-      if (type === "list" ? !list : list || typeof out[name] !== "object" || !out[name]) throw invalid(`${name}: expected a JSON ${type === "list" ? "array" : "object"}`);
-    } else out[name] = el.value;
+    } else if (type === "list" || type === "object") out[name] = parseJson(text, name, type);
+    else out[name] = el.value;
   }
   return out;
 }
@@ -247,40 +193,17 @@ const CAPACITY = `query Capacity($id: ID!, $key: String!, $strategy: PlacementSt
 /** Where a resource's replicas would go (or each node's room), as bars. */
 function capacityPreview(section, blueprint, variables) {
   if (!blueprint.resources.length) return;
-  const resource = h("select", { name: "resource" }, blueprint.resources.map((r) => h("option", { value: r.key }, r.key)));
-  const strategy = h(
-    "select",
-    { name: "strategy" },
-    h("option", { value: "" }, "none: each node's room"),
-    ["AUTO", "FILL", "EACH", "GLOBAL", "DRAINED"].map((s) => h("option", { value: s }, s)),
-  );
-  const bars = h("div", { id: "capacity-bars", "aria-live": "polite" });
+  const resource = h("select", { name: "resource" }, blueprint.resources.map((r) => option(r.key, r.key)));
+  const strategy = h("select", { name: "strategy" }, option("", "none: each node's room"), ["AUTO", "FILL", "EACH", "GLOBAL", "DRAINED"].map((s) => option(s, s)));
+  const result = h("div#capacity-bars", { "aria-live": "polite" });
   const slot = errorSlot();
-  const go = h("button", { type: "button", class: "secondary", id: "capacity-calc" }, "Calculate");
+  const go = h("button#capacity-calc.secondary", { type: "button" }, "Calculate");
   const calc = () =>
     busy(go, slot, async () => {
       const [key, s] = [resource.value, strategy.value || null];
       const plan = (await gql(CAPACITY, { id: blueprint.id, key, strategy: s, variables: variables() })).calculateCapacity;
-      const most = Math.max(1, ...plan.map((p) => p.count));
-      replace(
-        bars,
-        h("p", { class: "muted" }, s ? `Replicas of ${key} each node would get (${s}):` : `Room for ${key} on each node:`),
-        plan.length
-          ? h(
-              "ul",
-              { class: "capacity" },
-              plan.map((p) =>
-                h(
-                  "li",
-                  { dataset: { node: p.node, count: String(p.count) } },
-                  h("span", { class: "mono" }, p.node),
-                  h("span", { class: "bar", role: "img", "aria-label": `${p.count} on ${p.node}` }, h("span", { style: `width: ${(100 * p.count) / most}%` })),
-                  h("strong", {}, String(p.count)),
-                ),
-              ),
-            )
-          : empty("No provider node offers this resource's type."),
-      );
+      replace(result, note(s ? `Replicas of ${key} each node would get (${s}):` : `Room for ${key} on each node:`),
+        plan.length ? bars(plan.map((p) => [p.node, p.count, { node: p.node }])) : empty("No provider node offers this resource's type."));
     });
   resource.onchange = () => {
     strategy.value = blueprint.resources.find((r) => r.key === resource.value).strategy;
@@ -289,17 +212,15 @@ function capacityPreview(section, blueprint, variables) {
   strategy.onchange = calc;
   go.onclick = calc;
   strategy.value = blueprint.resources[0].strategy;
-  replace(
-    section,
-    h("h2", {}, "Capacity preview"),
-    h("p", { class: "hint" }, "Where a deploy would place a resource now, with the variables of the form. Nothing is allocated."),
-    h("div", { class: "toolbar" }, field("Resource", resource), field("Strategy", strategy), go),
+  replace(section,
+    h("h2", "Capacity preview"),
+    h("p.hint", "Where a deploy would place a resource now, with the form's variables. Nothing is allocated."),
+    h("div.toolbar", field("Resource", resource), field("Strategy", strategy), go),
     slot,
-    bars,
-  );
+    result);
 }
 
-// ------------------------------------------------------------ one deployment
+// One deployment.
 
 const FIELDS = `id name blueprintId elementId state phase onFailure error expiresAt createdAt updatedAt
   nodes { id key replica type node state outputs error updatedAt provider { id name } }`;
@@ -316,72 +237,50 @@ function local(iso) {
   return new Date(t.getTime() - t.getTimezoneOffset() * 60000).toISOString().slice(0, 16);
 }
 
-const fact = (term, value) => h("div", {}, h("dt", {}, term), h("dd", {}, value));
+const failure = (error, id) => (error ? h("div.error", { id, role: "alert" }, h("strong", "Error"), " ", error) : null);
 
-async function detail(view, id, scope) {
+export async function detail(view, { id }, scope) {
   let { deployment: d } = await gql(FIRST, { id });
   const { resources } = d;
 
   // The header: name, live state, destroy (typing the name to confirm).
-  const title = h("h1", {}, d.name);
   let state = badge(d.state);
-  const destroy = h("button", { type: "button", class: "danger", id: "destroy" }, "Destroy…");
+  const destroy = h("button#destroy.danger", { type: "button" }, "Destroy…");
   const setState = (s) => {
-    const next = badge(s);
-    next.id = "deployment-state";
+    const next = Object.assign(badge(s), { id: "deployment-state" });
     state.replaceWith(next);
     state = next;
-    destroy.style.display = s === "DESTROYED" ? "none" : ""; // `hidden` loses to `button { display }`
+    destroy.hidden = s === "DESTROYED";
   };
-  const confirmName = h("input", { id: "destroy-name", autocomplete: "off" });
-  const confirmGo = h("button", { type: "submit", class: "danger", id: "destroy-confirm", disabled: true }, "Destroy every resource");
-  const destroySlot = errorSlot();
-  const ready = () => (confirmGo.disabled = confirmName.value !== d.name);
-  confirmName.oninput = ready;
-  const confirm = h(
-    "form",
-    { class: "card confirm", id: "destroy-form", hidden: true },
-    field(`Type “${d.name}” to destroy its resources`, confirmName),
-    h("div", { class: "toolbar" }, confirmGo, h("button", { type: "button", class: "secondary", onclick: () => (confirm.hidden = true) }, "Cancel")),
-    destroySlot,
-  );
-  confirm.onsubmit = async (event) => {
-    event.preventDefault();
-    if (await busy(confirmGo, destroySlot, () => gql("mutation Destroy($id: ID!) { destroyDeployment(id: $id) { id } }", { id }))) {
+  const confirmName = h("input#destroy-name", { autocomplete: "off" });
+  const confirm = askFirst(destroy, {
+    id: "destroy-form",
+    question: field(`Type “${d.name}” to destroy its resources`, confirmName),
+    yes: h("button#destroy-confirm.danger", "Destroy every resource"),
+    check: () => confirmName.value === d.name,
+    act: async () => {
+      await gql("mutation Destroy($id: ID!) { destroyDeployment(id: $id) { id } }", { id });
       confirm.hidden = true;
-      confirmName.value = "";
-    }
-    ready();
-  };
-  destroy.onclick = () => {
-    confirm.hidden = false;
-    confirmName.focus();
-  };
+    },
+  });
 
-  const summary = h("div", { id: "deployment-summary" });
+  const summary = h("div#deployment-summary");
   const drawSummary = () => {
     setState(d.state);
-    const from = d.blueprintId ? link(`/blueprints/${d.blueprintId}`, "its blueprint") : d.elementId ? link(`/elements/${d.elementId}`, "an element's install") : "—";
-    replace(
-      summary,
-      d.error ? h("div", { class: "error", id: "deployment-error", role: "alert" }, h("strong", {}, "Error"), " ", d.error) : null,
-      h(
-        "dl",
-        { class: "facts inline" },
-        fact("Phase", h("span", { id: "deployment-phase" }, d.phase ? words(d.phase) : "settled")),
-        fact("From", from),
-        fact("On failure", d.onFailure === "KEEP" ? "keep what was made" : "roll back"),
-        fact("Created", time(d.createdAt)),
-        fact("Lease", h("span", { id: "lease-now" }, d.expiresAt ? time(d.expiresAt) : "none")),
-      ),
-    );
+    replace(summary, failure(d.error, "deployment-error"), facts([
+      ["Phase", h("span#deployment-phase", d.phase ? words(d.phase) : "settled")],
+      ["From", origin(d, "its blueprint")],
+      ["On failure", d.onFailure === "KEEP" ? "keep what was made" : "roll back"],
+      ["Created", time(d.createdAt)],
+      ["Lease", h("span#lease-now", d.expiresAt ? time(d.expiresAt) : "none")],
+    ], { class: "facts inline" }));
   };
 
   // The lease: extend or remove.
-  const leaseAt = h("input", { type: "datetime-local", id: "lease-input", value: local(d.expiresAt) });
+  const leaseAt = h("input#lease-input", { type: "datetime-local", value: local(d.expiresAt) });
   const leaseSlot = errorSlot();
-  const extend = h("button", { type: "button", id: "extend", class: "secondary" }, "Extend lease");
-  const unlease = h("button", { type: "button", id: "remove-lease", class: "link" }, "Remove lease");
+  const extend = h("button#extend.secondary", { type: "button" }, "Extend lease");
+  const unlease = h("button#remove-lease.link", { type: "button" }, "Remove lease");
   const setLease = (button, at) =>
     busy(button, leaseSlot, async () => {
       if (at === undefined) throw invalid("choose when the lease ends");
@@ -393,29 +292,25 @@ async function detail(view, id, scope) {
   unlease.onclick = () => setLease(unlease, null);
 
   // The graph, and the panel of the node chosen in it.
-  const dagBox = h("div", { class: "dag", id: "dag" });
-  const panel = h("aside", { class: "card", id: "node-panel", "aria-live": "polite" });
+  const dagBox = h("div#dag.dag");
+  const panel = h("aside#node-panel.card", { "aria-live": "polite" });
   let selected = null;
   let dag = null;
   const drawPanel = () => {
     const n = d.nodes.find((x) => label(x) === selected);
-    if (!n) return replace(panel, h("p", { class: "muted" }, "Choose a node in the graph to see its state, outputs and error."));
-    replace(
-      panel,
-      h("h2", {}, label(n)),
-      h(
-        "dl",
-        { class: "facts" },
-        fact("State", badge(n.state)),
-        fact("Type", h("span", { class: "mono" }, n.type)),
-        fact("Provider", n.provider ? link(`/providers/${n.provider.id}`, n.provider.name) : "—"),
-        fact("Node", h("span", { class: "mono", dataset: { field: "node" } }, n.node ?? "—")),
-        fact("Updated", time(n.updatedAt)),
-      ),
-      n.error ? h("div", { class: "error", role: "alert" }, h("strong", {}, "Error"), " ", n.error) : null,
-      h("h3", {}, "Outputs"),
-      n.outputs && Object.keys(n.outputs).length ? json(n.outputs) : h("p", { class: "muted" }, "None yet."),
-    );
+    if (!n) return replace(panel, note("Choose a node in the graph to see its state, outputs and error."));
+    replace(panel,
+      h("h2", label(n)),
+      facts([
+        ["State", badge(n.state)],
+        ["Type", h("span.mono", n.type)],
+        ["Provider", n.provider ? link(`/providers/${n.provider.id}`, n.provider.name) : "—"],
+        ["Node", h("span.mono", n.node ?? "—"), "node"],
+        ["Updated", time(n.updatedAt)],
+      ]),
+      failure(n.error),
+      h("h3", "Outputs"),
+      n.outputs && Object.keys(n.outputs).length ? json(n.outputs) : note("None yet."));
   };
   const drawGraph = () => {
     dag = drawDag(resources, d.nodes, (name) => {
@@ -429,14 +324,14 @@ async function detail(view, id, scope) {
   };
 
   // Redeploy the chosen resources (and what depends on them).
-  const picks = h("div", { class: "picks" });
+  const picks = h("div.picks");
   const drawPicks = () => {
     const was = checked(picks);
     const keys = new Set([...resources.map((r) => r.key), ...d.nodes.map((n) => n.key)]);
-    replace(picks, [...keys].map((k) => h("label", {}, h("input", { type: "checkbox", name: "redeploy", value: k, checked: was.includes(k) }), " ", k)));
+    replace(picks, [...keys].map((k) => h("label", h("input", { type: "checkbox", name: "redeploy", value: k, checked: was.includes(k) }), " ", k)));
   };
   const redeploySlot = errorSlot();
-  const redeploy = h("button", { type: "button", id: "redeploy" }, "Redeploy selected");
+  const redeploy = h("button#redeploy", { type: "button" }, "Redeploy selected");
   redeploy.onclick = () =>
     busy(redeploy, redeploySlot, async () => {
       const keys = checked(picks);
@@ -448,43 +343,34 @@ async function detail(view, id, scope) {
   // The event log: newest at the bottom, the last LOG_ROWS kept; rows are
   // added in batches, so a replayed history lays out once.
   const rows = h("tbody");
-  const head = ["Time", "Kind", "Node", "State", "Message"].map((c) => h("th", { scope: "col" }, c));
-  const logBox = h("div", { class: "log-box", tabindex: 0, "aria-label": "Event log" }, h("table", { class: "list events", id: "event-log" }, h("thead", {}, h("tr", {}, head)), rows));
+  const logBox = h("div.log-box", { tabindex: 0, "aria-label": "Event log" },
+    table(["Time", "Kind", "Node", "State", "Message"], rows, { class: "list events", id: "event-log" }));
   const liveSlot = errorSlot();
   let queued = [];
   let flushing = null;
   const flush = () => {
     flushing = null;
     const bottom = logBox.scrollTop + logBox.clientHeight >= logBox.scrollHeight - 8;
-    for (const e of queued.splice(0)) {
-      rows.append(
-        h(
-          "tr",
-          { dataset: { id: e.id, kind: e.kind, node: e.nodeKey ?? "", state: e.state ?? "" } },
-          h("td", {}, h("time", { datetime: e.at, title: e.at }, new Date(e.at).toLocaleTimeString())),
-          h("td", {}, words(e.kind)),
-          h("td", { class: "mono" }, e.nodeKey),
-          h("td", {}, e.state ? badge(e.state) : null),
-          h("td", {}, e.message),
-        ),
-      );
-    }
+    rows.append(...queued.splice(0).map((e) =>
+      h("tr", { dataset: { id: e.id, kind: e.kind, node: e.nodeKey ?? "", state: e.state ?? "" } },
+        h("td", h("time", { datetime: e.at, title: e.at }, new Date(e.at).toLocaleTimeString())),
+        h("td", words(e.kind)),
+        h("td.mono", e.nodeKey),
+        h("td", e.state ? badge(e.state) : null),
+        h("td", e.message))));
     while (rows.rows.length > LOG_ROWS) rows.rows[0].remove();
     if (bottom) logBox.scrollTop = logBox.scrollHeight;
   };
 
   view.append(
-    h("div", { class: "toolbar" }, h("div", { class: "grow title" }, title, state), destroy),
+    h("div.toolbar", h("div.grow.title", h("h1", d.name), state), destroy),
     confirm,
     summary,
-    h("div", { class: "dag-layout" }, dagBox, panel),
-    h(
-      "div",
-      { class: "actions" },
-      h("section", { class: "card" }, h("h2", {}, "Redeploy"), h("p", { class: "hint" }, "Destroys and deploys again the chosen resources and what depends on them."), picks, redeploy, redeploySlot),
-      h("section", { class: "card lease" }, h("h2", {}, "Lease"), h("div", { class: "toolbar" }, field("Destroy at", leaseAt), extend, unlease), leaseSlot),
-    ),
-    h("h2", {}, "Events"),
+    h("div.dag-layout", dagBox, panel),
+    h("div.actions", h("section.card", h("h2", "Redeploy"),
+        h("p.hint", "Destroys and deploys again the chosen resources and what depends on them."), picks, redeploy, redeploySlot),
+      h("section.card.lease", h("h2", "Lease"), h("div.toolbar", field("Destroy at", leaseAt), extend, unlease), leaseSlot)),
+    h("h2", "Events"),
     liveSlot,
     logBox,
   );
@@ -506,11 +392,7 @@ async function detail(view, id, scope) {
   // Reading the deployment again, one request at a time.
   let reading = false;
   let again = false;
-  let soon = null;
-  const refetch = () => {
-    clearTimeout(soon);
-    if (scope.alive) soon = setTimeout(read, 100);
-  };
+  const refetch = later(scope, 100, read);
   async function read() {
     if (reading) return void (again = true);
     reading = true;
@@ -533,7 +415,7 @@ async function detail(view, id, scope) {
       if (scope.alive) liveSlot.show(error);
     } finally {
       reading = false;
-      if (again) refetch();
+      if (again && scope.alive) refetch();
       again = false;
     }
   }
@@ -570,8 +452,5 @@ async function detail(view, id, scope) {
     error: (error) => liveSlot.show(error),
     reconnecting: () => liveSlot.show({ code: "RECONNECTING", message: "the live connection dropped; reconnecting…" }),
   });
-  scope.onDispose(() => {
-    clearTimeout(soon);
-    clearTimeout(flushing);
-  });
+  scope.onDispose(() => clearTimeout(flushing));
 }

@@ -4,14 +4,11 @@
 
 import { gql } from "../api.js";
 import { navigate } from "../app.js";
-import { badge, busy, empty, errorBox, errorSlot, field, h, json, replace, time } from "../dom.js";
+import {
+  askFirst, badge, busy, chips, code, empty, errorBox, errorSlot, facts, failed, field, fill, h, json, link, muted, note, replace, table, time,
+} from "../dom.js";
 
 export const styles = "/ui/css/elements.css";
-
-export async function render(view, params, scope) {
-  if (params.view === "detail") return detail(view, params.id, scope);
-  return list(view, params.query, scope);
-}
 
 /** Compares versions (MAJOR.MINOR.PATCH[-suffix][+build]): a release beats its pre-releases. */
 export function compareVersions(a, b) {
@@ -38,126 +35,90 @@ export function compareVersions(a, b) {
 }
 
 const newestFirst = (a, b) => compareVersions(b.version, a.version);
+const installedMark = (installed) => (installed ? h("span.badge.state-active.mark", { dataset: { installed: "true" } }, "installed") : null);
+const UPGRADE = `mutation Upgrade($id: ID!, $to: ID!) { upgradeElement(id: $id, toId: $to) { id } }`;
 
-function installedMark(installed) {
-  return installed ? h("span", { class: "badge state-active mark", dataset: { installed: "true" } }, "installed") : null;
+/**
+ * Versions as chips: each a link (the one shown, `here`, in bold), its
+ * repository's name when not `repository`, and whether it is installed.
+ */
+function versionChips(versions, here, repository) {
+  return chips(versions.map((v) => {
+    const dataset = { version: v.version, installed: String(v.installed) };
+    return [
+      dataset,
+      v.id === here ? h("strong", { "aria-current": "page" }, v.version) : h("a", { href: `/elements/${v.id}`, dataset }, v.version),
+      v.repository.id !== repository ? muted(`(${v.repository.name})`) : null,
+      installedMark(v.installed),
+    ];
+  }));
 }
 
-// The search ---------------------------------------------------------------
+// The search.
 
-async function list(view, query, scope) {
+const SEARCH = `query Elements($f: ElementFilter) {
+  repositories(first: 500) { nodes { id name } }
+  elements(filter: $f, first: 500) { totalCount nodes { id name version installed repository { id name } } }
+}`;
+
+export async function list(view, { query }, scope) {
+  const option = (value, text, selected) => h("option", { value, selected }, text);
   const search = h("input", { type: "search", name: "search", value: query.get("search") ?? "", placeholder: "Part of a name" });
-  const installed = h(
-    "select",
-    { name: "installed" },
-    [["", "Installed or not"], ["true", "Installed"], ["false", "Not installed"]].map(([v, t]) => h("option", { value: v, selected: (query.get("installed") ?? "") === v }, t)),
-  );
-  const repository = h("select", { name: "repositoryId" }, h("option", { value: "" }, "Every repository"));
-  const form = h(
-    "form",
-    {
-      id: "element-search",
-      role: "search",
-      class: "toolbar",
-      onsubmit: (event) => {
-        event.preventDefault();
-        const q = new URLSearchParams();
-        if (search.value.trim()) q.set("search", search.value.trim());
-        if (installed.value) q.set("installed", installed.value);
-        if (repository.value) q.set("repositoryId", repository.value);
-        const qs = q.toString();
-        navigate(qs ? `/elements?${qs}` : "/elements");
-      },
-    },
-    h("div", { class: "grow" }, field("Name contains", search)),
-    field("State", installed),
-    field("Repository", repository),
-    h("button", { type: "submit" }, "Search"),
-  );
+  const installed = h("select", { name: "installed" },
+    [["", "Installed or not"], ["true", "Installed"], ["false", "Not installed"]].map(([v, t]) => option(v, t, (query.get("installed") ?? "") === v)));
+  const repository = h("select", { name: "repositoryId" }, option("", "Every repository"));
+  const onsubmit = (event) => {
+    event.preventDefault();
+    const q = new URLSearchParams();
+    if (search.value.trim()) q.set("search", search.value.trim());
+    if (installed.value) q.set("installed", installed.value);
+    if (repository.value) q.set("repositoryId", repository.value);
+    navigate(q.size ? `/elements?${q}` : "/elements");
+  };
+  const form = h("form#element-search.toolbar", { role: "search", onsubmit },
+    h("div.grow", field("Name contains", search)), field("State", installed), field("Repository", repository), h("button", { type: "submit" }, "Search"));
   for (const select of [installed, repository]) select.addEventListener("change", () => form.requestSubmit());
-  const results = h("div", { id: "element-results" });
-  view.append(h("h1", {}, "Elements"), form, results);
+  const results = h("div#element-results");
+  view.append(h("h1", "Elements"), form, results);
 
   const filter = {
     search: query.get("search") || null,
     installed: { true: true, false: false }[query.get("installed")] ?? null,
     repositoryId: query.get("repositoryId") || null,
   };
-  try {
-    const data = await gql(
-      `query Elements($f: ElementFilter) {
-        repositories(first: 500) { nodes { id name } }
-        elements(filter: $f, first: 500) { totalCount nodes { id name version installed repository { id name } } }
-      }`,
-      { f: filter },
-    );
-    if (!scope.alive) return;
-    for (const r of data.repositories.nodes) repository.append(h("option", { value: r.id, selected: r.id === filter.repositoryId }, r.name));
-    draw(results, data, filter);
-  } catch (error) {
-    replace(results, errorBox(error));
-  }
+  await fill(results, scope, async () => {
+    const data = await gql(SEARCH, { f: filter });
+    for (const r of data.repositories.nodes) repository.append(option(r.id, r.name, r.id === filter.repositoryId));
+    return found(data, filter);
+  });
 }
 
-function draw(results, data, filter) {
+function found(data, filter) {
   const { nodes, totalCount } = data.elements;
   if (!nodes.length) {
-    const filtered = filter.search || filter.installed !== null || filter.repositoryId;
-    replace(
-      results,
-      filtered
-        ? empty("No element matches.", h("a", { href: "/elements" }, "Clear the search"), " to see every element.")
-        : data.repositories.nodes.length
-          ? empty("No elements yet: a repository's sync stores them.", h("a", { href: "/repositories" }, "See the repositories."))
-          : empty("No elements yet.", h("a", { href: "/repositories/new" }, "Add a repository"), " to mirror some."),
-    );
-    return;
+    if (filter.search || filter.installed !== null || filter.repositoryId) return empty("No element matches.", link("/elements", "Clear the search"), "to see every element.");
+    return data.repositories.nodes.length
+      ? empty("No elements yet: a repository's sync stores them.", link("/repositories", "See the repositories."))
+      : empty("No elements yet.", link("/repositories/new", "Add a repository"), "to mirror some.");
   }
   const groups = new Map();
   for (const e of nodes) groups.set(e.name, [...(groups.get(e.name) ?? []), e]);
-  replace(
-    results,
-    h("p", { class: "muted" }, `${groups.size} name(s), ${nodes.length} version(s)${totalCount > nodes.length ? ` of ${totalCount}: narrow the search to see the rest` : ""}.`),
-    h(
-      "table",
-      { class: "list", id: "elements" },
-      h("thead", {}, h("tr", {}, h("th", {}, "Name"), h("th", {}, "Versions"), h("th", {}, "Repository"))),
-      h(
-        "tbody",
-        {},
-        [...groups].map(([name, versions]) => {
-          versions.sort(newestFirst);
-          const repos = [...new Set(versions.map((v) => v.repository.name))];
-          return h(
-            "tr",
-            { dataset: { name, installed: String(versions.some((v) => v.installed)) } },
-            h("td", {}, h("a", { href: `/elements/${versions[0].id}` }, h("strong", {}, name))),
-            h(
-              "td",
-              {},
-              h(
-                "ul",
-                { class: "el-versions" },
-                versions.map((v) =>
-                  h(
-                    "li",
-                    {},
-                    h("a", { href: `/elements/${v.id}`, dataset: { version: v.version, installed: String(v.installed) } }, v.version),
-                    repos.length > 1 ? h("span", { class: "muted" }, ` (${v.repository.name})`) : null,
-                    installedMark(v.installed),
-                  ),
-                ),
-              ),
-            ),
-            h("td", {}, repos.join(", ")),
-          );
-        }),
-      ),
-    ),
-  );
+  const rows = [...groups].map(([name, versions]) => {
+    versions.sort(newestFirst);
+    const repos = [...new Set(versions.map((v) => v.repository.name))];
+    return h("tr", { dataset: { name, installed: String(versions.some((v) => v.installed)) } },
+      h("td", link(`/elements/${versions[0].id}`, h("strong", name))),
+      // Each version's repository is named when they are not all the same.
+      h("td", versionChips(versions, null, repos.length > 1 ? null : versions[0].repository.id)),
+      h("td", repos.join(", ")));
+  });
+  return [
+    note(`${groups.size} name(s), ${nodes.length} version(s)${totalCount > nodes.length ? ` of ${totalCount}: narrow the search to see the rest` : ""}.`),
+    table(["Name", "Versions", "Repository"], rows, { id: "elements" }),
+  ];
 }
 
-// One element --------------------------------------------------------------
+// One element.
 
 const ELEMENT = `query Element($id: ID!) {
   element(id: $id) {
@@ -165,195 +126,99 @@ const ELEMENT = `query Element($id: ID!) {
     dependencies { id name version } dependents { id name version }
   }
 }`;
+const VERSIONS = `query Versions($name: String!) {
+  elements(filter: { name: $name }, first: 500) { nodes { id version installed repository { id name } } }
+}`;
+const MANIFEST = `query Manifest($id: ID!) { element(id: $id) { manifest artifacts { urn category fileName url } } }`;
 
-async function detail(view, id, scope) {
-  let data;
+export async function detail(view, { id }, scope) {
+  let e;
+  let versions;
   try {
-    const first = await gql(ELEMENT, { id });
-    const versions = await gql(
-      `query Versions($name: String!) { elements(filter: { name: $name }, first: 500) { nodes { id version installed repository { id name } } } }`,
-      { name: first.element.name },
-    );
-    data = { element: first.element, versions: versions.elements.nodes.sort(newestFirst) };
+    e = (await gql(ELEMENT, { id })).element;
+    versions = (await gql(VERSIONS, { name: e.name })).elements.nodes.sort(newestFirst);
   } catch (error) {
-    view.append(h("h1", {}, "Element"), errorBox(error), h("p", {}, h("a", { href: "/elements" }, "Search the elements")));
-    return;
+    return failed(view, "Element", error, "/elements", "Search the elements");
   }
   if (!scope.alive) return;
-  const { element: e, versions } = data;
 
-  const actions = h("section", { class: "card", id: "actions" });
-  const manifest = h("section", { id: "manifest" }, h("h2", {}, "Manifest"), h("p", { class: "muted" }, "Loading…"));
-  const artifacts = h("section", { id: "artifacts" }, h("h2", {}, "Artifacts"));
-  replace(
-    view,
-    h("h1", {}, e.name, " ", h("span", { class: "el-version" }, e.version)),
-    h(
-      "div",
-      { class: "toolbar", id: "element-state", dataset: { installed: String(e.installed) } },
+  const actions = h("section#actions.card");
+  const manifest = h("section#manifest", h("h2", "Manifest"), note("Loading…"));
+  const artifacts = h("section#artifacts", h("h2", "Artifacts"));
+  replace(view,
+    h("h1", e.name, " ", h("span.el-version", e.version)),
+    h("div#element-state.toolbar", { dataset: { installed: String(e.installed) } },
       badge(e.status),
-      e.installed ? installedMark(true) : h("span", { class: "badge", dataset: { installed: "false" } }, "not installed"),
-      e.statusMessage ? h("span", { class: "muted" }, e.statusMessage) : null,
-    ),
-    h(
-      "section",
-      { class: "card" },
-      h(
-        "dl",
-        { class: "facts", id: "element-facts" },
-        h("dt", {}, "Repository"),
-        h("dd", {}, h("a", { href: `/repositories/${e.repository.id}` }, e.repository.name)),
-        h("dt", {}, "Installed"),
-        h("dd", {}, e.installed ? time(e.installedAt) : "no"),
-        h("dt", {}, "Stored"),
-        h("dd", {}, time(e.createdAt)),
-      ),
-    ),
-    h(
-      "section",
-      { id: "versions" },
-      h("h2", {}, `Versions of ${e.name}`),
-      h(
-        "ul",
-        { class: "el-versions" },
-        versions.map((v) =>
-          h(
-            "li",
-            { dataset: { version: v.version, installed: String(v.installed) } },
-            v.id === e.id
-              ? h("strong", { "aria-current": "page" }, v.version)
-              : h("a", { href: `/elements/${v.id}` }, v.version),
-            v.repository.id !== e.repository.id ? h("span", { class: "muted" }, ` (${v.repository.name})`) : null,
-            installedMark(v.installed),
-          ),
-        ),
-      ),
-    ),
+      e.installed ? installedMark(true) : h("span.badge", { dataset: { installed: "false" } }, "not installed"),
+      e.statusMessage ? muted(e.statusMessage) : null),
+    h("section.card", facts([
+      ["Repository", link(`/repositories/${e.repository.id}`, e.repository.name)],
+      ["Installed", e.installed ? time(e.installedAt) : "no"],
+      ["Stored", time(e.createdAt)],
+    ], { id: "element-facts" })),
+    h("section#versions", h("h2", `Versions of ${e.name}`), versionChips(versions, e.id, e.repository.id)),
     actions,
     e.installed ? related(e) : null,
     artifacts,
-    manifest,
-  );
+    manifest);
 
-  const reload = () => navigate(`/elements/${id}`, { replace: true });
   if (e.installed) installedActions(actions, e, versions);
-  else installPreview(actions, e, versions, scope, reload);
+  else installPreview(actions, e, versions, scope, () => navigate(`/elements/${id}`, { replace: true }));
 
   // In a LAZY repository this fetches the manifest; it may fail on its own.
   try {
-    const { element } = await gql(`query Manifest($id: ID!) { element(id: $id) { manifest artifacts { urn category fileName url } } }`, { id });
+    const { element } = await gql(MANIFEST, { id });
     if (!scope.alive) return;
-    replace(manifest, h("h2", {}, "Manifest"), json(element.manifest));
-    replace(
-      artifacts,
-      h("h2", {}, "Artifacts"),
-      element.artifacts.length
-        ? h(
-            "table",
-            { class: "list" },
-            h("thead", {}, h("tr", {}, h("th", {}, "File"), h("th", {}, "Category"), h("th", {}, "URN"))),
-            h(
-              "tbody",
-              {},
-              element.artifacts.map((a) =>
-                h(
-                  "tr",
-                  { dataset: { urn: a.urn } },
-                  // The browser sends the session cookie with the download.
-                  h("td", {}, h("a", { href: a.url, download: a.fileName, "data-native": "" }, a.fileName)),
-                  h("td", {}, a.category),
-                  h("td", {}, h("code", {}, a.urn)),
-                ),
-              ),
-            ),
-          )
-        : h("p", { class: "muted" }, "This element lists no artifacts."),
-    );
+    replace(manifest, h("h2", "Manifest"), json(element.manifest));
+    const rows = element.artifacts.map((a) =>
+      h("tr", { dataset: { urn: a.urn } },
+        // The browser sends the session cookie with the download.
+        h("td", h("a", { href: a.url, download: a.fileName, "data-native": "" }, a.fileName)),
+        h("td", a.category),
+        h("td", code(a.urn))));
+    replace(artifacts, h("h2", "Artifacts"), rows.length ? table(["File", "Category", "URN"], rows) : note("This element lists no artifacts."));
   } catch (error) {
-    replace(manifest, h("h2", {}, "Manifest"), errorBox(error));
-    replace(artifacts, h("h2", {}, "Artifacts"), h("p", { class: "muted" }, "Listed with the manifest, which could not be read."));
+    replace(manifest, h("h2", "Manifest"), errorBox(error));
+    replace(artifacts, h("h2", "Artifacts"), note("Listed with the manifest, which could not be read."));
   }
 }
 
 function related(e) {
-  const names = (list, none) =>
-    list.length
-      ? h("ul", { class: "el-versions" }, list.map((d) => h("li", { dataset: { name: d.name } }, h("a", { href: `/elements/${d.id}` }, `${d.name} ${d.version}`))))
-      : h("p", { class: "muted" }, none);
-  return h(
-    "section",
-    { class: "card el-related" },
-    h("div", { id: "dependencies" }, h("h2", {}, "Installed with it"), names(e.dependencies, "Nothing: it requires no other element.")),
-    h("div", { id: "dependents" }, h("h2", {}, "Needed by"), names(e.dependents, "No installed element depends on it.")),
-  );
+  const names = (list, nothing) => (list.length ? chips(list.map((d) => [{ name: d.name }, link(`/elements/${d.id}`, `${d.name} ${d.version}`)])) : note(nothing));
+  return h("section.card.el-related",
+    h("div#dependencies", h("h2", "Installed with it"), names(e.dependencies, "Nothing: it requires no other element.")),
+    h("div#dependents", h("h2", "Needed by"), names(e.dependents, "No installed element depends on it.")));
 }
 
 function installedActions(actions, e, versions) {
   const others = versions.filter((v) => v.id !== e.id);
-  const to = h(
-    "select",
-    { name: "toId", id: "upgrade-to" },
-    others.map((v) => h("option", { value: v.id }, `${v.version}${v.repository.id !== e.repository.id ? ` (${v.repository.name})` : ""}${compareVersions(v.version, e.version) < 0 ? " — older" : ""}`)),
-  );
+  const text = (v) => `${v.version}${v.repository.id !== e.repository.id ? ` (${v.repository.name})` : ""}${compareVersions(v.version, e.version) < 0 ? " — older" : ""}`;
+  const to = h("select#upgrade-to", { name: "toId" }, others.map((v) => h("option", { value: v.id }, text(v))));
   const upgradeSlot = errorSlot();
-  const upgrade = h(
-    "button",
-    {
-      type: "button",
-      id: "upgrade",
-      onclick: async () => {
-        const done = await busy(upgrade, upgradeSlot, () =>
-          gql(`mutation Upgrade($id: ID!, $to: ID!) { upgradeElement(id: $id, toId: $to) { id } }`, { id: e.id, to: to.value }),
-        );
-        if (done) navigate(`/elements/${done.upgradeElement.id}`);
-      },
+  const upgrade = h("button#upgrade", { type: "button" }, "Upgrade");
+  upgrade.onclick = async () => {
+    const done = await busy(upgrade, upgradeSlot, () => gql(UPGRADE, { id: e.id, to: to.value }));
+    if (done) navigate(`/elements/${done.upgradeElement.id}`);
+  };
+  const uninstall = h("button#uninstall.danger", { type: "button" }, "Uninstall…");
+  const confirm = askFirst(uninstall, {
+    question: `Uninstall ${e.name} ${e.version}? Refused while an installed element needs it.`,
+    yes: h("button#confirm-uninstall.danger", `Uninstall ${e.name} ${e.version}`),
+    act: async () => {
+      await gql(`mutation Uninstall($id: ID!) { uninstallElement(id: $id) { id } }`, { id: e.id });
+      navigate(`/elements/${e.id}`, { replace: true });
     },
-    "Upgrade",
-  );
-  const uninstallSlot = errorSlot();
-  const confirm = h(
-    "button",
-    {
-      type: "button",
-      class: "danger",
-      id: "confirm-uninstall",
-      hidden: true,
-      onclick: async () => {
-        const done = await busy(confirm, uninstallSlot, () => gql(`mutation Uninstall($id: ID!) { uninstallElement(id: $id) { id } }`, { id: e.id }));
-        if (done) navigate(`/elements/${e.id}`, { replace: true });
-      },
-    },
-    `Uninstall ${e.name} ${e.version}`,
-  );
-  const uninstall = h(
-    "button",
-    {
-      type: "button",
-      class: "danger",
-      id: "uninstall",
-      onclick: () => {
-        confirm.hidden = !confirm.hidden;
-        uninstall.textContent = confirm.hidden ? "Uninstall…" : "Keep it";
-        uninstall.className = confirm.hidden ? "danger" : "secondary";
-        uninstallSlot.clear();
-      },
-    },
-    "Uninstall…",
-  );
-  replace(
-    actions,
-    h("h2", {}, "Upgrade"),
-    others.length
-      ? h("div", { class: "toolbar" }, h("label", { for: "upgrade-to" }, "To version"), to, upgrade)
-      : h("p", { class: "muted" }, `No other version of ${e.name} is stored.`),
+  });
+  replace(actions,
+    h("h2", "Upgrade"),
+    others.length ? h("div.toolbar", h("label", { for: "upgrade-to" }, "To version"), to, upgrade) : note(`No other version of ${e.name} is stored.`),
     upgradeSlot,
-    h("h2", {}, "Uninstall"),
-    h("div", { class: "toolbar" }, uninstall, confirm),
-    uninstallSlot,
-  );
+    h("h2", "Uninstall"),
+    uninstall,
+    confirm);
 }
 
-// The install preview ------------------------------------------------------
+// The install preview.
 
 const PLAN = `query Plan($id: ID!) {
   resolveElement(id: $id) { elements { alreadyInstalled element { id name version manifest } } }
@@ -362,68 +227,32 @@ const PLAN = `query Plan($id: ID!) {
 async function installPreview(actions, e, versions, scope, reload) {
   const installed = versions.find((v) => v.installed);
   const slot = errorSlot();
-  const install = h(
-    "button",
-    {
-      type: "button",
-      id: "install",
-      disabled: true,
-      onclick: async () => {
-        const done = await busy(install, slot, () => gql(`mutation Install($id: ID!) { installElement(id: $id) { id } }`, { id: e.id }));
-        if (done) reload();
-      },
-    },
-    `Install ${e.name} ${e.version}`,
-  );
-  const preview = h("div", { id: "resolve-preview", "aria-busy": "true" }, h("p", { class: "muted" }, "Resolving…"));
-  const upgradeSlot = errorSlot();
-  const upgradeHere = installed
-    ? h(
-        "button",
-        {
-          type: "button",
-          class: "secondary",
-          id: "upgrade-here",
-          onclick: async () => {
-            const done = await busy(upgradeHere, upgradeSlot, () =>
-              gql(`mutation Upgrade($id: ID!, $to: ID!) { upgradeElement(id: $id, toId: $to) { id } }`, { id: installed.id, to: e.id }),
-            );
-            if (done) reload();
-          },
-        },
-        `Upgrade ${installed.version} to ${e.version}`,
-      )
-    : null;
-  replace(
-    actions,
-    h("h2", {}, "Install"),
-    installed
-      ? h(
-          "div",
-          { class: "notice" },
-          h("p", {}, h("a", { href: `/elements/${installed.id}` }, `${e.name} ${installed.version}`), " is installed; one version of a name is installed at a time."),
-          upgradeHere,
-          upgradeSlot,
-        )
-      : null,
-    h("p", { class: "muted" }, "What installing it needs, dependencies under what requires them:"),
-    preview,
-    h("div", { class: "toolbar" }, install),
-    slot,
-  );
+  const install = h("button#install", { type: "button", disabled: true }, `Install ${e.name} ${e.version}`);
+  install.onclick = async () => {
+    if (await busy(install, slot, () => gql(`mutation Install($id: ID!) { installElement(id: $id) { id } }`, { id: e.id }))) reload();
+  };
+  const preview = h("div#resolve-preview", { "aria-busy": "true" }, note("Resolving…"));
+  let other = null; // another version is installed: upgrading it to this one
+  if (installed) {
+    const upgradeSlot = errorSlot();
+    const upgrade = h("button#upgrade-here.secondary", { type: "button" }, `Upgrade ${installed.version} to ${e.version}`);
+    upgrade.onclick = async () => {
+      if (await busy(upgrade, upgradeSlot, () => gql(UPGRADE, { id: installed.id, to: e.id }))) reload();
+    };
+    other = h("div.notice",
+      h("p", link(`/elements/${installed.id}`, `${e.name} ${installed.version}`), " is installed; one version of a name is installed at a time."), upgrade, upgradeSlot);
+  }
+  replace(actions, h("h2", "Install"), other, note("What installing it needs, dependencies under what requires them:"), preview, install, slot);
   try {
     const { resolveElement } = await gql(PLAN, { id: e.id });
     if (!scope.alive) return;
     const plan = resolveElement.elements;
     const adds = plan.filter((p) => !p.alreadyInstalled).length;
-    replace(
-      preview,
-      planTree(plan, e.id),
-      h("p", { class: "muted", id: "plan-summary" }, `${adds} to install, ${plan.length - adds} already installed, in this order: `, plan.map((p) => `${p.element.name} ${p.element.version}`).join(" → "), "."),
-    );
+    const order = plan.map((p) => `${p.element.name} ${p.element.version}`).join(" → ");
+    replace(preview, planTree(plan, e.id), note(`${adds} to install, ${plan.length - adds} already installed, in this order: ${order}.`, { id: "plan-summary" }));
     install.disabled = false;
   } catch (error) {
-    replace(preview, errorBox(error), h("p", { class: "muted" }, "It cannot be installed until this is resolved."));
+    replace(preview, errorBox(error), note("It cannot be installed until this is resolved."));
   } finally {
     preview.removeAttribute("aria-busy");
   }
@@ -453,25 +282,18 @@ export function planTree(plan, rootId) {
     const { element: el, alreadyInstalled } = p;
     const kids = Object.entries(requirementsOf(el.manifest)).map(([name, c]) => {
       const child = byName.get(name);
-      if (!child) return h("li", { class: "missing", dataset: { name } }, h("span", { class: "plan-node" }, name, " ", h("span", { class: "muted" }, `(${constraintText(c)}), not in the plan`)));
-      if (path.includes(name)) return h("li", { dataset: { name } }, h("span", { class: "plan-node" }, `${name} — required again (a cycle)`));
+      if (!child) return h("li.missing", { dataset: { name } }, h("span.plan-node", name, " ", muted(`(${constraintText(c)}), not in the plan`)));
+      if (path.includes(name)) return h("li", { dataset: { name } }, h("span.plan-node", `${name} — required again (a cycle)`));
       return node(child, [...path, name], c);
     });
-    return h(
-      "li",
-      { dataset: { name: el.name, version: el.version, installed: String(alreadyInstalled), id: el.id } },
-      h(
-        "span",
-        { class: "plan-node" },
-        el.id === rootId ? h("strong", {}, `${el.name} ${el.version}`) : h("a", { href: `/elements/${el.id}` }, `${el.name} ${el.version}`),
-        wanted !== undefined ? h("span", { class: "muted want", title: "what the element above asks for" }, `(${constraintText(wanted)})`) : null,
+    const title = `${el.name} ${el.version}`;
+    return h("li", { dataset: { name: el.name, version: el.version, installed: String(alreadyInstalled), id: el.id } },
+      h("span.plan-node",
+        el.id === rootId ? h("strong", title) : link(`/elements/${el.id}`, title),
+        wanted !== undefined ? h("span.muted", { title: "what the element above asks for" }, `(${constraintText(wanted)})`) : null,
         " ",
-        alreadyInstalled
-          ? h("span", { class: "badge state-active mark" }, "already installed")
-          : h("span", { class: "badge state-pending mark" }, "will be installed"),
-      ),
-      kids.length ? h("ul", {}, kids) : null,
-    );
+        alreadyInstalled ? h("span.badge.state-active.mark", "already installed") : h("span.badge.state-pending.mark", "will be installed")),
+      kids.length ? h("ul", kids) : null);
   };
-  return h("ul", { class: "tree plan", id: "resolve-tree" }, node(root, [root.element.name], undefined));
+  return h("ul#resolve-tree.tree.plan", node(root, [root.element.name], undefined));
 }
