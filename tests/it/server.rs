@@ -130,9 +130,14 @@ async fn the_web_ui_and_graphiql_are_served() {
             .starts_with("text/html")
     );
     let html = index.text().await.unwrap();
-    assert!(html.contains("/ui/app.js"), "{html}");
+    assert!(html.contains("/ui/js/app.js"), "{html}");
 
-    let script = app.client.get(app.url("/ui/app.js")).send().await.unwrap();
+    let script = app
+        .client
+        .get(app.url("/ui/js/app.js"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(script.status(), 200);
     assert!(
         script.headers()["content-type"]
@@ -140,16 +145,29 @@ async fn the_web_ui_and_graphiql_are_served() {
             .unwrap()
             .contains("javascript")
     );
-    assert!(script.text().await.unwrap().contains("serverInfo"));
+    assert!(script.text().await.unwrap().contains("/sign-in"));
     let missing = app.client.get(app.url("/ui/nope.js")).send().await.unwrap();
     assert_eq!(missing.status(), 404);
 
     let graphiql = app.client.get(app.url("/graphql")).send().await.unwrap();
     assert_eq!(graphiql.status(), 200);
     let page = graphiql.text().await.unwrap();
-    assert!(page.to_lowercase().contains("graphiql"));
     assert!(
-        page.contains("/graphql/ws"),
+        page.contains("/ui/vendor/graphiql/graphiql.min.js"),
+        "{page}"
+    );
+    assert!(page.contains("/ui/js/graphiql-init.js"), "{page}");
+    let init = app
+        .client
+        .get(app.url("/ui/js/graphiql-init.js"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        init.contains("/graphql/ws"),
         "GraphiQL is set up for subscriptions"
     );
 }
