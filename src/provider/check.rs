@@ -319,7 +319,7 @@ impl Check {
                 build: build.clone(),
                 run: run.clone(),
             },
-            metadata::Runtime::Docker { .. } => {
+            metadata::Runtime::Docker(_) => {
                 self.report.add(
                     "runtime",
                     Outcome::Fail,

@@ -347,7 +347,7 @@ impl Supervisor {
         }
         let runtime: Box<dyn Runtime> = match meta.runtime {
             metadata::Runtime::Shell { build, run } => Box::new(ShellRuntime { build, run }),
-            metadata::Runtime::Docker { .. } => {
+            metadata::Runtime::Docker(_) => {
                 return Err(Stop::Failed(
                     RuntimeError::Unsupported("docker").to_string(),
                 ));
