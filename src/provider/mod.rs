@@ -27,6 +27,7 @@ mod calls;
 mod catalog;
 pub mod check;
 mod check_host;
+mod docker;
 mod link;
 mod logs;
 pub mod metadata;
@@ -352,6 +353,33 @@ impl Providers {
             .unload(self.inner.slots.slot(id))
             .await;
         self.get(id).await
+    }
+
+    /// Removes the containers a crashed run of this instance left on the
+    /// Docker engine: at start, before any provider loads. The engine is not
+    /// asked at all unless a stored provider runs in Docker (its metadata is
+    /// stored before its first container starts), so a server without one
+    /// never waits for an engine it does not use.
+    pub async fn sweep_containers(&self) {
+        let docker = match self.inner.catalog.rows().await {
+            Ok(rows) => rows.iter().any(|row| {
+                row.metadata.as_deref().is_some_and(|m| {
+                    serde_json::from_str::<ProviderMetadata>(m).is_ok_and(|m| m.runtime == "docker")
+                })
+            }),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the providers to sweep their containers");
+                return;
+            }
+        };
+        if !docker {
+            return;
+        }
+        match self.inner.supervisor.engine().sweep().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(containers = n, "removed containers left by an earlier run"),
+            Err(e) => tracing::warn!(error = %e, "cannot sweep containers left by an earlier run"),
+        }
     }
 
     /// Stops every provider: at server shutdown.
