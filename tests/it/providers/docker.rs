@@ -1,0 +1,266 @@
+//! The docker runtime on the real engine: the process provider built into an
+//! image `FROM scratch` from its git repository and run as a container; killed
+//! and restarted; unloaded without a trace; rebuilt from the engine's cache;
+//! and the orphan a SIGKILLed server leaves removed at its next start.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::binary::{Served, serve, terminate};
+use crate::support::docker::{
+    Cleanup, containers, docker, docker_provider_repo, instance_label, provider_label,
+};
+use crate::support::provider_repos::ProviderRepo;
+use crate::support::providers::{create_provider, logs, nodes, provider, spawn_quick, wait_status};
+use crate::support::settings::QUICK_ENV;
+use crate::support::{ADMIN_TOKEN, TestApp, TestStore, data, eventually};
+
+/// Waits until exactly one container carries `label`; its id.
+async fn the_one_container(label: &str) -> String {
+    eventually(Duration::from_secs(60), "one container", || async {
+        let found = containers(label);
+        (found.len() == 1).then(|| found[0].clone())
+    })
+    .await
+}
+
+async fn unload(app: &TestApp, id: &str) {
+    let unloaded = app
+        .gql(
+            "mutation($id: ID!) { unloadProvider(id: $id) { status } }",
+            json!({ "id": id }),
+        )
+        .await;
+    assert_eq!(
+        data(&unloaded)["unloadProvider"]["status"],
+        "UNLOADED",
+        "{unloaded}"
+    );
+}
+
+#[tokio::test]
+async fn a_docker_provider_connects_is_restarted_when_killed_and_leaves_nothing() {
+    let mut cleanup = Cleanup::new();
+    let app = spawn_quick().await;
+    let repo = docker_provider_repo();
+    let (id, _) = create_provider(
+        &app,
+        json!({ "name": "boxed", "gitUrl": repo.url(), "ref": "v1", "config": {"capacity": 3} }),
+    )
+    .await;
+    cleanup.label(provider_label(&id));
+
+    let connected = wait_status(&app, &id, "CONNECTED").await;
+    assert_eq!(connected.metadata.as_ref().unwrap().runtime, "docker");
+    assert_eq!(connected.resolved_commit, Some(repo.head()));
+    // The configuration reached the provider in its container.
+    let answer = nodes(&app, &id).await;
+    assert_eq!(
+        data(&answer)["provider"]["nodes"][0]["capacity"]["process.v1.service"],
+        3,
+        "{answer}"
+    );
+    let log = logs(&app, &id).await;
+    assert!(log.contains("[build] Step 1/7 : FROM scratch"), "{log}");
+    assert!(
+        log.contains("[corbel] built image corbel-provider-"),
+        "{log}"
+    );
+    assert!(log.contains("[corbel] started container corbel-"), "{log}");
+    assert!(
+        !log.contains("not bound"),
+        "the registration is bound: {log}"
+    );
+
+    // One container, labelled, limited, with the registration's mounts.
+    let first = the_one_container(&provider_label(&id)).await;
+    let inspected: Value = serde_json::from_str(&docker(&["inspect", &first])).unwrap();
+    let container = &inspected[0];
+    assert_eq!(container["HostConfig"]["Memory"], 256 * 1024 * 1024);
+    assert_eq!(container["HostConfig"]["NanoCpus"], 1_000_000_000i64);
+    assert_eq!(container["HostConfig"]["RestartPolicy"]["Name"], "");
+    let labels = &container["Config"]["Labels"];
+    assert_eq!(labels["io.corbel.provider"], id.as_str());
+    assert!(
+        labels["io.corbel.instance"]
+            .as_str()
+            .is_some_and(|i| i.len() == 64)
+    );
+    assert_eq!(
+        labels["io.corbel.test.provider"], "corbel-provider-process",
+        "the build arg"
+    );
+    let sockets = app.store.data_dir().join("sockets");
+    let mounts = container["Mounts"].to_string();
+    assert!(mounts.contains(&*sockets.to_string_lossy()), "{mounts}");
+    assert!(mounts.contains("registry.sock"), "{mounts}");
+
+    // Killed: the supervisor restarts it, in a new container, and the old one
+    // is gone.
+    docker(&["kill", &first]);
+    let restarted = eventually(Duration::from_secs(60), "a restart", || async {
+        let p = provider(&app, &id).await;
+        (p.status == "CONNECTED" && p.restarts >= 1).then_some(p)
+    })
+    .await;
+    assert_eq!(restarted.restarts, 1);
+    let second = the_one_container(&provider_label(&id)).await;
+    assert_ne!(first, second);
+    let log = logs(&app, &id).await;
+    // Its exit is noted (the health check may have noticed first).
+    let noted = format!("[corbel] container {} exited with status 137", &first[..12]);
+    assert!(log.contains(&noted), "{log}");
+    assert!(log.contains("restarting in"), "{log}");
+
+    // Unloaded: no container left, the image kept for the next load.
+    unload(&app, &id).await;
+    assert_eq!(containers(&provider_label(&id)), Vec::<String>::new());
+    let image = format!("corbel-provider-{id}:{}", repo.head());
+    assert_eq!(docker(&["images", "-q", &image]).lines().count(), 1);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_rebuild_of_the_same_commit_is_a_cache_hit() {
+    let mut cleanup = Cleanup::new();
+    let app = spawn_quick().await;
+    let repo = docker_provider_repo();
+    let (id, _) = create_provider(
+        &app,
+        json!({ "name": "cached", "gitUrl": repo.url(), "ref": "v1" }),
+    )
+    .await;
+    cleanup.label(provider_label(&id));
+    wait_status(&app, &id, "CONNECTED").await;
+    unload(&app, &id).await;
+
+    let loaded = app
+        .gql(
+            "mutation($id: ID!) { loadProvider(id: $id) { status } }",
+            json!({ "id": id }),
+        )
+        .await;
+    assert!(loaded["errors"].is_null(), "{loaded}");
+    wait_status(&app, &id, "CONNECTED").await;
+    let log = logs(&app, &id).await;
+    let hit = format!(
+        "[corbel] image corbel-provider-{id}:{} is already built from commit {}: cache hit, not rebuilt",
+        repo.head(),
+        &repo.head()[..12]
+    );
+    assert!(log.contains(&hit), "{log}");
+    // Built once: the engine saw one build of it.
+    assert_eq!(log.matches("[build] Step 1/7").count(), 1, "{log}");
+    unload(&app, &id).await;
+    assert_eq!(containers(&provider_label(&id)), Vec::<String>::new());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_build_the_engine_refuses_fails_with_its_message() {
+    let mut cleanup = Cleanup::new();
+    let app = spawn_quick().await;
+    let repo = ProviderRepo::new(
+        "name: broken\nversion: 0.1.0\nruntime: docker\n",
+        &[("Dockerfile", "FROM scratch\nCOPY missing-file /\n")],
+    );
+    let (id, _) = create_provider(&app, json!({ "name": "broken", "gitUrl": repo.url() })).await;
+    cleanup.label(provider_label(&id));
+    let failed = wait_status(&app, &id, "FAILED").await;
+    let message = failed.status_message.unwrap();
+    assert!(
+        message.starts_with("building image corbel-provider-"),
+        "{message}"
+    );
+    assert!(message.contains("missing-file"), "{message}");
+    assert!(
+        message.contains("Step 2/5 : COPY missing-file /"),
+        "the log tail: {message}"
+    );
+    assert_eq!(containers(&provider_label(&id)), Vec::<String>::new());
+    app.stop().await;
+}
+
+/// GraphQL against the real binary, as the admin.
+async fn gql(served: &Served, query: &str, variables: Value) -> Value {
+    reqwest::Client::new()
+        .post(format!("http://{}/graphql", served.addr))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({ "query": query, "variables": variables }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+async fn wait_connected(served: &Served, id: &str) {
+    eventually(
+        Duration::from_secs(90),
+        "the provider to connect",
+        || async {
+            let body = gql(
+                served,
+                "query($id: ID!) { provider(id: $id) { status statusMessage } }",
+                json!({ "id": id }),
+            )
+            .await;
+            let status = &body["data"]["provider"]["status"];
+            assert_ne!(status, "FAILED", "{body}");
+            (status == "CONNECTED").then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_crashed_server_leaves_no_orphan_container_after_its_restart() {
+    let mut cleanup = Cleanup::new();
+    let store = TestStore::fresh().await;
+    let repo = docker_provider_repo();
+    let mut served = serve(&store, &QUICK_ENV);
+    let info = gql(&served, "{ serverInfo { instanceId } }", json!({})).await;
+    let instance = instance_label(info["data"]["serverInfo"]["instanceId"].as_str().unwrap());
+    cleanup.label(instance.clone());
+    let created = gql(
+        &served,
+        "mutation($input: CreateProviderInput!) { createProvider(input: $input) { provider { id } } }",
+        json!({ "input": { "name": "boxed", "gitUrl": repo.url(), "ref": "v1" } }),
+    )
+    .await;
+    let id = created["data"]["createProvider"]["provider"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_owned();
+    cleanup.label(provider_label(&id));
+    wait_connected(&served, &id).await;
+    let orphan = the_one_container(&instance).await;
+
+    // SIGKILL: nothing of the server runs its cleanup; the container stays
+    // (its provider exits when the registry goes, the container is left).
+    served.child.kill().unwrap();
+    served.child.wait().unwrap();
+    assert_eq!(
+        containers(&instance),
+        std::slice::from_ref(&orphan),
+        "the orphan is there"
+    );
+
+    // The next start removes it before the provider loads again in a new one.
+    let mut again = serve(&store, &QUICK_ENV);
+    wait_connected(&again, &id).await;
+    let now = the_one_container(&instance).await;
+    assert_ne!(now, orphan);
+    assert_eq!(containers(&instance), [now], "exactly the live provider's");
+    let log = again.log.lock().unwrap().join("\n");
+    assert!(
+        log.contains("removed containers left by an earlier run"),
+        "{log}"
+    );
+
+    // A clean stop unloads it: nothing left with this instance's label.
+    assert!(terminate(&mut again.child).success());
+    assert_eq!(containers(&instance), Vec::<String>::new());
+}
