@@ -11,7 +11,7 @@ use crate::support::binary::{Served, serve, terminate};
 use crate::support::docker::{
     Cleanup, containers, docker, docker_provider_repo, instance_label, provider_label,
 };
-use crate::support::provider_repos::ProviderRepo;
+use crate::support::provider_repos::{ProviderRepo, workspace_bin};
 use crate::support::providers::{create_provider, logs, nodes, provider, spawn_quick, wait_status};
 use crate::support::settings::QUICK_ENV;
 use crate::support::{ADMIN_TOKEN, TestApp, TestStore, data, eventually};
@@ -95,6 +95,42 @@ async fn a_docker_provider_connects_is_restarted_when_killed_and_leaves_nothing(
     let mounts = container["Mounts"].to_string();
     assert!(mounts.contains(&*sockets.to_string_lossy()), "{mounts}");
     assert!(mounts.contains("registry.sock"), "{mounts}");
+
+    // The launch's token is bound to the container: the same variables in a
+    // process outside it are refused (the binding is checked before the
+    // token is found spent).
+    let env: Vec<String> = serde_json::from_value(container["Config"]["Env"].clone()).unwrap();
+    let var = |name: &str| {
+        env.iter()
+            .find_map(|e| e.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("{name} in {env:?}"))
+            .to_owned()
+    };
+    let elsewhere = tempfile::tempdir().unwrap();
+    let outside = tokio::process::Command::new(workspace_bin("corbel-provider-process"))
+        .env_clear()
+        .env("CORBEL_REGISTRY", var("CORBEL_REGISTRY"))
+        .env("CORBEL_PROVIDER_ID", var("CORBEL_PROVIDER_ID"))
+        .env("CORBEL_PROVIDER_TOKEN", var("CORBEL_PROVIDER_TOKEN"))
+        .env("CORBEL_SOCKET_DIR", elsewhere.path().join("sockets"))
+        .env("CORBEL_STATE_DIR", elsewhere.path().join("state"))
+        .kill_on_drop(true)
+        .output();
+    let outside = tokio::time::timeout(Duration::from_secs(30), outside)
+        .await
+        .expect("the outside provider gives up")
+        .unwrap();
+    assert!(!outside.status.success());
+    let log = logs(&app, &id).await;
+    assert!(
+        log.contains("registration refused: this launch's token came from another process"),
+        "{log}"
+    );
+    assert!(
+        log.contains("is not in the launched provider's container"),
+        "{log}"
+    );
+    assert_eq!(provider(&app, &id).await.status, "CONNECTED");
 
     // Killed: the supervisor restarts it, in a new container, and the old one
     // is gone.
