@@ -5,11 +5,15 @@
 //! - **Images** are tagged `corbel-provider-<provider id>:<commit>`, so two
 //!   providers (or two commits) never collide, and labelled with a digest of
 //!   what else the build read (`dockerfile`, `context`, `build_args`, the
-//!   provider's `path`). A build whose tag exists with the same digest is a
+//!   provider's `path`; no label names the commit, since the engine adds each
+//!   label as a build step, and one that changed with every commit would make
+//!   a rebuild of unchanged files miss its cache). A build whose tag exists
+//!   with the same digest is a
 //!   cache hit: nothing is sent to the engine. Otherwise the context is sent as
 //!   a tar (symlinks kept as links, never followed out of the checkout; `.git`
 //!   left out) and the engine's output goes to the provider's log, each step to
-//!   its status message.
+//!   its status message. A provider keeps one image: a new build removes its
+//!   images of other commits, and deleting the provider removes the last.
 //! - **Containers** carry `io.corbel.instance` (this server's `instanceId`),
 //!   `io.corbel.provider` (the provider id) and `io.corbel.boot` (this server
 //!   process). They mount, at the same paths, the registry socket, the socket
@@ -21,7 +25,11 @@
 //! - **No orphans**: a provider has at most one container, so starting one
 //!   first removes whatever this instance left of that provider; and at server
 //!   start, [`Engine::sweep`] removes this instance's containers of any other
-//!   boot (a crashed server's), before any provider loads.
+//!   boot (a crashed server's), before any provider loads. Single-node
+//!   assumption, named: this holds because one server at a time holds an
+//!   instance (the server lock). Replicas share an `instanceId`, so then the
+//!   boot label must name the replica and only the leader may sweep, and
+//!   only for replicas whose lease is gone.
 //! - **Binding**: the launch is bound to the container's pid namespace (see
 //!   `binding.rs`), when the engine's `State.Pid` is a process this server can
 //!   see and its cgroup names the container; otherwise (a remote engine,
@@ -41,8 +49,9 @@ use bollard::Docker;
 use bollard::errors::Error as DockerError;
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
 use bollard::query_parameters::{
-    BuildImageOptions, CreateContainerOptions, ListContainersOptions, LogsOptions,
-    RemoveContainerOptions, StopContainerOptions, WaitContainerOptions,
+    BuildImageOptions, CreateContainerOptions, ListContainersOptions, ListImagesOptions,
+    LogsOptions, RemoveContainerOptions, RemoveImageOptions, StopContainerOptions,
+    WaitContainerOptions,
 };
 use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
@@ -62,8 +71,6 @@ pub const LABEL_PROVIDER: &str = "io.corbel.provider";
 /// The server process that started a container: one of another boot of the
 /// same instance is an orphan.
 pub const LABEL_BOOT: &str = "io.corbel.boot";
-/// The commit an image was built from.
-pub const LABEL_COMMIT: &str = "io.corbel.commit";
 /// The digest of an image's build inputs besides the commit.
 pub const LABEL_BUILD: &str = "io.corbel.build";
 
@@ -170,6 +177,60 @@ impl Engine {
             }
         }
         Ok(removed)
+    }
+
+    /// Removes this instance's images of `provider` but the one tagged `keep`:
+    /// a provider keeps the image of the commit it runs (the cache of its next
+    /// load), and none once it is deleted. How many tags went. A failure is logged,
+    /// not returned: it costs disk, not correctness (an image a container
+    /// still uses stays).
+    pub async fn prune_images(&self, provider: Uuid, keep: Option<&str>) -> usize {
+        let Ok(client) = self.client() else { return 0 };
+        let labels = vec![
+            format!("{LABEL_INSTANCE}={}", self.instance),
+            format!("{LABEL_PROVIDER}={provider}"),
+        ];
+        let options = ListImagesOptions {
+            filters: Some(HashMap::from([("label".to_owned(), labels)])),
+            ..Default::default()
+        };
+        let images = match self
+            .call("listing images", client.list_images(Some(options)))
+            .await
+        {
+            Ok(images) => images,
+            Err(e) => {
+                tracing::warn!(provider.id = %provider, error = %RuntimeError::from(e), "cannot list the provider's images");
+                return 0;
+            }
+        };
+        // By tag: an unchanged rebuild is the same image under a new tag, and
+        // removing an image's last tag removes the image.
+        let mut removed = 0;
+        for image in images {
+            let mut names: Vec<&str> = image
+                .repo_tags
+                .iter()
+                .map(String::as_str)
+                .filter(|t| Some(*t) != keep && *t != "<none>:<none>")
+                .collect();
+            if image.repo_tags.is_empty() {
+                names.push(&image.id);
+            }
+            for name in names {
+                let removing = client.remove_image(name, None::<RemoveImageOptions>, None);
+                match self.call("removing an image", removing).await {
+                    Ok(_) => removed += 1,
+                    Err(e) if e.status() == Some(404) => {}
+                    Err(e) => tracing::warn!(
+                        provider.id = %provider,
+                        error = %RuntimeError::from(e),
+                        "cannot remove one of the provider's images"
+                    ),
+                }
+            }
+        }
+        removed
     }
 
     /// Removes a container, running or not; one already gone is fine.
@@ -343,8 +404,8 @@ impl Runtime for DockerRuntime {
             tokio::fs::File::from_std(tar),
         ));
         let labels = HashMap::from([
+            (LABEL_INSTANCE.to_owned(), self.engine.instance.clone()),
             (LABEL_PROVIDER.to_owned(), self.provider.to_string()),
-            (LABEL_COMMIT.to_owned(), self.commit.clone()),
             (LABEL_BUILD.to_owned(), digest),
         ]);
         let options = BuildImageOptions {
@@ -393,6 +454,13 @@ impl Runtime for DockerRuntime {
                 };
                 job.logs
                     .line(LogStream::Corbel, &format!("built image {image} ({how})"));
+                let pruned = self.engine.prune_images(self.provider, Some(&image)).await;
+                if pruned > 0 {
+                    job.logs.line(
+                        LogStream::Corbel,
+                        &format!("removed the images of {pruned} earlier commit(s)"),
+                    );
+                }
                 Ok(())
             }
             Ok(Err(message)) => Err(RuntimeError::ImageBuildFailed {

@@ -291,9 +291,15 @@ impl Providers {
         self.inner.catalog.update(id, patch).await
     }
 
-    /// Refused while the provider is loaded or holds resources.
+    /// Refused while the provider is loaded or holds resources. A provider
+    /// that ran in Docker takes its image with it.
     pub async fn delete(&self, id: Uuid) -> Result<(), ProviderError> {
-        self.inner.catalog.delete(id).await
+        let docker = uses_docker(&self.inner.catalog.row(id).await?);
+        self.inner.catalog.delete(id).await?;
+        if docker {
+            self.inner.supervisor.engine().prune_images(id, None).await;
+        }
+        Ok(())
     }
 
     /// A new registration token; the old one stops working at once.
@@ -362,11 +368,7 @@ impl Providers {
     /// never waits for an engine it does not use.
     pub async fn sweep_containers(&self) {
         let docker = match self.inner.catalog.rows().await {
-            Ok(rows) => rows.iter().any(|row| {
-                row.metadata.as_deref().is_some_and(|m| {
-                    serde_json::from_str::<ProviderMetadata>(m).is_ok_and(|m| m.runtime == "docker")
-                })
-            }),
+            Ok(rows) => rows.iter().any(uses_docker),
             Err(e) => {
                 tracing::error!(error = %e, "cannot read the providers to sweep their containers");
                 return;
@@ -452,4 +454,12 @@ impl Providers {
     pub async fn wait_connected(&self, id: Uuid, limit: Duration) -> bool {
         self.inner.calls.wait_connected(id, limit).await
     }
+}
+
+/// Whether the provider's last fetched metadata runs it in Docker (stored
+/// before its first container starts).
+fn uses_docker(row: &rows::ProviderRow) -> bool {
+    row.metadata.as_deref().is_some_and(|m| {
+        serde_json::from_str::<ProviderMetadata>(m).is_ok_and(|m| m.runtime == "docker")
+    })
 }

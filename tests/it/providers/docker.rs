@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::support::binary::{Served, serve, terminate};
 use crate::support::docker::{
-    Cleanup, containers, docker, docker_provider_repo, instance_label, provider_label,
+    Cleanup, containers, docker, docker_provider_repo, images, instance_label, provider_label,
 };
 use crate::support::provider_repos::{ProviderRepo, workspace_bin};
 use crate::support::providers::{create_provider, logs, nodes, provider, spawn_quick, wait_status};
@@ -37,6 +37,16 @@ async fn unload(app: &TestApp, id: &str) {
         "UNLOADED",
         "{unloaded}"
     );
+}
+
+async fn load(app: &TestApp, id: &str) {
+    let loaded = app
+        .gql(
+            "mutation($id: ID!) { loadProvider(id: $id) { status } }",
+            json!({ "id": id }),
+        )
+        .await;
+    assert!(loaded["errors"].is_null(), "{loaded}");
 }
 
 #[tokio::test]
@@ -158,26 +168,16 @@ async fn a_docker_provider_connects_is_restarted_when_killed_and_leaves_nothing(
 }
 
 #[tokio::test]
-async fn a_rebuild_of_the_same_commit_is_a_cache_hit() {
+async fn a_rebuild_is_a_cache_hit_and_a_provider_keeps_one_image() {
     let mut cleanup = Cleanup::new();
     let app = spawn_quick().await;
     let repo = docker_provider_repo();
-    let (id, _) = create_provider(
-        &app,
-        json!({ "name": "cached", "gitUrl": repo.url(), "ref": "v1" }),
-    )
-    .await;
+    let (id, _) = create_provider(&app, json!({ "name": "cached", "gitUrl": repo.url() })).await;
     cleanup.label(provider_label(&id));
     wait_status(&app, &id, "CONNECTED").await;
     unload(&app, &id).await;
 
-    let loaded = app
-        .gql(
-            "mutation($id: ID!) { loadProvider(id: $id) { status } }",
-            json!({ "id": id }),
-        )
-        .await;
-    assert!(loaded["errors"].is_null(), "{loaded}");
+    load(&app, &id).await;
     wait_status(&app, &id, "CONNECTED").await;
     let log = logs(&app, &id).await;
     let hit = format!(
@@ -190,6 +190,40 @@ async fn a_rebuild_of_the_same_commit_is_a_cache_hit() {
     assert_eq!(log.matches("[build] Step 1/7").count(), 1, "{log}");
     unload(&app, &id).await;
     assert_eq!(containers(&provider_label(&id)), Vec::<String>::new());
+
+    // A new commit is a new image, and the provider keeps only that one.
+    let second = repo.commit_files(&[("README", "a change the image does not copy\n")]);
+    load(&app, &id).await;
+    wait_status(&app, &id, "CONNECTED").await;
+    let log = logs(&app, &id).await;
+    assert!(
+        log.contains(&format!("built image corbel-provider-{id}:{second}")),
+        "{log}"
+    );
+    assert!(
+        log.contains("removed the images of 1 earlier commit(s)"),
+        "{log}"
+    );
+    // The same files make the same image: now under the new commit's tag only.
+    assert_eq!(images(&provider_label(&id)).len(), 1);
+    let tags = docker(&[
+        "images",
+        "--format",
+        "{{.Tag}}",
+        &format!("corbel-provider-{id}"),
+    ]);
+    assert_eq!(tags, second);
+    unload(&app, &id).await;
+
+    // Deleted: its image goes with it.
+    let deleted = app
+        .gql(
+            "mutation($id: ID!) { deleteProvider(id: $id) }",
+            json!({ "id": id }),
+        )
+        .await;
+    assert_eq!(data(&deleted)["deleteProvider"], true, "{deleted}");
+    assert_eq!(images(&provider_label(&id)), Vec::<String>::new());
     app.stop().await;
 }
 
