@@ -8,12 +8,12 @@
 //!   provider's `path`; no label names the commit, since the engine adds each
 //!   label as a build step, and one that changed with every commit would make
 //!   a rebuild of unchanged files miss its cache). A build whose tag exists
-//!   with the same digest is a
-//!   cache hit: nothing is sent to the engine. Otherwise the context is sent as
-//!   a tar (symlinks kept as links, never followed out of the checkout; `.git`
-//!   left out) and the engine's output goes to the provider's log, each step to
-//!   its status message. A provider keeps one image: a new build removes its
-//!   images of other commits, and deleting the provider removes the last.
+//!   with the same digest is a cache hit: nothing is sent to the engine.
+//!   Otherwise the context is sent as a tar (symlinks kept as links, never
+//!   followed out of the checkout; `.git` left out) and the engine's output
+//!   goes to the provider's log, each step to its status message. A provider
+//!   keeps one image: a new build removes its images of other commits, and
+//!   deleting the provider removes the last.
 //! - **Containers** carry `io.corbel.instance` (this server's `instanceId`),
 //!   `io.corbel.provider` (the provider id) and `io.corbel.boot` (this server
 //!   process). They mount, at the same paths, the registry socket, the socket
@@ -71,7 +71,7 @@ pub const LABEL_PROVIDER: &str = "io.corbel.provider";
 /// The server process that started a container: one of another boot of the
 /// same instance is an orphan.
 pub const LABEL_BOOT: &str = "io.corbel.boot";
-/// The digest of an image's build inputs besides the commit.
+/// The digest of an image's build inputs besides the commit (its tag).
 pub const LABEL_BUILD: &str = "io.corbel.build";
 
 /// Lines of output quoted in a failure message.
@@ -80,6 +80,10 @@ const TAIL_LINES: usize = 20;
 const DRAIN: Duration = Duration::from_secs(2);
 /// A line longer than this is logged in pieces.
 const MAX_PENDING: usize = 16 * 1024;
+/// bollard's own deadline on a request's answer: far off, since every call
+/// here has its own (bollard's default, 2 minutes, would cut a build whose
+/// context takes longer to send).
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 /// Where a Dockerfile from outside the context goes in the context's tar.
 const OUTSIDE_DOCKERFILE: &str = ".corbel.Dockerfile";
 
@@ -112,7 +116,9 @@ impl Engine {
                 Some(host) => Docker::connect_with_host(host),
                 None => Docker::connect_with_defaults(),
             };
-            client.map_err(|e| format!("cannot reach the Docker engine: {e}"))
+            client
+                .map(|c| c.with_timeout(CLIENT_TIMEOUT))
+                .map_err(|e| format!("cannot reach the Docker engine: {e}"))
         });
         made.clone().map_err(RuntimeError::Docker)
     }
