@@ -16,9 +16,10 @@
 //!   deleting the provider removes the last.
 //! - **Containers** carry `io.corbel.instance` (this server's `instanceId`),
 //!   `io.corbel.provider` (the provider id) and `io.corbel.boot` (this server
-//!   process). They mount, at the same paths, the registry socket, the socket
-//!   directory and the provider's state directory, so the registration
-//!   environment is the shell runtime's. No restart policy: the supervisor
+//!   process). They mount, at the same paths, the registry socket, a socket
+//!   directory of their own (`<socket dir>/<id>`, their `CORBEL_SOCKET_DIR`:
+//!   never the other providers' sockets) and the provider's state directory,
+//!   so registration is the shell runtime's. No restart policy: the supervisor
 //!   restarts with its backoff. A container that exits is removed once its
 //!   status and last output are read; stopping is the engine's stop (SIGTERM,
 //!   SIGKILL after the grace), then removal.
@@ -62,6 +63,7 @@ use uuid::Uuid;
 use super::binding::{Binding, pid_namespace};
 use super::logs::{LogSink, LogStream};
 use super::metadata::DockerSpec;
+use super::registry::MAX_SOCKET_PATH;
 use super::runtime::{Job, Running, Runtime, RuntimeError};
 
 /// This server's `instanceId`, on every container it starts.
@@ -332,9 +334,12 @@ pub struct DockerRuntime {
     pub path: String,
     /// Mounted at the same path in the container.
     pub registry_socket: PathBuf,
-    /// Mounted at the same paths, made first if missing: the socket
-    /// directory and the provider's state directory.
-    pub dirs: Vec<PathBuf>,
+    /// The server's socket directory. The container gets only a directory of
+    /// its own in it, `<socket dir>/<provider id>`, as its `CORBEL_SOCKET_DIR`:
+    /// never the other providers' sockets, which it could otherwise call.
+    pub socket_dir: PathBuf,
+    /// The provider's state directory, mounted at the same path.
+    pub state_dir: PathBuf,
 }
 
 impl DockerRuntime {
@@ -500,20 +505,34 @@ impl Runtime for DockerRuntime {
             );
             engine.remove(&id).await?;
         }
-        for dir in &self.dirs {
+        let sockets = self.socket_dir.join(self.provider.to_string());
+        let socket = sockets.join(format!("{}.sock", self.provider));
+        let len = socket.as_os_str().len();
+        if len > MAX_SOCKET_PATH {
+            return Err(RuntimeError::Docker(format!(
+                "the provider's socket path {} is {len} bytes long; unix sockets allow \
+                 {MAX_SOCKET_PATH}: choose a shorter --data-dir",
+                socket.display()
+            )));
+        }
+        for dir in [&sockets, &self.state_dir] {
             // A bind of a missing path fails.
             tokio::fs::create_dir_all(dir).await.map_err(|e| {
                 RuntimeError::Docker(format!("cannot create {}: {e}", dir.display()))
             })?;
         }
+        let env = env.iter().map(|(k, v)| match k.as_str() {
+            "CORBEL_SOCKET_DIR" => format!("{k}={}", sockets.display()),
+            _ => format!("{k}={v}"),
+        });
         let image = self.image();
         let name = format!(
             "corbel-{}-{}",
             self.provider,
             &Uuid::new_v4().simple().to_string()[..8]
         );
-        let mounts = std::iter::once(&self.registry_socket)
-            .chain(&self.dirs)
+        let mounts = [&self.registry_socket, &sockets, &self.state_dir]
+            .into_iter()
             .map(|path| Mount {
                 target: Some(path.display().to_string()),
                 source: Some(path.display().to_string()),
@@ -525,7 +544,7 @@ impl Runtime for DockerRuntime {
         let body = ContainerCreateBody {
             image: Some(image.clone()),
             cmd: self.spec.command.clone(),
-            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            env: Some(env.collect()),
             labels: Some(engine.labels(self.provider)),
             host_config: Some(HostConfig {
                 mounts: Some(mounts),

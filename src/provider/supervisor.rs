@@ -369,7 +369,8 @@ impl Supervisor {
                 commit: fetched.commit.clone(),
                 path: row.source_path.clone(),
                 registry_socket: settings.registry_socket(),
-                dirs: vec![settings.socket_dir(), state_dir.clone()],
+                socket_dir: settings.socket_dir(),
+                state_dir: state_dir.clone(),
             }),
         };
         tokio::fs::create_dir_all(&state_dir)

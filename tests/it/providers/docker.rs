@@ -82,6 +82,10 @@ async fn a_docker_provider_connects_is_restarted_when_killed_and_leaves_nothing(
         !log.contains("not bound"),
         "the registration is bound: {log}"
     );
+    assert!(
+        log.contains(&format!("/sockets/{id}/{id}.sock")),
+        "its own socket directory: {log}"
+    );
 
     // One container, labelled, limited, with the registration's mounts.
     let first = the_one_container(&provider_label(&id)).await;
@@ -101,10 +105,24 @@ async fn a_docker_provider_connects_is_restarted_when_killed_and_leaves_nothing(
         labels["io.corbel.test.provider"], "corbel-provider-process",
         "the build arg"
     );
-    let sockets = app.store.data_dir().join("sockets");
-    let mounts = container["Mounts"].to_string();
-    assert!(mounts.contains(&*sockets.to_string_lossy()), "{mounts}");
-    assert!(mounts.contains("registry.sock"), "{mounts}");
+    // Mounted: the registry socket, a socket directory of its own (never the
+    // other providers' sockets), its state directory.
+    let data_dir = app.store.data_dir();
+    let mut sources: Vec<String> = container["Mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["Source"].as_str().unwrap().to_owned())
+        .collect();
+    sources.sort();
+    let mut expected = [
+        data_dir.join("registry.sock"),
+        data_dir.join("sockets").join(&id),
+        data_dir.join("providers").join(&id).join("state"),
+    ]
+    .map(|p| p.display().to_string());
+    expected.sort();
+    assert_eq!(sources, expected);
 
     // The launch's token is bound to the container: the same variables in a
     // process outside it are refused (the binding is checked before the
