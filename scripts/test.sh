@@ -2,7 +2,8 @@
 # The whole test suite, on SQLite and again on PostgreSQL. Works on a fresh Debian
 # machine as root: installs and starts what the tests need, then cleans up the
 # databases it made. Needs: PostgreSQL (the server), nginx (repository tests), Chromium
-# and chromedriver (the web console's tests), Python 3 with grpcio (the Python example provider).
+# and chromedriver (the web console's tests), Python 3 with grpcio (the Python example
+# provider), and a Docker engine (the docker runtime's tests; they fail without it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +21,10 @@ command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 command -v jq >/dev/null 2>&1 || need_apt+=(jq)
 # git2's https and ssh transports build against OpenSSL.
 dpkg -s libssl-dev >/dev/null 2>&1 || need_apt+=(libssl-dev pkg-config)
+# The docker runtime's tests build images FROM scratch (no registry is needed)
+# with a stripped provider binary.
+command -v docker >/dev/null 2>&1 || need_apt+=(docker.io)
+command -v strip >/dev/null 2>&1 || need_apt+=(binutils)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing ${need_apt[*]} from Debian's packages"
   export DEBIAN_FRONTEND=noninteractive
@@ -39,6 +44,18 @@ if ! python3 -c 'import grpc, grpc_tools' >/dev/null 2>&1; then
   log "installing grpcio and grpcio-tools from PyPI"
   python3 -m pip install -q grpcio grpcio-tools 2>/dev/null ||
     python3 -m pip install -q --break-system-packages grpcio grpcio-tools
+fi
+
+# The Docker engine: used if it answers, else started here (its log in /tmp).
+if ! docker info >/dev/null 2>&1; then
+  log "starting the Docker engine"
+  if command -v systemctl >/dev/null 2>&1 && systemctl start docker 2>/dev/null; then
+    :
+  else
+    nohup dockerd >/tmp/corbel-test-dockerd.log 2>&1 &
+  fi
+  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
+  docker info >/dev/null 2>&1 || { echo "the Docker engine did not start; see /tmp/corbel-test-dockerd.log" >&2; exit 1; }
 fi
 
 # PostgreSQL: the Debian cluster, started if it is not running, and a role for us.

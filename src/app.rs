@@ -94,7 +94,7 @@ impl App {
 
     async fn build_locked(
         config: &Config,
-        provider_settings: provider::ProviderSettings,
+        mut provider_settings: provider::ProviderSettings,
         location: store::DatabaseLocation,
         held: &mut Option<ServerLock>,
     ) -> anyhow::Result<App> {
@@ -120,6 +120,8 @@ impl App {
             .await
             .context("creating the admin user")?;
 
+        let instance_id = hex::encode(Sha256::digest(location.identity().as_bytes()));
+        provider_settings.instance_id = instance_id.clone();
         let providers = Providers::new(
             db.clone(),
             provider_settings,
@@ -170,7 +172,7 @@ impl App {
             .context("recovering interrupted repository syncs")?;
 
         let facts = ServerFacts {
-            instance_id: hex::encode(Sha256::digest(location.identity().as_bytes())),
+            instance_id,
             database: location.kind(),
             started_at: Utc::now(),
         };
@@ -284,6 +286,9 @@ impl App {
         let loading = {
             let providers = self.providers.clone();
             tokio::spawn(async move {
+                // Before anything starts a container: what a crashed run
+                // left goes first.
+                providers.sweep_containers().await;
                 match providers.load_automatic().await {
                     Ok(0) => {}
                     Ok(n) => tracing::info!(providers = n, "loading providers"),

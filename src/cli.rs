@@ -131,6 +131,9 @@ fn default_shown(defaults: &toml::Table, long: &str) -> Option<String> {
         "admin-token" => return Some("made at first start and printed once".to_owned()),
         "secret-key-file" => return Some("<data-dir>/secret.key, made at first start".to_owned()),
         "login-trusted-proxy" => return Some("none".to_owned()),
+        "provider-docker-host" => {
+            return Some("$DOCKER_HOST, else unix:///var/run/docker.sock".to_owned());
+        }
         _ => {}
     }
     const SECTIONS: [(&str, &str); 5] = [

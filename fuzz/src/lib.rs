@@ -308,17 +308,16 @@ pub fn provider_metadata(data: &[u8]) {
             assert!(!m.name.is_empty() && m.name.len() <= 64);
             assert!(m.name != "." && m.name != "..");
             assert!(!m.version.trim().is_empty());
-            if let metadata::Runtime::Docker {
-                dockerfile,
-                context,
-            } = &m.runtime
-            {
-                for path in [dockerfile, context] {
+            if let metadata::Runtime::Docker(spec) = &m.runtime {
+                for path in [&spec.dockerfile, &spec.context] {
                     let outside = Path::new(path)
                         .components()
                         .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir));
                     assert!(!outside, "{path} stays inside the checkout");
                 }
+                assert!(spec.memory.is_none_or(|m| m >= 6 << 20));
+                assert!(spec.nano_cpus.is_none_or(|n| n > 0));
+                assert!(spec.command.as_ref().is_none_or(|c| !c.is_empty()));
             }
             let _ = corbel::provider::ProviderMetadata::from(&m);
         }

@@ -23,10 +23,20 @@
 //! `/proc/<pid>/environ` — which is why the token is also single use
 //! (`Slot::spend_launch`): once the provider has registered, it is worthless.
 //!
+//! The Docker runtime binds a launch to its container's pid namespace: the
+//! engine reports the container's first process (`State.Pid`, in the engine
+//! host's pid numbering), and every process of the container, and nothing
+//! else, is in that process's pid namespace (the runtime never shares the
+//! host's). The namespace is named by the inode of `/proc/<pid>/ns/pid`; the
+//! runtime takes it only after `/proc/<pid>/cgroup` names the container, so a
+//! pid from another numbering (Corbel itself in a container, a remote engine)
+//! is never trusted: that launch is then not bound (see `docker.rs`). What it
+//! does not stop: `docker exec` into the container, which needs the engine,
+//! and with it root on the host, anyway.
+//!
 //! Providers that register with their stored token (run outside Corbel) are
-//! not bound. A runtime that cannot tell its process from others (none today)
-//! returns no binding from `Running::binding`; the Docker runtime will add its
-//! own variant here (e.g. the peer's cgroup naming its container).
+//! not bound. A runtime that cannot tell its process from others returns no
+//! binding from `Running::binding`.
 
 use std::fmt;
 
@@ -36,6 +46,9 @@ pub enum Binding {
     /// The registering process is in this process group (the shell runtime:
     /// the group, and the session, the launched process leads).
     ProcessGroup(i32),
+    /// The registering process is in this pid namespace (the Docker runtime:
+    /// the container's; the inode of `/proc/<pid>/ns/pid`).
+    PidNamespace(u64),
 }
 
 /// The process at the other end of a registration's connection, as the
@@ -75,8 +88,32 @@ impl Binding {
                     )),
                 }
             }
+            Binding::PidNamespace(launched) => {
+                let Some(pid) = peer.pid else {
+                    return Err(format!(
+                        "the caller's process is unknown; the launched provider is the container of pid namespace {launched}"
+                    ));
+                };
+                match pid_namespace(pid) {
+                    Some(ns) if ns == launched => Ok(()),
+                    Some(ns) => Err(format!(
+                        "the caller (pid {pid}, pid namespace {ns}) is not in the launched provider's container (pid namespace {launched})"
+                    )),
+                    None => Err(format!(
+                        "the caller (pid {pid}) is gone or unreadable; the launched provider is the container of pid namespace {launched}"
+                    )),
+                }
+            }
         }
     }
+}
+
+/// Process `pid`'s pid namespace: the inode `/proc/<pid>/ns/pid` leads to.
+pub fn pid_namespace(pid: i32) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}/ns/pid"))
+        .ok()
+        .map(|m| m.ino())
 }
 
 /// Process `pid`'s group, from `/proc/<pid>/stat`.
@@ -116,5 +153,25 @@ mod tests {
             .check(&Peer { pid: None })
             .unwrap_err();
         assert!(unknown.contains("unknown"), "{unknown}");
+    }
+
+    #[test]
+    fn this_process_is_in_its_pid_namespace_and_not_in_another() {
+        let me = Peer {
+            pid: Some(std::process::id() as i32),
+        };
+        let mine = pid_namespace(std::process::id() as i32).unwrap();
+        assert_eq!(Binding::PidNamespace(mine).check(&me), Ok(()));
+        let other = Binding::PidNamespace(mine + 1).check(&me).unwrap_err();
+        assert!(
+            other.contains("is not in the launched provider's container"),
+            "{other}"
+        );
+        let gone = Binding::PidNamespace(mine)
+            .check(&Peer {
+                pid: Some(i32::MAX),
+            })
+            .unwrap_err();
+        assert!(gone.contains("gone or unreadable"), "{gone}");
     }
 }

@@ -60,8 +60,25 @@ pub struct Check {
 pub enum Runtime {
     /// `build` and `run` are shell command lines, run in the checkout.
     Shell { build: Option<String>, run: String },
-    /// Paths relative to the checkout, never leaving it.
-    Docker { dockerfile: String, context: String },
+    /// An image built from the checkout and run as a container.
+    Docker(DockerSpec),
+}
+
+/// The `docker:` section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DockerSpec {
+    /// Relative to the checkout, never leaving it.
+    pub dockerfile: String,
+    /// The build context: relative to the checkout, never leaving it.
+    pub context: String,
+    /// `--build-arg`s, in the order of their names.
+    pub build_args: std::collections::BTreeMap<String, String>,
+    /// The container's command; `None` runs the image's own.
+    pub command: Option<Vec<String>>,
+    /// Memory limit in bytes.
+    pub memory: Option<i64>,
+    /// CPU limit in billionths of a CPU (`cpus: 1.5` is 1,500,000,000).
+    pub nano_cpus: Option<i64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -132,13 +149,29 @@ struct RawShell {
 #[derive(Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a mapping with dockerfile and context"
+    expecting = "a mapping with dockerfile, context, build_args, command and limits"
 )]
 struct RawDocker {
     #[serde(default = "default_dockerfile")]
     dockerfile: String,
     #[serde(default = "default_context")]
     context: String,
+    #[serde(default)]
+    build_args: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    command: Option<Vec<String>>,
+    #[serde(default)]
+    limits: RawLimits,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, expecting = "a mapping with memory and cpus")]
+struct RawLimits {
+    /// Bytes, or a number with a `k`, `m` or `g` suffix (powers of 1024).
+    #[serde(default)]
+    memory: Option<serde_yaml_ng::Value>,
+    #[serde(default)]
+    cpus: Option<f64>,
 }
 
 impl Default for RawDocker {
@@ -146,8 +179,49 @@ impl Default for RawDocker {
         Self {
             dockerfile: default_dockerfile(),
             context: default_context(),
+            build_args: Default::default(),
+            command: None,
+            limits: RawLimits::default(),
         }
     }
+}
+
+/// The engine refuses less than this (6 MiB).
+const MIN_MEMORY: i64 = 6 * 1024 * 1024;
+
+/// `memory`: bytes as a number, or `<n>k`, `<n>m`, `<n>g` (powers of 1024).
+fn memory_bytes(value: &serde_yaml_ng::Value) -> Result<i64, MetadataError> {
+    let field = "docker.limits.memory";
+    let text = match value {
+        serde_yaml_ng::Value::Number(n) => n.to_string(),
+        serde_yaml_ng::Value::String(s) => s.trim().to_ascii_lowercase(),
+        _ => return Err(invalid(field, "must be a number of bytes or like `256m`")),
+    };
+    let (digits, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((at, _)) => text.split_at(at),
+        None => (text.as_str(), ""),
+    };
+    let shift = match unit.trim_end_matches(['b', 'i']) {
+        "" => 0,
+        "k" => 10,
+        "m" => 20,
+        "g" => 30,
+        _ => {
+            return Err(invalid(
+                field,
+                format!("`{text}`: the unit must be k, m or g"),
+            ));
+        }
+    };
+    let bytes = digits
+        .parse::<i64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .ok_or_else(|| invalid(field, format!("`{text}` is not a size in bytes")))?;
+    if bytes < MIN_MEMORY {
+        return Err(invalid(field, "must be at least 6m (the engine's minimum)"));
+    }
+    Ok(bytes)
 }
 
 fn default_dockerfile() -> String {
@@ -243,10 +317,45 @@ fn check(raw: RawMetadata) -> Result<Metadata, MetadataError> {
             let docker = raw.docker.unwrap_or_default();
             check_relative("docker.dockerfile", &docker.dockerfile)?;
             check_relative("docker.context", &docker.context)?;
-            Runtime::Docker {
+            if let Some(command) = &docker.command
+                && (command.is_empty() || command[0].trim().is_empty())
+            {
+                return Err(invalid("docker.command", "must name a program"));
+            }
+            for name in docker.build_args.keys() {
+                if name.is_empty() || name.contains(['=', ' ']) {
+                    return Err(invalid(
+                        format!("docker.build_args.{name}"),
+                        "must be a name without `=` or spaces",
+                    ));
+                }
+            }
+            let memory = docker
+                .limits
+                .memory
+                .as_ref()
+                .map(memory_bytes)
+                .transpose()?;
+            let nano_cpus = match docker.limits.cpus {
+                None => None,
+                Some(cpus) if cpus.is_finite() && cpus > 0.0 && cpus <= 1024.0 => {
+                    Some((cpus * 1e9).round() as i64)
+                }
+                Some(cpus) => {
+                    return Err(invalid(
+                        "docker.limits.cpus",
+                        format!("`{cpus}` must be more than 0 and at most 1024"),
+                    ));
+                }
+            };
+            Runtime::Docker(DockerSpec {
                 dockerfile: docker.dockerfile,
                 context: docker.context,
-            }
+                build_args: docker.build_args,
+                command: docker.command,
+                memory,
+                nano_cpus,
+            })
         }
         other => {
             return Err(invalid(
@@ -366,7 +475,7 @@ impl From<&Metadata> for ProviderMetadata {
             author: m.author.clone(),
             runtime: match m.runtime {
                 Runtime::Shell { .. } => "shell".into(),
-                Runtime::Docker { .. } => "docker".into(),
+                Runtime::Docker(_) => "docker".into(),
             },
             features: m.features.clone(),
             resource_types: m.resource_types.clone(),
@@ -428,10 +537,14 @@ resource_types: [process.v1.service]
         let metadata = parse(text).expect("valid");
         assert_eq!(
             metadata.runtime,
-            Runtime::Docker {
+            Runtime::Docker(DockerSpec {
                 dockerfile: "Dockerfile".into(),
-                context: ".".into()
-            }
+                context: ".".into(),
+                build_args: Default::default(),
+                command: None,
+                memory: None,
+                nano_cpus: None,
+            })
         );
         assert_eq!(metadata.author, None);
         assert_eq!(metadata.description, "");
@@ -443,11 +556,64 @@ resource_types: [process.v1.service]
                     docker: {dockerfile: build/Containerfile, context: build}\n";
         assert_eq!(
             parse(text).expect("valid").runtime,
-            Runtime::Docker {
+            Runtime::Docker(DockerSpec {
                 dockerfile: "build/Containerfile".into(),
-                context: "build".into()
-            }
+                context: "build".into(),
+                build_args: Default::default(),
+                command: None,
+                memory: None,
+                nano_cpus: None,
+            })
         );
+
+        let text = "name: d\nversion: '1'\nruntime: docker\ndocker:\n  \
+                    build_args: {PROFILE: release}\n  command: [/provider, --quiet]\n  \
+                    limits: {memory: 256m, cpus: 1.5}\n";
+        assert_eq!(
+            parse(text).expect("valid").runtime,
+            Runtime::Docker(DockerSpec {
+                dockerfile: "Dockerfile".into(),
+                context: ".".into(),
+                build_args: [("PROFILE".to_owned(), "release".to_owned())].into(),
+                command: Some(vec!["/provider".into(), "--quiet".into()]),
+                memory: Some(256 * 1024 * 1024),
+                nano_cpus: Some(1_500_000_000),
+            })
+        );
+    }
+
+    #[test]
+    fn docker_limits_are_checked() {
+        let with = |limits: &str| {
+            format!("name: d\nversion: '1'\nruntime: docker\ndocker:\n  limits: {limits}\n")
+        };
+        let memory = |text: &str| match parse(text).map(|m| m.runtime) {
+            Ok(Runtime::Docker(spec)) => Ok(spec.memory),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e.to_string()),
+        };
+        assert_eq!(memory(&with("{memory: 8388608}")), Ok(Some(8 << 20)));
+        assert_eq!(memory(&with("{memory: 1G}")), Ok(Some(1 << 30)));
+        assert_eq!(memory(&with("{memory: 512MiB}")), Ok(Some(512 << 20)));
+        for (limits, expected) in [
+            ("{memory: 1m}", "docker.limits.memory: must be at least 6m"),
+            (
+                "{memory: 12t}",
+                "docker.limits.memory: `12t`: the unit must be",
+            ),
+            (
+                "{memory: lots}",
+                "docker.limits.memory: `lots`: the unit must be",
+            ),
+            ("{cpus: 0}", "docker.limits.cpus: `0` must be more than 0"),
+            ("{cpus: -1}", "docker.limits.cpus: `-1` must be more than 0"),
+            ("{swap: 1}", "docker.limits.swap: unknown field `swap`"),
+        ] {
+            let message = memory(&with(limits)).unwrap_err();
+            assert!(message.contains(expected), "{limits}: {message}");
+        }
+        let empty = "name: d\nversion: '1'\nruntime: docker\ndocker: {command: []}\n";
+        assert!(error(empty).contains("docker.command: must name a program"));
     }
 
     #[test]

@@ -27,6 +27,7 @@ mod calls;
 mod catalog;
 pub mod check;
 mod check_host;
+mod docker;
 mod link;
 mod logs;
 pub mod metadata;
@@ -290,9 +291,15 @@ impl Providers {
         self.inner.catalog.update(id, patch).await
     }
 
-    /// Refused while the provider is loaded or holds resources.
+    /// Refused while the provider is loaded or holds resources. A provider
+    /// that ran in Docker takes its image with it.
     pub async fn delete(&self, id: Uuid) -> Result<(), ProviderError> {
-        self.inner.catalog.delete(id).await
+        let docker = uses_docker(&self.inner.catalog.row(id).await?);
+        self.inner.catalog.delete(id).await?;
+        if docker {
+            self.inner.supervisor.engine().prune_images(id, None).await;
+        }
+        Ok(())
     }
 
     /// A new registration token; the old one stops working at once.
@@ -352,6 +359,29 @@ impl Providers {
             .unload(self.inner.slots.slot(id))
             .await;
         self.get(id).await
+    }
+
+    /// Removes the containers a crashed run of this instance left on the
+    /// Docker engine: at start, before any provider loads. The engine is not
+    /// asked at all unless a stored provider runs in Docker (its metadata is
+    /// stored before its first container starts), so a server without one
+    /// never waits for an engine it does not use.
+    pub async fn sweep_containers(&self) {
+        let docker = match self.inner.catalog.rows().await {
+            Ok(rows) => rows.iter().any(uses_docker),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the providers to sweep their containers");
+                return;
+            }
+        };
+        if !docker {
+            return;
+        }
+        match self.inner.supervisor.engine().sweep().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(containers = n, "removed containers left by an earlier run"),
+            Err(e) => tracing::warn!(error = %e, "cannot sweep containers left by an earlier run"),
+        }
     }
 
     /// Stops every provider: at server shutdown.
@@ -424,4 +454,12 @@ impl Providers {
     pub async fn wait_connected(&self, id: Uuid, limit: Duration) -> bool {
         self.inner.calls.wait_connected(id, limit).await
     }
+}
+
+/// Whether the provider's last fetched metadata runs it in Docker (stored
+/// before its first container starts).
+fn uses_docker(row: &rows::ProviderRow) -> bool {
+    row.metadata.as_deref().is_some_and(|m| {
+        serde_json::from_str::<ProviderMetadata>(m).is_ok_and(|m| m.runtime == "docker")
+    })
 }

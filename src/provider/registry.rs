@@ -50,7 +50,7 @@ use crate::store::Db;
 pub const REGISTRY_SERVICE: &str = "corbel.provider.v1.Registry";
 
 /// Longest path a unix socket address holds on Linux.
-const MAX_SOCKET_PATH: usize = 107;
+pub(super) const MAX_SOCKET_PATH: usize = 107;
 
 /// Binds the registry socket (replacing a stale one) and returns the future
 /// that serves it until `stop` is cancelled.

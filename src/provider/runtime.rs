@@ -1,5 +1,5 @@
 //! Runtimes: how a fetched provider is built and started. One trait; the shell
-//! runtime lives here, the Docker runtime comes later behind the same trait.
+//! runtime lives here, the Docker runtime in `docker.rs`.
 //!
 //! A started provider runs in its own process group so that stopping it reaches
 //! everything it spawned: SIGTERM to the group, SIGKILL after a grace period.
@@ -40,15 +40,26 @@ pub enum RuntimeError {
         command: String,
         source: std::io::Error,
     },
-    #[error("the {0} runtime is not available in this build")]
-    Unsupported(&'static str),
+    #[error("docker: {0}")]
+    Docker(String),
+    #[error("building image {image} failed: {message}; last output:\n{tail}")]
+    ImageBuildFailed {
+        image: String,
+        message: String,
+        tail: String,
+    },
 }
+
+/// Says how a build is going (a provider's status message).
+pub type Progress = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
 
 /// What a runtime needs to build or start one provider.
 pub struct Job {
     pub source_dir: PathBuf,
     pub logs: LogSink,
     pub build_timeout: Duration,
+    /// Where a long build reports its steps.
+    pub progress: Progress,
 }
 
 /// How a provider is built and run, from its `corbel-provider.yaml`.

@@ -56,6 +56,21 @@ pub struct ProviderSettings {
     /// Lines of output kept per provider.
     #[serde(skip)]
     pub log_lines: usize,
+    /// The Docker engine of the `docker` runtime (`unix:///…`, `tcp://…`,
+    /// `https://…`). Unset: `DOCKER_HOST`, else `unix:///var/run/docker.sock`.
+    /// TLS as the docker CLI does it: `DOCKER_TLS_VERIFY` and `DOCKER_CERT_PATH`
+    /// (`ca.pem`, `cert.pem`, `key.pem`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub docker_host: Option<String>,
+    /// Deadline of each call to the Docker engine (an image build has
+    /// `build_timeout_seconds`; waiting for a container and following its
+    /// output have none).
+    #[serde(rename = "docker_call_timeout_ms", with = "millis")]
+    pub docker_call_timeout: Duration,
+    /// This server's `instanceId`: the label that tells this instance's
+    /// containers from others on the same engine. Set by the server.
+    #[serde(skip)]
+    pub instance_id: String,
 }
 
 impl Default for ProviderSettings {
@@ -77,6 +92,9 @@ impl Default for ProviderSettings {
             backoff_max: Duration::from_secs(60),
             load_concurrency: 8,
             log_lines: 2_000,
+            docker_host: None,
+            docker_call_timeout: Duration::from_secs(60),
+            instance_id: String::new(),
         }
     }
 }
@@ -95,6 +113,7 @@ impl ProviderSettings {
             backoff_initial: at_least(self.backoff_initial, Duration::from_millis(1)),
             backoff_max: at_least(self.backoff_max, Duration::from_millis(1)),
             load_concurrency: at_least(self.load_concurrency, 1),
+            docker_call_timeout: at_least(self.docker_call_timeout, Duration::from_millis(100)),
             ..self
         }
     }
@@ -220,4 +239,21 @@ pub struct ProviderFlags {
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub load_concurrency: Option<usize>,
+    /// The Docker engine of the docker runtime (TLS from `DOCKER_TLS_VERIFY`
+    /// and `DOCKER_CERT_PATH`).
+    #[arg(
+        long = "provider-docker-host",
+        env = "CORBEL_PROVIDER_DOCKER_HOST",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub docker_host: Option<String>,
+    /// Deadline of each call to the Docker engine, in milliseconds.
+    #[arg(
+        long = "provider-docker-call-timeout-ms",
+        env = "CORBEL_PROVIDER_DOCKER_CALL_TIMEOUT_MS",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub docker_call_timeout_ms: Option<u64>,
 }

@@ -21,8 +21,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
+use super::docker::{DockerRuntime, Engine};
 use super::link::Link;
-use super::runtime::{Job, Running, Runtime, RuntimeError, ShellRuntime};
+use super::runtime::{Job, Running, Runtime, ShellRuntime};
 use super::state::{Command, Slot, Slots};
 use super::{
     ProviderError, ProviderMetadata, ProviderSettings, ProviderStatus, catalog, metadata, rows,
@@ -55,6 +56,8 @@ pub(super) struct Supervisor {
     tasks: TaskTracker,
     /// Bounds how many providers fetch and build at once.
     loading: Semaphore,
+    /// The Docker engine, for providers with `runtime: docker`.
+    engine: Arc<Engine>,
 }
 
 impl Supervisor {
@@ -65,6 +68,11 @@ impl Supervisor {
         stopping: CancellationToken,
     ) -> Self {
         let loading = Semaphore::new(settings.load_concurrency.max(1));
+        let engine = Arc::new(Engine::new(
+            settings.docker_host.clone(),
+            settings.instance_id.clone(),
+            settings.docker_call_timeout,
+        ));
         Self {
             db,
             settings,
@@ -72,7 +80,13 @@ impl Supervisor {
             stopping,
             tasks: TaskTracker::new(),
             loading,
+            engine,
         }
+    }
+
+    /// The Docker engine of the docker runtime.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
     }
 
     /// Starts loading a provider in the background.
@@ -345,15 +359,20 @@ impl Supervisor {
         if let Err(e) = rows::set_source(&self.db, slot.id, &fetched.commit, stored).await {
             tracing::error!(error = %e, "cannot store the fetched commit");
         }
+        let state_dir = dir.join("state");
         let runtime: Box<dyn Runtime> = match meta.runtime {
             metadata::Runtime::Shell { build, run } => Box::new(ShellRuntime { build, run }),
-            metadata::Runtime::Docker { .. } => {
-                return Err(Stop::Failed(
-                    RuntimeError::Unsupported("docker").to_string(),
-                ));
-            }
+            metadata::Runtime::Docker(spec) => Box::new(DockerRuntime {
+                engine: self.engine.clone(),
+                spec,
+                provider: slot.id,
+                commit: fetched.commit.clone(),
+                path: row.source_path.clone(),
+                registry_socket: settings.registry_socket(),
+                socket_dir: settings.socket_dir(),
+                state_dir: state_dir.clone(),
+            }),
         };
-        let state_dir = dir.join("state");
         tokio::fs::create_dir_all(&state_dir)
             .await
             .map_err(|e| Stop::Failed(format!("cannot create {}: {e}", state_dir.display())))?;
@@ -361,6 +380,11 @@ impl Supervisor {
             source_dir: root,
             logs: self.slots.sink(slot),
             build_timeout: settings.build_timeout,
+            progress: {
+                let slots = self.slots.clone();
+                let slot = slot.clone();
+                Arc::new(move |message: &str| slots.set_message(&slot, message.to_owned()))
+            },
         };
         self.slots
             .set_status(slot, ProviderStatus::Building, None)

@@ -6,6 +6,7 @@ pub mod attacks;
 pub mod binary;
 pub mod browser;
 pub mod deployments;
+pub mod docker;
 pub mod git;
 /// At `tests/it/nginx.rs`, where `benches/sync.rs` includes it too.
 #[path = "../nginx.rs"]

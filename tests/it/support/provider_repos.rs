@@ -2,7 +2,7 @@
 //! metadata for the shell runtime (the process provider, the misbehaving
 //! fixture, any command), and the workspace binaries they run.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -45,11 +45,18 @@ impl ProviderRepo {
     /// One commit with `files` (paths relative to the root, directories made
     /// as needed), tagged `v1`.
     pub fn with_files(files: &[(&str, &str)]) -> ProviderRepo {
+        Self::with_files_and(files, |_| {})
+    }
+
+    /// As [`with_files`](Self::with_files), with `prepare` writing more (binary
+    /// files, say) into the work tree before the commit.
+    pub fn with_files_and(files: &[(&str, &str)], prepare: impl FnOnce(&Path)) -> ProviderRepo {
         let dir = tempfile::tempdir().unwrap();
         let work = dir.path().join("work");
         std::fs::create_dir(&work).unwrap();
         git(dir.path(), &["init", "--bare", "-q", "provider.git"]);
         git(&work, &["init", "-q"]);
+        prepare(&work);
         let repo = ProviderRepo { dir };
         repo.commit_files(files);
         git(&work, &["tag", "v1"]);

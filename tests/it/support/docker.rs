@@ -1,0 +1,168 @@
+//! The real Docker engine, for the docker runtime: a check that it answers (a
+//! test that needs it fails, never skips), a provider repository whose image
+//! is built `FROM scratch` (there is no registry to pull from) with the
+//! process provider and the libraries `ldd` lists for it, and counting and
+//! removing containers and images by Corbel's labels. The engine is asked
+//! through the docker CLI: a client other than the one under test.
+
+use std::path::Path;
+use std::process::Command;
+
+use super::provider_repos::{ProviderRepo, workspace_bin};
+
+/// Corbel's labels (`src/provider/docker.rs`).
+pub const LABEL_INSTANCE: &str = "io.corbel.instance";
+pub const LABEL_PROVIDER: &str = "io.corbel.provider";
+
+/// Panics, saying what to do, unless the Docker engine answers.
+pub fn require_engine() {
+    let answer = Command::new("docker")
+        .args(["info", "--format", "{{.ServerVersion}}"])
+        .output();
+    match answer {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => panic!(
+            "the Docker engine does not answer (`docker info`: {}); the docker runtime's \
+             tests need it: start dockerd (scripts/test.sh does)",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        Err(e) => panic!("cannot run the docker CLI ({e}); the docker runtime's tests need it"),
+    }
+}
+
+/// `docker` with `args`; its stdout, trimmed. Panics on failure.
+pub fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .expect("the docker CLI runs");
+    assert!(
+        out.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// Ids of the containers, running or not, carrying `label` (`key=value`).
+pub fn containers(label: &str) -> Vec<String> {
+    let listed = docker(&[
+        "ps",
+        "-aq",
+        "--no-trunc",
+        "--filter",
+        &format!("label={label}"),
+    ]);
+    listed.lines().map(str::to_owned).collect()
+}
+
+/// Ids of the images carrying `label`.
+pub fn images(label: &str) -> Vec<String> {
+    let listed = docker(&["images", "-q", "--filter", &format!("label={label}")]);
+    let mut ids: Vec<String> = listed.lines().map(str::to_owned).collect();
+    ids.dedup();
+    ids
+}
+
+pub fn provider_label(provider: &str) -> String {
+    format!("{LABEL_PROVIDER}={provider}")
+}
+
+pub fn instance_label(instance: &str) -> String {
+    format!("{LABEL_INSTANCE}={instance}")
+}
+
+/// Removes, when dropped (a failed test included), the containers and images
+/// carrying the labels added to it: only what the test made.
+#[derive(Default)]
+pub struct Cleanup {
+    labels: Vec<String>,
+}
+
+impl Cleanup {
+    pub fn new() -> Cleanup {
+        require_engine();
+        Cleanup::default()
+    }
+
+    pub fn label(&mut self, label: String) {
+        self.labels.push(label);
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for label in &self.labels {
+            for id in containers(label) {
+                let _ = Command::new("docker")
+                    .args(["rm", "-f", "-v", &id])
+                    .output();
+            }
+        }
+        for label in &self.labels {
+            for id in images(label) {
+                let _ = Command::new("docker").args(["rmi", "-f", &id]).output();
+            }
+        }
+    }
+}
+
+/// The image: the process provider and its libraries, on nothing.
+pub const DOCKERFILE: &str = "\
+FROM scratch
+ARG PROVIDER=corbel-provider-process
+COPY rootfs/ /
+LABEL io.corbel.test.provider=$PROVIDER
+";
+
+/// `corbel-provider.yaml` for the process provider as a container.
+pub fn docker_metadata() -> String {
+    "name: boxed\nversion: 0.1.0\ndescription: the process provider in a container\n\
+     runtime: docker\ndocker:\n  dockerfile: Dockerfile\n  context: .\n  \
+     build_args: {PROVIDER: corbel-provider-process}\n  \
+     command: [/corbel-provider-process]\n  limits: {memory: 256m, cpus: 1}\n\
+     features: [deploy, destroy, inspect, nodes]\nresource_types: [process.v1.service]\n"
+        .to_owned()
+}
+
+/// A repository (tagged `v1`) with [`docker_metadata`], [`DOCKERFILE`] and
+/// `rootfs/`: the process provider (stripped) and what `ldd` lists for it.
+pub fn docker_provider_repo() -> ProviderRepo {
+    ProviderRepo::with_files_and(
+        &[
+            ("corbel-provider.yaml", &docker_metadata()),
+            ("Dockerfile", DOCKERFILE),
+        ],
+        |work| provider_rootfs(&work.join("rootfs")),
+    )
+}
+
+/// The process provider at `/corbel-provider-process` under `root`, with
+/// the shared libraries and loader it needs at their own paths.
+pub fn provider_rootfs(root: &Path) {
+    let binary = workspace_bin("corbel-provider-process");
+    std::fs::create_dir_all(root).unwrap();
+    let target = root.join("corbel-provider-process");
+    let stripped = Command::new("strip")
+        .arg("-o")
+        .arg(&target)
+        .arg(&binary)
+        .status();
+    if !matches!(stripped, Ok(s) if s.success()) {
+        std::fs::copy(&binary, &target).unwrap();
+    }
+    let ldd = Command::new("ldd").arg(&binary).output().expect("ldd runs");
+    assert!(ldd.status.success(), "ldd {}", binary.display());
+    for line in String::from_utf8(ldd.stdout).unwrap().lines() {
+        let path = match line.split_once("=>") {
+            Some((_, right)) => right.split_whitespace().next(),
+            None => line.split_whitespace().next(),
+        };
+        let Some(path) = path.filter(|p| p.starts_with('/')) else {
+            continue; // linux-vdso: in the kernel
+        };
+        let copy = root.join(path.trim_start_matches('/'));
+        std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+        std::fs::copy(path, &copy).unwrap_or_else(|e| panic!("{path}: {e}"));
+    }
+}
