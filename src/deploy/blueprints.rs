@@ -121,7 +121,8 @@ fn parse_checked(source: &str) -> Result<blueprint::Blueprint, DeployError> {
             problems
                 .into_iter()
                 .map(|problem| super::LocatedProblem {
-                    line: crate::yaml::line_of(source, &problem.path),
+                    line: crate::yaml::line_of(source, &problem.path)
+                        .or_else(|| line_in(&problem.message)),
                     problem,
                 })
                 .collect(),
@@ -134,6 +135,14 @@ fn parse_checked(source: &str) -> Result<blueprint::Blueprint, DeployError> {
     } else {
         Err(located(problems))
     }
+}
+
+/// The line a YAML reader's message names (`… at line 5 column 4`), for a
+/// problem with the document as a whole.
+fn line_in(message: &str) -> Option<usize> {
+    let (_, after) = message.rsplit_once("line ")?;
+    let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok().filter(|&n| n > 0)
 }
 
 fn to_blueprint(row: rows::BlueprintRow) -> Result<StoredBlueprint, DeployError> {

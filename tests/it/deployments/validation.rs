@@ -61,6 +61,21 @@ async fn bad_blueprints_and_variables_are_refused_naming_the_field() {
         "{body}"
     );
     assert!(problems[1]["message"].as_str().unwrap().contains("zz"));
+    // A document that is not YAML: the line the reader stopped at.
+    let body = app
+        .gql(
+            "mutation($input: CreateBlueprintInput!) { createBlueprint(input: $input) { id } }",
+            json!({ "input": { "name": "bad", "source": "version: \"1\"\nresources:\n  a:\n    type: [x\n" } }),
+        )
+        .await;
+    let problems = &body["errors"][0]["extensions"]["problems"];
+    assert_eq!(problems[0]["path"], "", "{body}");
+    assert!(
+        problems[0]["line"]
+            .as_u64()
+            .is_some_and(|l| (4..=5).contains(&l)),
+        "{body}"
+    );
     let listed = app.gql("{ blueprints { totalCount } }", json!({})).await;
     assert_eq!(
         data(&listed)["blueprints"]["totalCount"],
