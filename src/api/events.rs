@@ -8,6 +8,7 @@ use super::{ApiError, parse_id, principal, state};
 use std::future::ready;
 
 use crate::auth::{Auth, AuthEvent};
+use crate::deploy::{Deployments, EventKind};
 use crate::events::Delivery;
 use crate::provider::{ProviderEvent, Providers};
 use crate::repository::{Repositories, SyncEvent};
@@ -63,7 +64,18 @@ pub enum ServerEvent {
     ProviderStatusChanged(ProviderStatusChanged),
     ProviderCreated(ProviderCreated),
     ProviderDeleted(ProviderDeleted),
+    DeploymentChanged(DeploymentChanged),
     EventsMissed(EventsMissed),
+}
+
+/// A deployment's state changed (or its lease moved): a STATE event of its
+/// history. Follow one deployment's every event with `deploymentEvents`.
+#[derive(SimpleObject)]
+pub struct DeploymentChanged {
+    deployment_id: ID,
+    /// The deployment's state, when this event changed it.
+    state: Option<String>,
+    message: String,
 }
 
 /// A provider was created (it is `UNLOADED` until it loads).
@@ -148,7 +160,8 @@ pub struct EventSubscription;
 #[Subscription]
 impl EventSubscription {
     /// Server-wide events (sign-ins, tokens made and revoked, repository syncs,
-    /// providers created, deleted and changing status) as they happen. Secrets are never part of an
+    /// providers created, deleted and changing status, deployments changing
+    /// state) as they happen. Secrets are never part of an
     /// event. Ends when the server shuts down.
     async fn server_events(
         &self,
@@ -196,8 +209,22 @@ impl EventSubscription {
                     ProviderEvent::Log { .. } => None,
                 }))
             });
+        let deployments = state::<Deployments>(ctx)?
+            .events()
+            .subscribe()
+            .filter_map(|d| {
+                ready(server_view(d, |e| {
+                    (e.kind == EventKind::State).then(|| {
+                        ServerEvent::DeploymentChanged(DeploymentChanged {
+                            deployment_id: ID(e.deployment_id.to_string()),
+                            state: e.state.clone(),
+                            message: e.message.clone(),
+                        })
+                    })
+                }))
+            });
         Ok(futures_util::stream::select(
-            auth,
+            futures_util::stream::select(auth, deployments),
             futures_util::stream::select(syncs, providers),
         ))
     }

@@ -68,3 +68,55 @@ async fn deployment_events_replay_history_then_follow_live() {
     );
     app.stop().await;
 }
+
+#[tokio::test]
+async fn server_events_say_when_a_deployment_changes_state() {
+    let (app, _, _repo) = with_process_provider(|_| {}).await;
+    let blueprint = create_blueprint(&app, "web", WEB).await;
+    let mut ws = subscribe(
+        app.addr,
+        "subscription { serverEvents { __typename
+            ... on ApiTokenCreated { name }
+            ... on DeploymentChanged { deploymentId state message } } }",
+        json!({}),
+    )
+    .await;
+    // Live once one of our own events comes back.
+    let mut live = false;
+    for attempt in 0..50 {
+        data(
+            &app.gql(
+                "mutation($n: String!) { createApiToken(name: $n) { token } }",
+                json!({ "n": format!("probe-{attempt}") }),
+            )
+            .await,
+        );
+        if let Ok(Some(_)) =
+            tokio::time::timeout(Duration::from_millis(200), next_json(&mut ws)).await
+        {
+            live = true;
+            break;
+        }
+    }
+    assert!(live, "the subscription never delivered");
+    let id = deploy(
+        &app,
+        &blueprint,
+        "listed",
+        json!({ "variables": { "replicas": 1 } }),
+    )
+    .await;
+    let mut states = Vec::new();
+    while !states.contains(&Value::from("COMPLETE")) {
+        let message = tokio::time::timeout(Duration::from_secs(30), next_json(&mut ws))
+            .await
+            .expect("the deployment's state events within 30s")
+            .expect("an event");
+        let event = &message["payload"]["data"]["serverEvents"];
+        if event["__typename"] == "DeploymentChanged" {
+            assert_eq!(event["deploymentId"], id.as_str(), "{event}");
+            states.push(event["state"].clone());
+        }
+    }
+    assert!(states.contains(&Value::from("IN_PROGRESS")), "{states:?}");
+}

@@ -12,7 +12,9 @@ use serde_json::json;
 
 use crate::support::browser::{Browser, PASSWORD};
 use crate::support::data;
-use crate::support::deployments::{create_blueprint, deployment, pids, with_process_provider};
+use crate::support::deployments::{
+    create_blueprint, deploy, deployment, destroy_and_wait, pids, with_process_provider,
+};
 use crate::support::processes::{alive, all_gone, parent, provider_pid};
 use crate::support::providers::wait_status;
 
@@ -402,6 +404,31 @@ async fn a_deployment_is_made_followed_live_redeployed_and_destroyed_in_the_brow
     assert_eq!(browser.path().await, "/deployments?state=FAILED");
     browser.client.back().await.unwrap();
     browser.wait_text("#deployment-list", "shop").await;
+    // Live: a deployment made elsewhere appears, and reaches COMPLETE in its
+    // row, without a reload (serverEvents' DeploymentChanged).
+    browser.js(MARK).await;
+    let other = deploy(
+        &app,
+        &blueprint,
+        "other-shop",
+        json!({ "variables": { "greeting": "hi" } }),
+    )
+    .await;
+    browser
+        .wait_text(
+            &format!("#deployment-list tr[data-id='{other}']"),
+            "COMPLETE",
+        )
+        .await;
+    browser.wait_js("the list was not reloaded", MARKED).await;
+    let other_pids = pids(&deployment(&app, &other).await);
+    destroy_and_wait(&app, &other, &other_pids).await;
+    browser
+        .wait_text(
+            &format!("#deployment-list tr[data-id='{other}']"),
+            "DESTROYED",
+        )
+        .await;
     browser
         .goto(&format!(
             "/deployments?state=DESTROYED&blueprint={blueprint}&search=sho"

@@ -7,7 +7,7 @@
 import { gql } from "../api.js";
 import { navigate } from "../app.js";
 import {
-  askFirst, badge, bars, busy, empty, errorBox, errorSlot, facts, field, fill, h, invalid, json, jsonArea, later, link, note,
+  askFirst, badge, bars, busy, empty, errorBox, errorSlot, facts, field, fill, h, invalid, json, jsonArea, later, link, liveList, note,
   parseJson, replace, sending, table, time,
 } from "../dom.js";
 import { drawDag, label } from "./dag.js";
@@ -68,8 +68,12 @@ export async function list(view, { query }, scope) {
       ? empty("No deployment matches these filters.")
       : empty("No deployments yet. Choose a blueprint in", link("/blueprints", "Blueprints"), "and deploy it, or", link("/deployments/new", "deploy one here"), ".");
   });
-  await load();
+  // Live: a deployment made, changing state or its lease anywhere reads the
+  // list again (serverEvents' DeploymentChanged), never on a timer.
+  await liveList(scope, CHANGES, load, (e) => (e.__typename === "DeploymentChanged" ? false : undefined));
 }
+
+const CHANGES = `subscription DeploymentChanges { serverEvents { __typename ... on DeploymentChanged { deploymentId } } }`;
 
 /** Where a deployment came from: its blueprint, or an element's install. */
 const origin = (d, blueprint) =>

@@ -1,5 +1,6 @@
 // The overview: how much there is, and what needs attention, each a link.
-// Read again when a provider or repository changes (serverEvents), never polled.
+// Read again when a provider, repository or deployment changes (serverEvents),
+// never polled.
 
 import { gql } from "../api.js";
 import { empty, fill, h, link, liveList, status, table } from "../dom.js";
@@ -19,13 +20,16 @@ const EVENTS = `subscription { serverEvents {
   __typename
   ... on ProviderStatusChanged { providerId }
   ... on RepositorySync { repositoryId status }
+  ... on DeploymentChanged { deploymentId }
 } }`;
+
+const REREAD = new Set(["ProviderStatusChanged", "RepositorySync", "DeploymentChanged"]);
 
 export async function render(view, _params, scope) {
   const body = h("div#overview");
   view.append(h("h1", "Overview"), body);
   const load = () => fill(body, scope, async () => draw(await gql(QUERY)));
-  await liveList(scope, EVENTS, load, (e) => (e.__typename === "ProviderStatusChanged" || e.__typename === "RepositorySync" ? false : undefined));
+  await liveList(scope, EVENTS, load, (e) => (REREAD.has(e.__typename) ? false : undefined));
 }
 
 function draw(data) {
