@@ -283,6 +283,19 @@ pub fn line_of(text: &str, path: &str) -> Option<usize> {
             next: usize,
         },
     }
+    impl Frame {
+        /// The frame a `MappingStart` (else a `SequenceStart`) opens.
+        fn opened(event: &Event<'_>, line: usize) -> Frame {
+            match event {
+                Event::MappingStart(..) => Frame::Map {
+                    expect_key: true,
+                    key: None,
+                    key_line: line,
+                },
+                _ => Frame::Seq { next: 0 },
+            }
+        }
+    }
     let mut frames: Vec<Frame> = Vec::new();
     // The path of each open collection, and whether it is on `want`'s way.
     // (`None` for the document's root, which has no segment).
@@ -315,14 +328,7 @@ pub fn line_of(text: &str, path: &str) -> Option<usize> {
                     *expect_key = false;
                     if !matches!(event, Event::Scalar(..) | Event::Alias(_)) {
                         // A complex key: skip what it holds as if a value.
-                        frames.push(match event {
-                            Event::MappingStart(..) => Frame::Map {
-                                expect_key: true,
-                                key: None,
-                                key_line: line,
-                            },
-                            _ => Frame::Seq { next: 0 },
-                        });
+                        frames.push(Frame::opened(&event, line));
                         at.push(Some(Segment::Key("\0".to_owned())));
                     }
                     continue;
@@ -358,14 +364,7 @@ pub fn line_of(text: &str, path: &str) -> Option<usize> {
         }
         match event {
             Event::MappingStart(..) | Event::SequenceStart(..) => {
-                frames.push(match event {
-                    Event::MappingStart(..) => Frame::Map {
-                        expect_key: true,
-                        key: None,
-                        key_line: line,
-                    },
-                    _ => Frame::Seq { next: 0 },
-                });
+                frames.push(Frame::opened(&event, line));
                 at.push(entered.map(|(s, _)| s));
             }
             Event::MappingEnd | Event::SequenceEnd => {
