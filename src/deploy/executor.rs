@@ -525,6 +525,7 @@ impl Executor<'_> {
                 resource_type: resource.resource_type.clone(),
                 config: resource.config.clone(),
                 resource_id: String::new(),
+                deployment_id: None,
                 node: None,
                 dependency_outputs: Vec::new(),
             });

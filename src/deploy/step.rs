@@ -474,6 +474,7 @@ pub(super) fn resource_call(node: &NodeRow) -> ResourceCall {
             .and_then(|c| serde_json::from_str(c).ok())
             .unwrap_or_else(|| serde_json::json!({})),
         resource_id: node.id.to_string(),
+        deployment_id: Some(node.deployment_id),
         node: node.node.clone(),
         dependency_outputs: Vec::new(),
     }

@@ -28,6 +28,8 @@ pub struct ResourceCall {
     pub config: serde_json::Value,
     /// Stable across calls: the same resource has the same id.
     pub resource_id: String,
+    /// The deployment it belongs to (`None` when describing a blueprint).
+    pub deployment_id: Option<uuid::Uuid>,
     pub node: Option<String>,
     /// Outputs of the resources it depends on, by key.
     pub dependency_outputs: Vec<(String, serde_json::Value)>,
@@ -41,6 +43,10 @@ impl ResourceCall {
             config_json: self.config.to_string(),
             resource_id: self.resource_id.clone(),
             node: self.node.clone().unwrap_or_default(),
+            deployment_id: self
+                .deployment_id
+                .map(|id| id.to_string())
+                .unwrap_or_default(),
         }
     }
 

@@ -874,6 +874,7 @@ fn resource(
         config_json: config.to_string(),
         resource_id: id.to_owned(),
         node: node.to_owned(),
+        ..Default::default()
     }
 }
 

@@ -242,6 +242,7 @@ pub fn resource(kind: &str, key: &str, config: Value) -> proto::Resource {
         config_json: config.to_string(),
         resource_id: key.to_string(),
         node: String::new(),
+        deployment_id: String::new(),
     }
 }
 
