@@ -151,6 +151,7 @@ async fn run(bin: &Path) {
                     resource_type: "fixture.v1.noop".into(),
                     config: json!({}),
                     resource_id: format!("bare-{n}"),
+                    deployment_id: None,
                     node: Some("n1".into()),
                     dependency_outputs: Vec::new(),
                 },

@@ -254,6 +254,7 @@ async fn run(bins: &Path) {
         resource_type: "fixture.v1.noop".into(),
         config: json!({}),
         resource_id: format!("r{n}"),
+        deployment_id: None,
         node: None,
         dependency_outputs: Vec::new(),
     };

@@ -64,6 +64,7 @@ mirror_enum!(
         Waiting,
         InProgress,
         Complete,
+        Suspended,
         Failed,
         Tainted,
         ToDestroy,
@@ -72,6 +73,16 @@ mirror_enum!(
     }
 );
 mirror_enum!(OnFailure, domain::OnFailure { Rollback, Keep });
+mirror_enum!(
+    PowerAction,
+    crate::provider::PowerAction {
+        Start,
+        Stop,
+        Restart,
+        Pause,
+        Resume
+    }
+);
 mirror_enum!(
     PlacementStrategy,
     Strategy {
@@ -196,6 +207,39 @@ impl ResourceNode {
             Err(crate::provider::ProviderError::NotFound(_)) => Ok(None),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Its last `tail` lines of log (at most 10,000), read through its
+    /// provider (which needs the `data` feature) when asked.
+    async fn logs(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(default = 200)] tail: i32,
+    ) -> Result<String, ApiError> {
+        let tail = u32::try_from(tail)
+            .ok()
+            .filter(|t| (1..=domain::MAX_LOG_LINES).contains(t))
+            .ok_or_else(|| {
+                ApiError::validation(format!(
+                    "tail: expected 1 to {}, got {tail}",
+                    domain::MAX_LOG_LINES
+                ))
+            })?;
+        Ok(state::<Deployments>(ctx)?
+            .power()
+            .logs(parse_id(&self.id, "id")?, tail)
+            .await?)
+    }
+
+    /// What its provider knows of it now (e.g. a container's inspect output,
+    /// secrets left out), read when asked.
+    async fn details(&self, ctx: &Context<'_>) -> Result<Json<serde_json::Value>, ApiError> {
+        Ok(Json(
+            state::<Deployments>(ctx)?
+                .power()
+                .inspect(parse_id(&self.id, "id")?)
+                .await?,
+        ))
     }
 }
 
@@ -451,6 +495,16 @@ impl DeployQuery {
         ))
     }
 
+    /// One resource of a deployment, by its id (`ResourceNode.id`).
+    async fn resource_node(&self, ctx: &Context<'_>, id: ID) -> Result<ResourceNode, ApiError> {
+        principal(ctx)?;
+        Ok(state::<Deployments>(ctx)?
+            .queries()
+            .node(parse_id(&id, "id")?)
+            .await?
+            .into())
+    }
+
     /// The placement a deploy would make for one resource now, without
     /// allocating; with no strategy, each node's raw capacity.
     async fn calculate_capacity(
@@ -578,6 +632,32 @@ impl DeployMutation {
                 .redeploy(parse_id(&id, "id")?, resource_keys)
                 .await?,
         ))
+    }
+
+    /// Starts, stops, restarts, pauses or resumes one resource (`key`, and
+    /// `replica` for a replicated one) of a `COMPLETE` or `SUSPENDED`
+    /// deployment, through its provider (which needs the `power` feature).
+    /// A stopped or paused resource is `SUSPENDED`, and so is its deployment
+    /// while any of its resources is. Answers the resource in its new state.
+    async fn power_resource(
+        &self,
+        ctx: &Context<'_>,
+        deployment_id: ID,
+        key: String,
+        #[graphql(default = 0)] replica: i32,
+        action: PowerAction,
+    ) -> Result<ResourceNode, ApiError> {
+        principal(ctx)?;
+        Ok(state::<Deployments>(ctx)?
+            .power()
+            .power(
+                parse_id(&deployment_id, "deploymentId")?,
+                &key,
+                replica,
+                action.into(),
+            )
+            .await?
+            .into())
     }
 
     /// Moves the lease (a time in the future); `null` removes it.

@@ -26,7 +26,9 @@ use super::runs::Lock;
 use super::schedule::{self, Direction, Schedule};
 use super::step::StepError;
 use super::template;
-use super::{DeploymentState, Deployments, EventKind, NodeState, OnFailure, Phase, REPLACED};
+use super::{
+    DEPLOYED, DeploymentState, Deployments, EventKind, NodeState, OnFailure, Phase, REPLACED,
+};
 use crate::provider::ResourceCall;
 use crate::store::deployments::{self as rows, NodeChange, NodeRow};
 
@@ -60,12 +62,10 @@ impl Executor<'_> {
     pub(super) async fn run_deploy(&self, lock: &Lock) {
         let id = lock.id;
         let result = match self.deploy_operation(id).await {
-            Ok(()) => {
-                self.0
-                    .runs()
-                    .settle(id, DeploymentState::Complete, None)
-                    .await
-            }
+            Ok(()) => match self.0.power().resting_state(id).await {
+                Ok(state) => self.0.runs().settle(id, state, None).await,
+                Err(e) => Err(e),
+            },
             Err(Stopped::Interrupted) => {
                 tracing::info!(deployment.id = %id, "deploy interrupted by shutdown; it resumes at the next start");
                 Ok(())
@@ -277,7 +277,7 @@ impl Executor<'_> {
             nodes
                 .iter()
                 .zip(&states)
-                .filter(|(_, state)| **state != NodeState::Complete)
+                .filter(|(_, state)| !DEPLOYED.contains(state))
                 .map(|(n, _)| n),
         );
         // Replica 0 speaks for its resource; a dependent starts only once all
@@ -285,7 +285,7 @@ impl Executor<'_> {
         let mut outputs: BTreeMap<String, Value> = nodes
             .iter()
             .zip(&states)
-            .filter(|(n, state)| n.replica == 0 && **state == NodeState::Complete)
+            .filter(|(n, state)| n.replica == 0 && DEPLOYED.contains(state))
             .filter_map(|(n, _)| {
                 Some((
                     n.key.clone(),

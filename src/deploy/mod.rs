@@ -23,6 +23,7 @@ mod blueprints;
 mod executor;
 mod installations;
 mod plan;
+mod power;
 mod queries;
 mod recovery;
 mod runs;
@@ -49,6 +50,7 @@ use crate::text::text_enum;
 
 pub use blueprints::Blueprints;
 pub use plan::Planner;
+pub use power::{MAX_LOG_LINES, Power};
 pub use queries::Queries;
 pub use recovery::Recovery;
 pub use rows::DeploymentFilter;
@@ -118,6 +120,8 @@ text_enum! {
         Waiting = "WAITING",
         InProgress = "IN_PROGRESS",
         Complete = "COMPLETE",
+        /// Deployed and powered off or paused (`powerResource`).
+        Suspended = "SUSPENDED",
         Failed = "FAILED",
         Tainted = "TAINTED",
         ToDestroy = "TO_DESTROY",
@@ -152,16 +156,20 @@ text_enum! {
 
 /// Node states that hold (or are about to hold) a resource: they count
 /// against a provider node's capacity.
-const LIVE_NODE_STATES: [NodeState; 6] = [
+const LIVE_NODE_STATES: [NodeState; 7] = [
     NodeState::ToDeploy,
     NodeState::Waiting,
     NodeState::InProgress,
     NodeState::Complete,
+    NodeState::Suspended,
     NodeState::ToDestroy,
     NodeState::Destroying,
 ];
 
-const REPLACED: [NodeState; 2] = [NodeState::Complete, NodeState::Failed];
+const REPLACED: [NodeState; 3] = [NodeState::Complete, NodeState::Suspended, NodeState::Failed];
+
+/// Node states of a deployed resource: a deploy leaves them as they are.
+const DEPLOYED: [NodeState; 2] = [NodeState::Complete, NodeState::Suspended];
 
 #[derive(Clone, Debug)]
 pub struct StoredBlueprint {
@@ -305,6 +313,11 @@ impl Deployments {
     /// Planning and placement.
     pub fn planner(&self) -> Planner<'_> {
         Planner(self)
+    }
+
+    /// Power actions on deployed resources, and their logs.
+    pub fn power(&self) -> Power<'_> {
+        Power(self)
     }
 
     /// Recovery at start and the lease.

@@ -44,6 +44,14 @@ impl Queries<'_> {
             .collect()
     }
 
+    /// One resource node of any deployment, by its id.
+    pub async fn node(&self, id: Uuid) -> Result<ResourceNode, DeployError> {
+        rows::find_node(&self.0.inner.db, id)
+            .await?
+            .ok_or_else(|| DeployError::NotFound(format!("no resource node {id}")))
+            .and_then(to_node)
+    }
+
     /// The history, oldest first (at most `limit` entries).
     pub async fn history(&self, id: Uuid, limit: u64) -> Result<Vec<DeploymentEvent>, DeployError> {
         self.history_after(id, 0, limit).await

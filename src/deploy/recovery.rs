@@ -333,6 +333,7 @@ impl Recovery<'_> {
                 Utc::now(),
                 &[
                     DeploymentState::Complete.as_str(),
+                    DeploymentState::Suspended.as_str(),
                     DeploymentState::Failed.as_str(),
                 ],
             )

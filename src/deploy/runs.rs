@@ -192,7 +192,7 @@ impl<'a> Runs<'a> {
     /// The lock, for a request on a deployment in `state`. A run stores its
     /// last state a moment before it lets go of the lock: a deployment that
     /// looks settled is waited for (briefly) rather than refused as busy.
-    async fn lock_for_request(
+    pub(super) async fn lock_for_request(
         &self,
         id: Uuid,
         state: DeploymentState,
@@ -200,7 +200,10 @@ impl<'a> Runs<'a> {
     ) -> Result<Lock, DeployError> {
         let settled = matches!(
             state,
-            DeploymentState::Complete | DeploymentState::Failed | DeploymentState::Destroyed
+            DeploymentState::Complete
+                | DeploymentState::Suspended
+                | DeploymentState::Failed
+                | DeploymentState::Destroyed
         );
         let deadline = tokio::time::Instant::now() + SETTLED_LOCK_WAIT;
         loop {

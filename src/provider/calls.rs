@@ -296,6 +296,58 @@ impl Calls {
         }
     }
 
+    /// A power action on a deployed resource. A provider without the `power`
+    /// feature is refused here; what the provider refuses comes back in its
+    /// words (`NotFound` when the resource is gone, `Invalid` when it has no
+    /// power).
+    pub async fn power(
+        &self,
+        id: Uuid,
+        resource: &ResourceCall,
+        action: PowerAction,
+    ) -> Result<(), ProviderError> {
+        let link = self.featured(id, "power").await?;
+        link.power(resource.resource(), action.into())
+            .await
+            .map_err(refused)
+    }
+
+    /// What a provider with the `data` feature reads of a deployed resource:
+    /// `kind` is "logs" or "inspect"; `config` its options (`{"tail": N}`).
+    pub async fn resource_data(
+        &self,
+        id: Uuid,
+        resource: &ResourceCall,
+        kind: &str,
+        config: serde_json::Value,
+    ) -> Result<serde_json::Value, ProviderError> {
+        let link = self.featured(id, "data").await?;
+        let answer = link
+            .retrieve_data(kind, config.to_string(), Some(resource.resource()))
+            .await
+            .map_err(refused)?;
+        if answer.trim().is_empty() {
+            return Ok(serde_json::Value::Null);
+        }
+        serde_json::from_str(&answer).map_err(|e| {
+            ProviderError::Unavailable(format!("the provider sent data that is not JSON: {e}"))
+        })
+    }
+
+    /// The link of a connected provider that announced `feature`.
+    async fn featured(&self, id: Uuid, feature: &str) -> Result<Link, ProviderError> {
+        let link = self.connected(id).await?;
+        let provider = self.catalog.get(id).await?;
+        if !provider.features.iter().any(|f| f == feature) {
+            return Err(ProviderError::Invalid(format!(
+                "provider `{}` does not have the `{feature}` feature (it has: {})",
+                provider.name,
+                provider.features.join(", ")
+            )));
+        }
+        Ok(link)
+    }
+
     /// Waits until the provider is connected (or `limit` passes).
     pub async fn wait_connected(&self, id: Uuid, limit: Duration) -> bool {
         let slot = self.slots.slot(id);
@@ -340,6 +392,51 @@ fn record<T>(call: &'static str, result: &Result<T, ProviderError>, started: std
 
 fn unavailable(e: LinkError) -> ProviderError {
     ProviderError::Unavailable(e.to_string())
+}
+
+/// A refusal that is the provider's answer about the resource (gone, or not
+/// able to do that) in the provider's words; anything else is `Unavailable`.
+fn refused(e: LinkError) -> ProviderError {
+    match &e {
+        LinkError::Refused { code, message, .. } => match code {
+            tonic::Code::NotFound => ProviderError::NotFound(message.clone()),
+            tonic::Code::InvalidArgument
+            | tonic::Code::FailedPrecondition
+            | tonic::Code::Unimplemented => ProviderError::Invalid(message.clone()),
+            _ => unavailable(e),
+        },
+        _ => unavailable(e),
+    }
+}
+
+crate::text::text_enum! {
+    /// A power action, as Corbel names it.
+    pub enum PowerAction {
+        Start = "START",
+        Stop = "STOP",
+        Restart = "RESTART",
+        Pause = "PAUSE",
+        Resume = "RESUME",
+    }
+}
+
+impl PowerAction {
+    /// Whether the resource is suspended (stopped or paused) after it.
+    pub fn suspends(self) -> bool {
+        matches!(self, PowerAction::Stop | PowerAction::Pause)
+    }
+}
+
+impl From<PowerAction> for proto::PowerAction {
+    fn from(a: PowerAction) -> Self {
+        match a {
+            PowerAction::Start => proto::PowerAction::Start,
+            PowerAction::Stop => proto::PowerAction::Stop,
+            PowerAction::Restart => proto::PowerAction::Restart,
+            PowerAction::Pause => proto::PowerAction::Pause,
+            PowerAction::Resume => proto::PowerAction::Resume,
+        }
+    }
 }
 
 /// A whole deploy or destroy, bounded by the resource deadline: past it, the

@@ -232,6 +232,49 @@ impl Link {
         .await
     }
 
+    /// A power action on a deployed resource. Stopping a container takes its
+    /// grace period, so the call gets the resource deadline, not the call one.
+    pub async fn power(
+        &self,
+        resource: proto::Resource,
+        action: proto::PowerAction,
+    ) -> Result<(), LinkError> {
+        let mut client = self.client.clone();
+        self.call_within(
+            "Power",
+            self.resource_deadline,
+            |request| async move { client.power(request).await },
+            proto::PowerRequest {
+                resource: Some(resource),
+                action: action as i32,
+            },
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Data the provider reads: of a deployed resource (`resource`), or of a
+    /// data source's type.
+    pub async fn retrieve_data(
+        &self,
+        r#type: &str,
+        config_json: String,
+        resource: Option<proto::Resource>,
+    ) -> Result<String, LinkError> {
+        let mut client = self.client.clone();
+        self.call(
+            "RetrieveData",
+            |request| async move { client.retrieve_data(request).await },
+            proto::RetrieveDataRequest {
+                r#type: r#type.to_owned(),
+                config_json,
+                resource,
+            },
+        )
+        .await
+        .map(|r| r.data_json)
+    }
+
     pub async fn describe_resources(
         &self,
         resources: Vec<proto::Resource>,

@@ -48,7 +48,7 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-pub use calls::{ResourceCall, ResourceDescription, ResourceProgress};
+pub use calls::{PowerAction, ResourceCall, ResourceDescription, ResourceProgress};
 pub use link::LinkError;
 pub use logs::{LogLine, LogStream};
 pub use registry::{check_socket_paths, serve_registry};
@@ -427,6 +427,30 @@ impl Providers {
         resource: &ResourceCall,
     ) -> Result<Option<serde_json::Value>, ProviderError> {
         self.inner.calls.inspect(id, resource).await
+    }
+
+    /// A power action on a deployed resource.
+    pub async fn power(
+        &self,
+        id: Uuid,
+        resource: &ResourceCall,
+        action: PowerAction,
+    ) -> Result<(), ProviderError> {
+        self.inner.calls.power(id, resource, action).await
+    }
+
+    /// What the provider reads of a deployed resource ("logs", "inspect").
+    pub async fn resource_data(
+        &self,
+        id: Uuid,
+        resource: &ResourceCall,
+        kind: &str,
+        config: serde_json::Value,
+    ) -> Result<serde_json::Value, ProviderError> {
+        self.inner
+            .calls
+            .resource_data(id, resource, kind, config)
+            .await
     }
 
     /// What the provider adds to these resources.

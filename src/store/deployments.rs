@@ -390,11 +390,12 @@ pub async fn placement_counts(
 /// Nodes of a provider that hold (or may hold) a resource.
 /// Node states that hold, or may hold, a resource on their provider: a
 /// provider with such nodes cannot be deleted.
-pub const HOLDING_STATES: [&str; 7] = [
+pub const HOLDING_STATES: [&str; 8] = [
     "TO_DEPLOY",
     "WAITING",
     "IN_PROGRESS",
     "COMPLETE",
+    "SUSPENDED",
     "FAILED",
     "TO_DESTROY",
     "DESTROYING",

@@ -2,6 +2,7 @@
 //! (loaded from git like any provider): real processes are started, placed,
 //! rolled back, destroyed and recovered after a crash of the real server.
 
+mod docker;
 mod events;
 mod faults;
 mod installs;

@@ -166,3 +166,85 @@ pub fn provider_rootfs(root: &Path) {
         std::fs::copy(path, &copy).unwrap_or_else(|e| panic!("{path}: {e}"));
     }
 }
+
+/// The label the docker provider (`providers/docker`) puts on everything it
+/// makes, naming the deployment.
+pub const LABEL_DEPLOYMENT: &str = "io.corbel.deployment";
+
+/// A small image for containers as resources: Debian's static busybox on
+/// nothing, its applets installed in `/bin`. Built once per test process
+/// (docker's cache makes every build after the first instant); its tag.
+pub fn busybox_image() -> &'static str {
+    const TAG: &str = "corbel-test-busybox:1";
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        require_engine();
+        let context = tempfile::tempdir().unwrap();
+        let busybox = Path::new("/bin/busybox");
+        assert!(
+            busybox.exists(),
+            "/bin/busybox is missing: install Debian's busybox-static (scripts/test.sh does)"
+        );
+        std::fs::copy(busybox, context.path().join("busybox")).unwrap();
+        std::fs::write(
+            context.path().join("Dockerfile"),
+            "FROM scratch\nCOPY busybox /bin/busybox\n\
+             RUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\n\
+             LABEL io.corbel.test=busybox\n",
+        )
+        .unwrap();
+        docker(&[
+            "build",
+            "-q",
+            "-t",
+            TAG,
+            &context.path().display().to_string(),
+        ]);
+    });
+    TAG
+}
+
+/// Ids of the networks carrying `label` (`key=value`).
+pub fn networks(label: &str) -> Vec<String> {
+    let listed = docker(&[
+        "network",
+        "ls",
+        "-q",
+        "--no-trunc",
+        "--filter",
+        &format!("label={label}"),
+    ]);
+    listed.lines().map(str::to_owned).collect()
+}
+
+/// Names of the volumes carrying `label` (`key=value`).
+pub fn volumes(label: &str) -> Vec<String> {
+    let listed = docker(&["volume", "ls", "-q", "--filter", &format!("label={label}")]);
+    listed.lines().map(str::to_owned).collect()
+}
+
+/// A container's state as the engine says it (`running`, `exited`, `paused`).
+pub fn container_state(id: &str) -> String {
+    docker(&["inspect", "-f", "{{.State.Status}}", id])
+}
+
+/// Removes, when dropped, every container, network and volume of a
+/// deployment (by [`LABEL_DEPLOYMENT`]): what a failed test left.
+pub struct DeploymentCleanup(pub String);
+
+impl Drop for DeploymentCleanup {
+    fn drop(&mut self) {
+        let label = format!("{LABEL_DEPLOYMENT}={}", self.0);
+        for id in containers(&label) {
+            let _ = Command::new("docker").args(["rm", "-f", &id]).output();
+        }
+        for id in networks(&label) {
+            let _ = Command::new("docker").args(["network", "rm", &id]).output();
+        }
+        for name in volumes(&label) {
+            let _ = Command::new("docker")
+                .args(["volume", "rm", "-f", &name])
+                .output();
+        }
+    }
+}

@@ -131,6 +131,17 @@ pub fn process_metadata() -> String {
     )
 }
 
+/// The docker provider (`providers/docker`), prebuilt, on this machine's engine.
+pub fn docker_resources_metadata() -> String {
+    format!(
+        "name: docker\nversion: 0.1.0\ndescription: containers as resources\nruntime: shell\n\
+         shell:\n  build: echo prebuilt\n  run: echo $$ > provider.pid; exec {}\n\
+         features: [deploy, destroy, inspect, nodes, data, power]\n\
+         resource_types: [docker.v1.container, docker.v1.network, docker.v1.volume]\n",
+        workspace_bin("corbel-provider-docker").display()
+    )
+}
+
 pub fn fixture_metadata(mode: &str) -> String {
     typed_metadata(
         "fixture",

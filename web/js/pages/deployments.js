@@ -227,7 +227,7 @@ function capacityPreview(section, blueprint, variables) {
 // One deployment.
 
 const FIELDS = `id name blueprintId elementId state phase onFailure error expiresAt createdAt updatedAt
-  nodes { id key replica type node state outputs error updatedAt provider { id name } }`;
+  nodes { id key replica type node state outputs error updatedAt provider { id name features } }`;
 const DEPLOYMENT = `query Deployment($id: ID!) { deployment(id: $id) { ${FIELDS} } }`;
 // The resources of the blueprint copy it runs: their `dependsOn` are the edges.
 const FIRST = `query Deployment($id: ID!) { deployment(id: $id) { ${FIELDS} resources { key type dependsOn } } }`;
@@ -313,8 +313,48 @@ export async function detail(view, { id }, scope) {
         ["Updated", time(n.updatedAt)],
       ]),
       failure(n.error),
+      powerControls(n),
       h("h3", "Outputs"),
-      n.outputs && Object.keys(n.outputs).length ? json(n.outputs) : note("None yet."));
+      n.outputs && Object.keys(n.outputs).length ? json(n.outputs) : note("None yet."),
+      logsSection(n));
+  };
+
+  // Power (a provider with the `power` feature): the buttons that make sense
+  // in the node's state; the new state arrives as an event.
+  const powerSlot = errorSlot({ id: "power-error" });
+  const POWER = "mutation Power($id: ID!, $key: String!, $replica: Int!, $action: PowerAction!) { powerResource(deploymentId: $id, key: $key, replica: $replica, action: $action) { state } }";
+  const powerControls = (n) => {
+    if (!n.provider?.features?.includes("power") || !["COMPLETE", "SUSPENDED"].includes(n.state)) return null;
+    const actions = n.state === "COMPLETE" ? [["STOP", "Stop"], ["PAUSE", "Pause"], ["RESTART", "Restart"]] : [["START", "Start"], ["RESUME", "Resume"]];
+    const buttons = actions.map(([action, text]) => {
+      const button = h(`button#power-${action.toLowerCase()}.secondary`, { type: "button" }, text);
+      button.onclick = () =>
+        busy(button, powerSlot, async () => {
+          const { powerResource: r } = await gql(POWER, { id, key: n.key, replica: n.replica, action });
+          n.state = r.state;
+          drawPanel();
+        });
+      return button;
+    });
+    return h("div.power", h("h3", "Power"), h("div.actions", buttons), powerSlot);
+  };
+
+  // Logs (a provider with the `data` feature), read when asked.
+  const LOGS = "query NodeLogs($id: ID!) { resourceNode(id: $id) { logs(tail: 200) } }";
+  const logsRead = new Map(); // node id → the logs last read, kept across redraws
+  const logsSection = (n) => {
+    if (!n.provider?.features?.includes("data") || !["COMPLETE", "SUSPENDED"].includes(n.state)) return null;
+    const out = h("pre#node-logs.json", { hidden: !logsRead.has(n.id) }, logsRead.get(n.id) ?? "");
+    const slot = errorSlot();
+    const read = h("button#read-logs.secondary", { type: "button" }, "Show the last 200 lines");
+    read.onclick = () =>
+      busy(read, slot, async () => {
+        const { resourceNode: r } = await gql(LOGS, { id: n.id });
+        logsRead.set(n.id, r.logs || "(no output)");
+        out.textContent = logsRead.get(n.id);
+        out.hidden = false;
+      });
+    return h("div.logs", h("h3", "Logs"), read, slot, out);
   };
   const drawGraph = () => {
     dag = drawDag(resources, d.nodes, (name) => {
