@@ -3,7 +3,8 @@
 # machine as root: installs and starts what the tests need, then cleans up the
 # databases it made. Needs: PostgreSQL (the server), nginx (repository tests), Chromium
 # and chromedriver (the web console's tests), Python 3 with grpcio (the Python example
-# provider), and a Docker engine (the docker runtime's tests; they fail without it).
+# provider), a Docker engine (the docker runtime's and the docker provider's tests; they
+# fail without it) and busybox-static (their container image).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +26,9 @@ dpkg -s libssl-dev >/dev/null 2>&1 || need_apt+=(libssl-dev pkg-config)
 # with a stripped provider binary.
 command -v docker >/dev/null 2>&1 || need_apt+=(docker.io)
 command -v strip >/dev/null 2>&1 || need_apt+=(binutils)
+# The docker provider's tests run containers of Debian's static busybox on
+# nothing (tests/it/support/docker.rs builds the image).
+[ -x /bin/busybox ] || need_apt+=(busybox-static)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing ${need_apt[*]} from Debian's packages"
   export DEBIAN_FRONTEND=noninteractive
