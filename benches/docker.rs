@@ -14,15 +14,24 @@
 //!    so Corbel sends the context and the engine answers every step from its
 //!    cache.
 //!
+//! Then containers as resources, through `providers/docker` (loaded from git
+//! like any provider, in release): a blueprint of 50 independent containers
+//! of one image deployed and destroyed through the engine (`Deployments`,
+//! 16 calls in flight), against 50 `docker run -d` and 50 `docker rm -f` of
+//! the same image in the same run, one after another and 16 at a time. The
+//! figure is the ratio of wall times. The image is Debian's static busybox on
+//! nothing (`/bin/busybox`, from busybox-static).
+//!
 //! Run with `cargo bench --bench docker` (the engine must answer; it builds
-//! the provider in release first). Everything it makes carries its providers'
-//! labels and is removed at the end.
+//! the providers in release first). Everything it makes carries its
+//! providers' or its deployment's labels and is removed at the end.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use corbel::config::Config;
+use corbel::deploy::{DeploySettings, DeploymentState, Deployments, NewDeployment, OnFailure};
 use corbel::events::Bus;
 use corbel::provider::{NewProvider, ProviderStatus, Providers};
 use serde_json::json;
@@ -46,7 +55,8 @@ fn main() {
         matches!(&answer, Ok(out) if out.status.success()),
         "the Docker engine does not answer (`docker info`)"
     );
-    let bin = build_provider();
+    let bin = build_release("corbel-provider-process");
+    let docker_provider = build_release("corbel-provider-docker");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -56,22 +66,23 @@ fn main() {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
     runtime.block_on(run(&bin));
+    runtime.block_on(containers(&docker_provider));
 }
 
-/// `target/release/corbel-provider-process` (this bench runs from
+/// `target/release/<package>`, built (this bench runs from
 /// `target/release/deps`).
-fn build_provider() -> PathBuf {
+fn build_release(package: &str) -> PathBuf {
     let status = Command::new(env!("CARGO"))
-        .args(["build", "--release", "-p", "corbel-provider-process"])
+        .args(["build", "--release", "-p", package])
         .status()
         .expect("cargo runs");
-    assert!(status.success(), "building the process provider failed");
+    assert!(status.success(), "building {package} failed");
     std::env::current_exe()
         .expect("the bench's path")
         .parent()
         .and_then(Path::parent)
         .expect("target/release")
-        .join("corbel-provider-process")
+        .join(package)
 }
 
 fn run_ok(command: &mut Command) -> String {
@@ -287,4 +298,214 @@ async fn run(bin: &Path) {
             let _ = Command::new("docker").args(["rmi", "-f", i]).output();
         }
     }
+}
+
+/// Containers in the benchmark's blueprint and `docker run` loops.
+const CONTAINERS: usize = 50;
+/// The busybox image the containers run.
+const BUSYBOX: &str = "corbel-bench-busybox:1";
+
+/// 50 containers through Corbel against 50 `docker run`s.
+async fn containers(provider_bin: &Path) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    busybox_image(dir.path());
+    let config = Config::for_data_dir(dir.path().join("data"));
+    let db = corbel::store::connect(&config.database().expect("database"))
+        .await
+        .expect("store");
+    corbel::store::migrate(&db).await.expect("migrations");
+    let stopping = CancellationToken::new();
+    let providers = Providers::new(
+        db.clone(),
+        config.provider_settings().expect("settings"),
+        corbel::seal::SecretKey::generate(),
+        Bus::new(4096, stopping.clone()),
+        stopping.clone(),
+    );
+    let registry_stop = CancellationToken::new();
+    let registry = tokio::spawn(
+        corbel::provider::serve_registry(providers.clone(), registry_stop.clone())
+            .await
+            .expect("registry"),
+    );
+    let deployments = Deployments::new(
+        db.clone(),
+        providers.clone(),
+        Bus::new(65_536, stopping.clone()),
+        DeploySettings::default(),
+        stopping.clone(),
+    );
+    let work = dir.path().join("docker-provider");
+    std::fs::create_dir_all(&work).expect("work dir");
+    std::fs::write(
+        work.join("corbel-provider.yaml"),
+        format!(
+            "name: docker\nversion: 0.1.0\nruntime: shell\nshell:\n  run: exec {}\n\
+             features: [deploy, destroy, inspect, nodes, data, power]\n\
+             resource_types: [docker.v1.container, docker.v1.network, docker.v1.volume]\n",
+            provider_bin.display()
+        ),
+    )
+    .expect("metadata");
+    git(&work, &["init", "-q"]);
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-q", "-m", "docker provider"]);
+    let (provider, _) = providers
+        .create(NewProvider {
+            name: "docker".into(),
+            git_url: format!("file://{}", work.display()),
+            git_ref: String::new(),
+            path: String::new(),
+            // A stop waits for nothing, as `docker rm -f` does.
+            config: json!({ "capacity": 1000, "stop_timeout_s": 0 }),
+            secret_config: json!({}),
+            auto_load: true,
+        })
+        .await
+        .expect("create the docker provider");
+    let wait = Instant::now();
+    while providers.get(provider.id).await.expect("get").status != ProviderStatus::Connected {
+        assert!(
+            wait.elapsed() < Duration::from_secs(60),
+            "the docker provider did not connect"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let mut source = String::from("resources:\n");
+    for i in 0..CONTAINERS {
+        source.push_str(&format!(
+            "  c{i}: {{ type: docker.v1.container, config: {{ image: \"{BUSYBOX}\", command: \"exec sleep 3600\" }} }}\n"
+        ));
+    }
+    let blueprint = deployments
+        .blueprints()
+        .create("containers".into(), None, source)
+        .await
+        .expect("blueprint");
+    let started = Instant::now();
+    let deployment = deployments
+        .runs()
+        .deploy(NewDeployment {
+            blueprint_id: blueprint.id,
+            name: "containers".into(),
+            variables: serde_json::Map::new(),
+            on_failure: OnFailure::Keep,
+            expires_at: None,
+        })
+        .await
+        .expect("deploy");
+    settle(&deployments, deployment.id, DeploymentState::Complete).await;
+    let corbel_up = started.elapsed();
+    let label = format!("label=io.corbel.deployment={}", deployment.id);
+    let made = run_ok(Command::new("docker").args(["ps", "-q", "--filter", &label]));
+    assert_eq!(made.lines().count(), CONTAINERS, "every container runs");
+    let started = Instant::now();
+    deployments
+        .runs()
+        .destroy(deployment.id)
+        .await
+        .expect("destroy");
+    settle(&deployments, deployment.id, DeploymentState::Destroyed).await;
+    let corbel_down = started.elapsed();
+
+    let (serial_up, serial_down) = docker_runs(1);
+    let (parallel_up, parallel_down) = docker_runs(16);
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+    println!(
+        "{CONTAINERS} containers through Corbel (16 calls in flight): up {:.2} s, destroyed {:.2} s",
+        corbel_up.as_secs_f64(),
+        corbel_down.as_secs_f64()
+    );
+    println!(
+        "{CONTAINERS} `docker run -d`, one at a time: {:.2} s, `docker rm -f` {:.2} s; Corbel ÷ docker: up {:.2}, down {:.2}",
+        serial_up.as_secs_f64(),
+        serial_down.as_secs_f64(),
+        ratio(corbel_up, serial_up),
+        ratio(corbel_down, serial_down)
+    );
+    println!(
+        "{CONTAINERS} `docker run -d`, 16 at a time: {:.2} s, `docker rm -f` {:.2} s; Corbel ÷ docker: up {:.2}, down {:.2}",
+        parallel_up.as_secs_f64(),
+        parallel_down.as_secs_f64(),
+        ratio(corbel_up, parallel_up),
+        ratio(corbel_down, parallel_down)
+    );
+
+    stopping.cancel();
+    providers.shutdown().await;
+    registry_stop.cancel();
+    let _ = registry.await;
+}
+
+/// Waits for a deployment to reach `state` (panics if it fails).
+async fn settle(deployments: &Deployments, id: Uuid, state: DeploymentState) {
+    let started = Instant::now();
+    loop {
+        let now = deployments.queries().get(id).await.expect("deployment");
+        if now.state == state {
+            return;
+        }
+        assert!(
+            now.state != DeploymentState::Failed,
+            "the deployment failed: {:?}",
+            now.error
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "the deployment took too long"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// 50 `docker run -d` of the busybox image, `parallel` at a time, then 50
+/// `docker rm -f`: the wall time of each.
+fn docker_runs(parallel: usize) -> (Duration, Duration) {
+    let label = format!("io.corbel.bench={}", Uuid::new_v4().simple());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let ids = std::sync::Mutex::new(Vec::new());
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..parallel {
+            scope.spawn(|| {
+                while next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < CONTAINERS {
+                    let id = run_ok(Command::new("docker").args([
+                        "run", "-d", "--label", &label, BUSYBOX, "sh", "-c", "exec sleep 3600",
+                    ]));
+                    ids.lock().expect("ids").push(id);
+                }
+            });
+        }
+    });
+    let up = started.elapsed();
+    let ids = ids.into_inner().expect("ids");
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..parallel {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let Some(id) = ids.get(i) else { break };
+                    run_ok(Command::new("docker").args(["rm", "-f", id]));
+                }
+            });
+        }
+    });
+    (up, started.elapsed())
+}
+
+/// Builds [`BUSYBOX`]: `/bin/busybox` on nothing, its applets in `/bin`.
+fn busybox_image(dir: &Path) {
+    let context = dir.join("busybox-image");
+    std::fs::create_dir_all(&context).expect("context dir");
+    std::fs::copy("/bin/busybox", context.join("busybox"))
+        .expect("/bin/busybox (Debian's busybox-static)");
+    std::fs::write(
+        context.join("Dockerfile"),
+        "FROM scratch\nCOPY busybox /bin/busybox\nRUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\n",
+    )
+    .expect("Dockerfile");
+    run_ok(Command::new("docker").args(["build", "-q", "-t", BUSYBOX]).arg(&context));
 }
