@@ -471,7 +471,14 @@ fn docker_runs(parallel: usize) -> (Duration, Duration) {
             scope.spawn(|| {
                 while next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < CONTAINERS {
                     let id = run_ok(Command::new("docker").args([
-                        "run", "-d", "--label", &label, BUSYBOX, "sh", "-c", "exec sleep 3600",
+                        "run",
+                        "-d",
+                        "--label",
+                        &label,
+                        BUSYBOX,
+                        "sh",
+                        "-c",
+                        "exec sleep 3600",
                     ]));
                     ids.lock().expect("ids").push(id);
                 }
@@ -507,5 +514,9 @@ fn busybox_image(dir: &Path) {
         "FROM scratch\nCOPY busybox /bin/busybox\nRUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\n",
     )
     .expect("Dockerfile");
-    run_ok(Command::new("docker").args(["build", "-q", "-t", BUSYBOX]).arg(&context));
+    run_ok(
+        Command::new("docker")
+            .args(["build", "-q", "-t", BUSYBOX])
+            .arg(&context),
+    );
 }

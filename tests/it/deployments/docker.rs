@@ -12,40 +12,14 @@ use serde_json::{Value, json};
 
 use crate::support::binary::serve;
 use crate::support::deployments::{
-    create_blueprint, deploy, deployment, settled, with_process_provider,
+    create_blueprint, deploy, deployment, settled, with_docker_provider, with_process_provider,
 };
 use crate::support::docker::{
     DeploymentCleanup, LABEL_DEPLOYMENT, busybox_image, container_state, containers, networks,
     volumes,
 };
-use crate::support::provider_repos::{ProviderRepo, docker_resources_metadata};
-use crate::support::providers::{create_provider, wait_status};
-use crate::support::settings::{fast_reaper, quick};
 use crate::support::types::Deployment;
 use crate::support::{ADMIN_TOKEN, TestApp, TestStore, at_path_as, data, error_code, eventually};
-
-/// The provider's configuration in these tests: busybox's `sleep` and
-/// `httpd` as pid 1 ignore SIGTERM, so a stop waits only a second for them.
-fn provider_config() -> Value {
-    json!({ "capacity": 50, "stop_timeout_s": 1 })
-}
-
-/// A server with the docker provider loaded from git and connected.
-async fn with_docker_provider(store: Arc<TestStore>) -> (TestApp, String, ProviderRepo) {
-    let app = TestApp::spawn_with(store, |config| {
-        quick(config);
-        fast_reaper(config);
-    })
-    .await;
-    let repo = ProviderRepo::new(&docker_resources_metadata(), &[]);
-    let (id, _) = create_provider(
-        &app,
-        json!({ "name": "docker", "gitUrl": repo.url(), "config": provider_config() }),
-    )
-    .await;
-    wait_status(&app, &id, "CONNECTED").await;
-    (app, id, repo)
-}
 
 /// A network, a volume, `web` serving a file it wrote into the volume, and
 /// `probe` fetching it from `web` by name over the network.

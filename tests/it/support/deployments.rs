@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::processes::all_gone;
-use super::provider_repos::{ProviderRepo, process_metadata};
+use super::provider_repos::{ProviderRepo, docker_resources_metadata, process_metadata};
 use super::providers::{create_provider, wait_status};
 use super::settings::{fast_reaper, quick};
 use super::types::Deployment;
@@ -51,6 +51,30 @@ pub async fn with_process_provider(
     let (id, _) = create_provider(
         &app,
         json!({ "name": "process", "gitUrl": repo.url(), "config": { "capacity": 50, "grace_ms": 2000 } }),
+    )
+    .await;
+    wait_status(&app, &id, "CONNECTED").await;
+    (app, id, repo)
+}
+
+/// The docker provider's configuration in tests: busybox's `sleep` and
+/// `httpd` as pid 1 ignore SIGTERM, so a stop waits only a second for them.
+pub fn docker_provider_config() -> Value {
+    json!({ "capacity": 50, "stop_timeout_s": 1 })
+}
+
+/// A server on `store` with the docker provider (`providers/docker`) loaded
+/// from git and connected; returns its id.
+pub async fn with_docker_provider(store: Arc<TestStore>) -> (TestApp, String, ProviderRepo) {
+    let app = TestApp::spawn_with(store, |config| {
+        quick(config);
+        fast_reaper(config);
+    })
+    .await;
+    let repo = ProviderRepo::new(&docker_resources_metadata(), &[]);
+    let (id, _) = create_provider(
+        &app,
+        json!({ "name": "docker", "gitUrl": repo.url(), "config": docker_provider_config() }),
     )
     .await;
     wait_status(&app, &id, "CONNECTED").await;
