@@ -241,7 +241,7 @@ async fn container_deploy_inspect_destroy() {
     );
 
     // The engine, as another client sees it.
-    assert_eq!(containers_of(&web), [id.clone()]);
+    assert_eq!(containers_of(&web), std::slice::from_ref(&id));
     let labels: Value =
         serde_json::from_str(&inspect_format("container", &id, "{{json .Config.Labels}}").unwrap())
             .unwrap();
@@ -388,7 +388,7 @@ async fn a_container_a_lost_call_created_but_never_started_is_adopted_and_starte
     assert_eq!(outputs["name"], name.as_str());
     assert_eq!(outputs["state"], "running");
     assert_eq!(container_status(&created), "running");
-    assert_eq!(containers_of(&web), [created.clone()]);
+    assert_eq!(containers_of(&web), std::slice::from_ref(&created));
     destroy(&host, &web).await.unwrap();
     assert_eq!(container_status(&created), "gone");
 }
