@@ -730,3 +730,99 @@ async fn a_built_image_is_tagged_by_its_inputs_and_reused() {
     destroy(&host, &one).await.unwrap();
     destroy(&host, &two).await.unwrap();
 }
+
+/// The real binary, started the way Corbel starts it: it registers with what
+/// it serves, and a SIGTERM ends it cleanly (it unregisters, exits 0).
+#[tokio::test]
+async fn the_binary_registers_and_stops_on_sigterm() {
+    use corbel_provider_sdk::testing::{DEADLINE, TestRegistry};
+
+    let state = tempfile::tempdir().unwrap();
+    let registry = TestRegistry::builder()
+        .initial_config(json!({ "capacity": 3 }))
+        .start()
+        .await;
+    let mut provider = tokio::process::Command::new(env!("CARGO_BIN_EXE_corbel-provider-docker"))
+        .envs(registry.env("docker-1"))
+        .env("CORBEL_STATE_DIR", state.path())
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let registered = registry
+        .wait_for_registrations(1, DEADLINE)
+        .await
+        .expect("the binary registers");
+    let request = &registered[0].request;
+    assert_eq!(request.name, "docker");
+    assert_eq!(
+        request.resource_types,
+        [
+            "docker.v1.container",
+            "docker.v1.network",
+            "docker.v1.volume"
+        ]
+    );
+    for feature in ["deploy", "destroy", "inspect", "nodes", "data", "power"] {
+        assert!(request.features.iter().any(|f| f == feature), "{feature}");
+    }
+
+    let pid = provider.id().unwrap().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = tokio::time::timeout(DEADLINE, provider.wait())
+        .await
+        .expect("the binary exits after SIGTERM")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(registry.unregistrations().len(), 1);
+}
+
+/// Two providers (an old instance and its successor) deploying one network
+/// at once leave one network: the engine allows two of one name, so the
+/// provider removes a duplicate it finds after creating.
+#[tokio::test]
+async fn two_providers_deploying_one_network_at_once_leave_one() {
+    let (one, two) = (host().await, host().await);
+    let net = resource(NETWORK, "race", json!({}));
+    let _cleanup = Cleanup::of(&[&net]);
+    let (a, b) = tokio::join!(deploy(&one, &net), deploy(&two, &net));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a, b);
+    let filter = format!("label=io.corbel.resource={}", net.resource_id);
+    let (_, listed) = docker(&["network", "ls", "-q", "--filter", &filter]);
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+    destroy(&one, &net).await.unwrap();
+}
+
+#[tokio::test]
+async fn network_and_volume_names_held_by_others_fail_clearly() {
+    let host = host().await;
+    let foreign = resource(NETWORK, "foreign", json!({}));
+    let name = format!("corbel-held-{}", foreign.resource_id);
+    let net = resource(NETWORK, "net", json!({ "name": name }));
+    let vol = resource(VOLUME, "vol", json!({ "name": name }));
+    let _cleanup = Cleanup::of(&[&foreign, &net, &vol]);
+    let label = format!("io.corbel.resource={}", foreign.resource_id);
+    let (ok, out) = docker(&["network", "create", "--label", &label, &name]);
+    assert!(ok, "{out}");
+    let (ok, out) = docker(&["volume", "create", "--label", &label, &name]);
+    assert!(ok, "{out}");
+
+    let failure = deploy(&host, &net).await.unwrap_err();
+    assert!(failure.message.contains(&name), "{failure:?}");
+    let failure = deploy(&host, &vol).await.unwrap_err();
+    assert!(failure.message.contains(&name), "{failure:?}");
+    // Nothing of theirs was made, and the others' are untouched.
+    assert!(!host.inspect(net.clone()).await.unwrap().present);
+    assert!(!host.inspect(vol.clone()).await.unwrap().present);
+    destroy(&host, &net).await.unwrap();
+    destroy(&host, &vol).await.unwrap();
+    assert!(inspect_format("network", &name, "{{.Id}}").is_some());
+    assert!(inspect_format("volume", &name, "{{.Name}}").is_some());
+}
