@@ -1,0 +1,431 @@
+//! A Corbel provider for a Docker engine: containers, networks and volumes
+//! (`docker.v1.container`, `docker.v1.network`, `docker.v1.volume`).
+//!
+//! Exactly once, with no local state: everything the provider creates carries
+//! the label `io.corbel.resource=<resource id>` (and its deployment, key and
+//! `io.corbel.managed-by`), set in the very call that creates it. Deploy first
+//! looks for a thing with that label and adopts it; it creates a container or
+//! network under a deterministic name, so a second call that raced past the
+//! lookup meets the engine's name conflict and adopts the first one's (if it
+//! carries the label) instead of making another. Inspect and destroy find by
+//! label too, so a restarted provider manages what its predecessor made. One
+//! lock per resource id keeps two calls for a resource from interleaving.
+
+pub mod config;
+pub mod container;
+pub mod engine;
+pub mod image;
+pub mod objects;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex as SyncMutex, RwLock};
+
+use bollard::Docker;
+use corbel_provider_sdk::serde_json::{Value, json};
+use corbel_provider_sdk::{Events, Provider, ProviderInfo, Status, StepResult, async_trait, proto};
+use tokio::sync::Mutex;
+
+use crate::config::{ContainerConfig, NetworkConfig, ProviderConfig, VolumeConfig};
+use crate::engine::{Problem, call, status};
+
+pub const CONTAINER: &str = "docker.v1.container";
+pub const NETWORK: &str = "docker.v1.network";
+pub const VOLUME: &str = "docker.v1.volume";
+pub const IMAGE_LOOKUP: &str = "docker.v1.image_lookup";
+/// `retrieve_data` "logs": lines by default, and at most.
+pub const DEFAULT_TAIL: u64 = 200;
+pub const MAX_TAIL: u64 = 10_000;
+
+pub struct DockerProvider {
+    config: RwLock<ProviderConfig>,
+    /// The client, for the `docker_host` it was made for.
+    client: Mutex<Option<(Option<String>, Docker)>>,
+    /// One lock per resource id, so two calls for one resource never interleave.
+    locks: SyncMutex<HashMap<String, Arc<Mutex<()>>>>,
+}
+
+impl Default for DockerProvider {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl DockerProvider {
+    pub fn new() -> Self {
+        DockerProvider {
+            config: RwLock::new(ProviderConfig::default()),
+            client: Mutex::new(None),
+            locks: SyncMutex::new(HashMap::new()),
+        }
+    }
+
+    fn config(&self) -> ProviderConfig {
+        self.config
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// The client for the configured engine, made (and its API version
+    /// agreed) at first use and again when `docker_host` changes.
+    pub async fn client(&self) -> Result<Docker, Problem> {
+        let host = self.config().docker_host;
+        let mut cached = self.client.lock().await;
+        if let Some((for_host, client)) = cached.as_ref()
+            && *for_host == host
+        {
+            return Ok(client.clone());
+        }
+        let client = engine::connect(host.as_deref()).await?;
+        *cached = Some((host, client.clone()));
+        Ok(client)
+    }
+
+    fn lock_for(&self, resource_id: &str) -> Arc<Mutex<()>> {
+        self.locks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .entry(resource_id.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Drops the lock entry of `resource_id` if no call holds or waits for it.
+    fn release(&self, resource_id: &str, lock: Arc<Mutex<()>>) {
+        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        // Ours and the map's: nobody else has a clone.
+        if Arc::strong_count(&lock) == 2 {
+            locks.remove(resource_id);
+        }
+    }
+
+    async fn deploy(&self, resource: &proto::Resource, events: &Events) -> Result<Value, Problem> {
+        // Bad config fails before the engine is touched.
+        enum Parsed {
+            Container(Box<ContainerConfig>),
+            Network(NetworkConfig),
+            Volume(VolumeConfig),
+        }
+        let parsed = match resource.r#type.as_str() {
+            CONTAINER => Parsed::Container(Box::new(
+                ContainerConfig::parse(&resource.config_json).map_err(Problem::invalid)?,
+            )),
+            NETWORK => Parsed::Network(
+                NetworkConfig::parse(&resource.config_json).map_err(Problem::invalid)?,
+            ),
+            VOLUME => Parsed::Volume(
+                VolumeConfig::parse(&resource.config_json).map_err(Problem::invalid)?,
+            ),
+            other => return Err(unknown_type(other)),
+        };
+        require_id(resource)?;
+        let client = self.client().await?;
+        match parsed {
+            Parsed::Container(config) => {
+                container::deploy(&client, resource, &config, events).await
+            }
+            Parsed::Network(config) => {
+                objects::deploy_network(&client, resource, &config, events).await
+            }
+            Parsed::Volume(config) => {
+                objects::deploy_volume(&client, resource, &config, events).await
+            }
+        }
+    }
+
+    async fn destroy(&self, resource: &proto::Resource, events: &Events) -> Result<Value, Problem> {
+        require_id(resource)?;
+        let client = self.client().await?;
+        match resource.r#type.as_str() {
+            CONTAINER => {
+                container::destroy(&client, resource, self.config().stop_timeout_s, events).await
+            }
+            NETWORK => objects::destroy_network(&client, resource, events).await,
+            VOLUME => objects::destroy_volume(&client, resource, events).await,
+            other => Err(unknown_type(other)),
+        }
+    }
+
+    async fn find_outputs(&self, resource: &proto::Resource) -> Result<Option<Value>, Problem> {
+        require_id(resource)?;
+        let client = self.client().await?;
+        match resource.r#type.as_str() {
+            CONTAINER => Ok(container::find(&client, resource)
+                .await?
+                .map(|found| container::outputs(&found))),
+            NETWORK => objects::inspect_network(&client, &resource.resource_id).await,
+            VOLUME => objects::inspect_volume(&client, &resource.resource_id).await,
+            other => Err(unknown_type(other)),
+        }
+    }
+
+    /// `retrieve_data` with a resource: "logs" or "inspect".
+    async fn read_resource(
+        &self,
+        kind: &str,
+        config: &serde_json::Map<String, Value>,
+        resource: &proto::Resource,
+    ) -> Result<Value, Problem> {
+        require_id(resource)?;
+        let client = self.client().await?;
+        let gone = || {
+            Problem::not_found(format!(
+                "no {} of resource {}",
+                resource.r#type, resource.resource_id
+            ))
+        };
+        match (kind, resource.r#type.as_str()) {
+            ("logs", CONTAINER) => {
+                let tail = match config.get("tail").filter(|v| !v.is_null()) {
+                    None => DEFAULT_TAIL,
+                    Some(v) => v
+                        .as_u64()
+                        .filter(|n| (1..=MAX_TAIL).contains(n))
+                        .ok_or_else(|| {
+                            Problem::invalid(format!("tail: expected a number 1–{MAX_TAIL}"))
+                        })?,
+                };
+                let found = container::find(&client, resource).await?.ok_or_else(gone)?;
+                let logs =
+                    container::logs(&client, found.id.as_deref().unwrap_or_default(), tail).await?;
+                Ok(json!({ "logs": logs }))
+            }
+            ("logs", other) => Err(Problem::invalid(format!("a {other} has no logs"))),
+            ("inspect", CONTAINER) => {
+                let found = container::find(&client, resource).await?.ok_or_else(gone)?;
+                Ok(container::inspect_json(&found))
+            }
+            ("inspect", NETWORK) => {
+                let (id, _) = engine::networks_of(&client, &resource.resource_id)
+                    .await?
+                    .into_iter()
+                    .next()
+                    .ok_or_else(gone)?;
+                let found =
+                    call("inspecting the network", client.inspect_network(&id, None)).await?;
+                Ok(serde_json::to_value(found).unwrap_or(Value::Null))
+            }
+            ("inspect", VOLUME) => {
+                let (name, _) = engine::volumes_of(&client, &resource.resource_id)
+                    .await?
+                    .into_iter()
+                    .next()
+                    .ok_or_else(gone)?;
+                let found = call("inspecting the volume", client.inspect_volume(&name)).await?;
+                Ok(serde_json::to_value(found).unwrap_or(Value::Null))
+            }
+            ("inspect", other) => Err(unknown_type(other)),
+            (other, _) => Err(Problem::invalid(format!(
+                "this provider reads \"logs\" or \"inspect\" of a resource, not {other:?}"
+            ))),
+        }
+    }
+
+    async fn image_lookup(
+        &self,
+        config: &serde_json::Map<String, Value>,
+    ) -> Result<Value, Problem> {
+        let name = config
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|s| !s.trim().is_empty())
+            .ok_or_else(|| Problem::invalid("name: expected an image reference"))?;
+        let client = self.client().await?;
+        match client.inspect_image(name).await {
+            Ok(found) => Ok(json!({
+                "id": found.id.unwrap_or_default(),
+                "tags": found.repo_tags.unwrap_or_default(),
+                "size": found.size.unwrap_or_default(),
+            })),
+            Err(e) if status(&e) == Some(404) => {
+                Err(Problem::not_found(format!("no image {name} on the engine")))
+            }
+            Err(e) => Err(Problem::engine("inspecting the image", &e)),
+        }
+    }
+}
+
+fn unknown_type(kind: &str) -> Problem {
+    Problem::invalid(format!(
+        "unknown resource type {kind:?}: this provider handles {CONTAINER}, {NETWORK} and {VOLUME}"
+    ))
+}
+
+fn require_id(resource: &proto::Resource) -> Result<(), Problem> {
+    if resource.resource_id.trim().is_empty() {
+        return Err(Problem::invalid("resource_id: missing"));
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Provider for DockerProvider {
+    fn info(&self) -> ProviderInfo {
+        ProviderInfo::new("docker", env!("CARGO_PKG_VERSION"))
+            .features(["deploy", "destroy", "inspect", "nodes", "data", "power"])
+            .resource_types([CONTAINER, NETWORK, VOLUME])
+    }
+
+    async fn configure(&self, config: Value) -> Result<(), Status> {
+        let parsed = ProviderConfig::parse(&config).map_err(Status::invalid_argument)?;
+        *self
+            .config
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = parsed;
+        Ok(())
+    }
+
+    async fn describe_resources(
+        &self,
+        request: proto::DescribeResourcesRequest,
+    ) -> Result<proto::DescribeResourcesResponse, Status> {
+        // A container on a network named like a blueprint network depends on it.
+        let mut networks: HashMap<String, String> = HashMap::new();
+        for resource in &request.resources {
+            if resource.r#type == NETWORK
+                && let Ok(config) = NetworkConfig::parse(&resource.config_json)
+                && let Some(name) = config.name
+            {
+                networks.insert(name, resource.key.clone());
+            }
+        }
+        let descriptions = request
+            .resources
+            .iter()
+            .filter(|r| r.r#type == CONTAINER)
+            .filter_map(|r| {
+                let config = config::object(&r.config_json).ok()?;
+                let network = config.get("network")?.as_str()?;
+                let key = networks.get(network)?;
+                (key != &r.key).then(|| proto::ResourceDescription {
+                    key: r.key.clone(),
+                    depends_on: vec![key.clone()],
+                    ..Default::default()
+                })
+            })
+            .collect();
+        Ok(proto::DescribeResourcesResponse { descriptions })
+    }
+
+    async fn deploy_resource(
+        &self,
+        request: proto::DeployResourceRequest,
+        events: Events,
+    ) -> StepResult {
+        let resource = request.resource.unwrap_or_default();
+        let lock = self.lock_for(&resource.resource_id);
+        let result = {
+            let _held = lock.lock().await;
+            self.deploy(&resource, &events).await
+        };
+        self.release(&resource.resource_id, lock);
+        Ok(result?)
+    }
+
+    async fn destroy_resource(
+        &self,
+        request: proto::DestroyResourceRequest,
+        events: Events,
+    ) -> StepResult {
+        let resource = request.resource.unwrap_or_default();
+        let lock = self.lock_for(&resource.resource_id);
+        let result = {
+            let _held = lock.lock().await;
+            self.destroy(&resource, &events).await
+        };
+        self.release(&resource.resource_id, lock);
+        Ok(result?)
+    }
+
+    async fn inspect(
+        &self,
+        request: proto::InspectRequest,
+    ) -> Result<proto::InspectResponse, Status> {
+        let resource = request.resource.unwrap_or_default();
+        Ok(match self.find_outputs(&resource).await? {
+            Some(outputs) => proto::InspectResponse {
+                present: true,
+                outputs_json: outputs.to_string(),
+            },
+            None => proto::InspectResponse::default(),
+        })
+    }
+
+    async fn list_nodes(&self) -> Result<Vec<proto::Node>, Status> {
+        let client = self.client().await?;
+        let info = call("reading the engine's info", client.info()).await?;
+        let capacity = self.config().capacity;
+        let mut labels = HashMap::new();
+        if let Some(n) = info.ncpu {
+            labels.insert("cpus".to_string(), n.to_string());
+        }
+        if let Some(n) = info.mem_total {
+            labels.insert("memory_bytes".to_string(), n.to_string());
+        }
+        for (key, value) in [
+            ("engine_version", info.server_version),
+            ("os", info.os_type),
+            ("arch", info.architecture),
+        ] {
+            if let Some(value) = value {
+                labels.insert(key.to_string(), value);
+            }
+        }
+        Ok(vec![proto::Node {
+            name: info.name.unwrap_or_else(|| "docker".to_string()),
+            capacity: HashMap::from([("*".to_string(), capacity)]),
+            labels,
+        }])
+    }
+
+    async fn retrieve_data(
+        &self,
+        request: proto::RetrieveDataRequest,
+    ) -> Result<proto::RetrieveDataResponse, Status> {
+        let config = config::object(&request.config_json).map_err(Status::invalid_argument)?;
+        let data = match request.resource.filter(|r| !r.resource_id.is_empty()) {
+            Some(resource) => {
+                self.read_resource(&request.r#type, &config, &resource)
+                    .await?
+            }
+            None if request.r#type == IMAGE_LOOKUP => self.image_lookup(&config).await?,
+            None => {
+                return Err(Status::invalid_argument(format!(
+                    "unknown data type {:?}: this provider serves {IMAGE_LOOKUP}, and \"logs\" or \
+                     \"inspect\" of a resource",
+                    request.r#type
+                )));
+            }
+        };
+        Ok(proto::RetrieveDataResponse {
+            data_json: data.to_string(),
+        })
+    }
+
+    async fn power(&self, request: proto::PowerRequest) -> Result<proto::PowerResponse, Status> {
+        let resource = request.resource.unwrap_or_default();
+        let action = proto::PowerAction::try_from(request.action).map_err(|_| {
+            Status::invalid_argument(format!("unknown power action {}", request.action))
+        })?;
+        match resource.r#type.as_str() {
+            CONTAINER => {}
+            NETWORK | VOLUME => {
+                return Err(Status::failed_precondition(format!(
+                    "a {} has no power",
+                    resource.r#type
+                )));
+            }
+            other => return Err(unknown_type(other).into()),
+        }
+        require_id(&resource)?;
+        let lock = self.lock_for(&resource.resource_id);
+        let result = {
+            let _held = lock.lock().await;
+            let client = self.client().await?;
+            container::power(&client, &resource, action, self.config().stop_timeout_s).await
+        };
+        self.release(&resource.resource_id, lock);
+        result?;
+        Ok(proto::PowerResponse {})
+    }
+}
