@@ -1,9 +1,10 @@
 //! Recovery and leases.
 //!
-//! At start every journal entry is settled: the resource is inspected through
-//! its provider (waiting for the provider to connect: an entry is delayed,
-//! never dropped), then adopted into its node or destroyed, per the intent and
-//! the node's state. Deployments the previous process left under way are then
+//! At start every journal entry is settled (waiting for the provider to
+//! connect: an entry is delayed, never dropped): a deploy cut short is made
+//! again (`DeployResource` is idempotent: the provider adopts and finishes
+//! what the lost call began); otherwise the resource is inspected through its
+//! provider and destroyed if it exists, per the intent and the node's state. Deployments the previous process left under way are then
 //! resumed as what they were doing: deploying, rolling back or destroying. The
 //! same settling runs, in the background, for a call a run gave up on.
 //!
@@ -249,13 +250,6 @@ impl Recovery<'_> {
             return Ok(()); // the node is gone, and its entry with it
         };
         let call = resource_call(&node);
-        let present = self
-            .0
-            .inner
-            .providers
-            .inspect(entry.provider_id, &call)
-            .await
-            .map_err(|e| e.to_string())?;
         let intent = entry
             .intent
             .parse::<Intent>()
@@ -264,15 +258,22 @@ impl Recovery<'_> {
             .state
             .parse::<NodeState>()
             .map_err(|e| DeployError::from(e).to_string())?;
+        // Interrupted while deploying: deploy again. `DeployResource` is
+        // idempotent per resource id, so the provider adopts what the lost
+        // call made, and finishes it: a container created but not started
+        // yet exists (`Inspect` finds it) but is not deployed.
+        let present = if (intent, state) == (Intent::Deploy, NodeState::InProgress) {
+            None
+        } else {
+            self.0
+                .inner
+                .providers
+                .inspect(entry.provider_id, &call)
+                .await
+                .map_err(|e| e.to_string())?
+        };
         let change = match (intent, state, present) {
-            // Interrupted while deploying: adopt what exists, else deploy again.
-            (Intent::Deploy, NodeState::InProgress, Some(outputs)) => Some(NodeChange {
-                state: NodeState::Complete.as_str().to_owned(),
-                outputs: Some(Some(outputs.to_string())),
-                error: Some(None),
-                ..NodeChange::default()
-            }),
-            (Intent::Deploy, NodeState::InProgress, None) => Some(NodeChange {
+            (Intent::Deploy, NodeState::InProgress, _) => Some(NodeChange {
                 state: NodeState::ToDeploy.as_str().to_owned(),
                 run_id: Some(None),
                 ..NodeChange::default()

@@ -180,7 +180,9 @@ pub fn carries(labels: Option<&HashMap<String, String>>, resource_id: &str) -> b
 }
 
 /// The name a resource gets unless its config names it:
-/// `corbel-<key>-<first 12 chars of the resource id without dashes>`.
+/// `corbel-<key>-<the resource id without dashes>`. The whole id: Corbel's
+/// ids are UUID v7, whose first 12 digits are a millisecond timestamp that
+/// the nodes of one plan share.
 pub fn default_name(resource: &proto::Resource) -> String {
     let key: String = resource
         .key
@@ -202,7 +204,6 @@ pub fn default_name(resource: &proto::Resource) -> String {
         .resource_id
         .chars()
         .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.'))
-        .take(12)
         .collect();
     format!("corbel-{key}-{id}")
 }

@@ -59,8 +59,7 @@ async fn host() -> TestHost {
     TestHost::start(DockerProvider::new()).await
 }
 
-/// A resource id no other test (or run) uses; its first 12 characters
-/// (which name things) differ between tests too.
+/// A resource id no other test (or run) uses.
 fn unique_id(key: &str) -> String {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -356,14 +355,7 @@ async fn a_container_a_lost_call_created_but_never_started_is_adopted_and_starte
     let host = host().await;
     let web = sleeper("lost");
     let _cleanup = Cleanup::of(&[&web]);
-    let name = format!(
-        "corbel-lost-{}",
-        web.resource_id
-            .replace('-', "")
-            .chars()
-            .take(12)
-            .collect::<String>()
-    );
+    let name = format!("corbel-lost-{}", web.resource_id.replace('-', ""));
     let (ok, created) = docker(&[
         "create",
         "--name",
