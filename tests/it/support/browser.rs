@@ -178,12 +178,20 @@ impl Browser {
             .unwrap_or_default()
     }
 
+    /// Clicks the element at `css`. A page that redraws a part live (a
+    /// node's panel on each event) may replace the element between finding
+    /// and clicking it: then the new one is found and clicked.
     pub async fn click(&self, css: &str) {
-        self.find(css)
-            .await
-            .click()
-            .await
-            .unwrap_or_else(|e| panic!("clicking `{css}`: {e}"));
+        let deadline = Instant::now() + WAIT;
+        loop {
+            match self.find(css).await.click().await {
+                Ok(_) => return,
+                Err(fantoccini::error::CmdError::Standard(e))
+                    if e.error == fantoccini::error::ErrorStatus::StaleElementReference
+                        && Instant::now() < deadline => {}
+                Err(e) => panic!("clicking `{css}`: {e}"),
+            }
+        }
     }
 
     /// Clears the input or textarea at `css` and types `text`.
