@@ -272,9 +272,14 @@ async fn run(bin: &Path) {
 
 /// Creates the blueprint, deploys it and waits until it is complete.
 async fn deploy_timed(deployments: &Deployments, name: &str, source: &str) -> (Duration, Uuid) {
+    let project = deployments
+        .blueprints()
+        .default_project()
+        .await
+        .expect("the default project");
     let blueprint = deployments
         .blueprints()
-        .create(name.into(), None, source.into())
+        .create(project, name.into(), None, source.into())
         .await
         .expect("blueprint");
     let started = Instant::now();

@@ -380,7 +380,16 @@ async fn containers(provider_bin: &Path) {
     }
     let blueprint = deployments
         .blueprints()
-        .create("containers".into(), None, source)
+        .create(
+            deployments
+                .blueprints()
+                .default_project()
+                .await
+                .expect("project"),
+            "containers".into(),
+            None,
+            source,
+        )
         .await
         .expect("blueprint");
     let started = Instant::now();

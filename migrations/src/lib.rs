@@ -11,6 +11,7 @@ mod m20261130_000004_deployments;
 mod m20261201_000005_deployment_operations;
 mod m20261201_000006_provider_path;
 mod m20261201_000007_invalid_elements;
+pub mod m20261201_000008_projects;
 
 pub struct Migrator;
 
@@ -25,6 +26,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000005_deployment_operations::Migration),
             Box::new(m20261201_000006_provider_path::Migration),
             Box::new(m20261201_000007_invalid_elements::Migration),
+            Box::new(m20261201_000008_projects::Migration),
         ]
     }
 }

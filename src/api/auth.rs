@@ -10,9 +10,22 @@ use crate::auth::{self as domain, Auth};
 /// The cookie `login` sets, read as an alternative to the bearer header.
 pub const SESSION_COOKIE: &str = "corbel_session";
 
+/// A user's server role.
 #[derive(Enum, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
+    /// Manages providers, repositories, elements, users, and every project.
     Admin,
+    /// Does what their role in each of their projects allows.
+    User,
+}
+
+impl From<Role> for domain::Role {
+    fn from(r: Role) -> Self {
+        match r {
+            Role::Admin => domain::Role::Admin,
+            Role::User => domain::Role::User,
+        }
+    }
 }
 
 #[derive(Enum, Clone, Copy, PartialEq, Eq)]
@@ -23,7 +36,7 @@ pub enum TokenKind {
 }
 
 pub struct User {
-    user: domain::User,
+    pub(super) user: domain::User,
 }
 
 #[Object]
@@ -39,6 +52,7 @@ impl User {
     async fn role(&self) -> Role {
         match self.user.role {
             domain::Role::Admin => Role::Admin,
+            domain::Role::User => Role::User,
         }
     }
 
@@ -48,8 +62,22 @@ impl User {
         self.user.has_password
     }
 
+    /// A disabled user cannot sign in, and their tokens do not work.
+    async fn disabled(&self) -> bool {
+        self.user.disabled
+    }
+
     async fn created_at(&self) -> DateTime<Utc> {
         self.user.created_at
+    }
+
+    /// The projects the user is a member of, with their role in each (the
+    /// user themself, or a server admin, may read them).
+    async fn memberships(
+        &self,
+        ctx: &Context<'_>,
+    ) -> Result<Vec<super::teams::Membership>, ApiError> {
+        super::teams::memberships_of(ctx, &self.user).await
     }
 
     /// The user's tokens (never their secrets), oldest first.

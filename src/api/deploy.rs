@@ -7,7 +7,8 @@ use chrono::{DateTime, Utc};
 use futures_util::{Stream, StreamExt};
 
 use super::pagination::{Page, page_of, paginate, window};
-use super::{ApiError, parse_id, principal, state};
+use super::policy::{access, require};
+use super::{ApiError, parse_id, state};
 use crate::deploy::blueprint::{self, Replicas};
 use crate::deploy::strategy::Strategy;
 use crate::deploy::{self as domain, Deployments};
@@ -135,6 +136,10 @@ impl Blueprint {
     }
     async fn name(&self) -> &str {
         &self.0.name
+    }
+    /// The project it belongs to.
+    async fn project_id(&self) -> Option<ID> {
+        self.0.project_id.map(|id| ID(id.to_string()))
     }
     async fn description(&self) -> Option<&str> {
         self.0.description.as_deref()
@@ -300,6 +305,11 @@ impl Deployment {
     async fn blueprint_id(&self) -> Option<ID> {
         self.0.blueprint_id.map(|id| ID(id.to_string()))
     }
+    /// The project it belongs to: its blueprint's, or `platform` for an
+    /// element's installation.
+    async fn project_id(&self) -> Option<ID> {
+        self.0.project_id.map(|id| ID(id.to_string()))
+    }
     /// Set when the deployment is an element's installation.
     async fn element_id(&self) -> Option<ID> {
         self.0.element_id.map(|id| ID(id.to_string()))
@@ -365,6 +375,8 @@ impl Deployment {
 
 #[derive(InputObject)]
 pub struct CreateBlueprintInput {
+    /// The project it goes in (`default` when left out).
+    project_id: Option<ID>,
     name: String,
     description: Option<String>,
     /// The blueprint's YAML.
@@ -400,6 +412,7 @@ pub struct DeploymentFilter {
     element_id: Option<ID>,
     /// Part of the name.
     search: Option<String>,
+    project_id: Option<ID>,
 }
 
 #[derive(SimpleObject)]
@@ -433,19 +446,16 @@ impl DeployQuery {
         first: Option<i32>,
         after: Option<String>,
     ) -> Result<Page<Blueprint>, ApiError> {
-        principal(ctx)?;
-        let all = state::<Deployments>(ctx)?.blueprints().list().await?;
+        let visible = access(ctx).await?.visible();
+        let all = state::<Deployments>(ctx)?
+            .blueprints()
+            .list(visible.as_deref())
+            .await?;
         paginate(all.into_iter().map(Blueprint).collect(), first, after)
     }
 
     async fn blueprint(&self, ctx: &Context<'_>, id: ID) -> Result<Blueprint, ApiError> {
-        principal(ctx)?;
-        Ok(Blueprint(
-            state::<Deployments>(ctx)?
-                .blueprints()
-                .get(parse_id(&id, "id")?)
-                .await?,
-        ))
+        Ok(Blueprint(blueprint_in(ctx, &id, "id").await?))
     }
 
     async fn deployments(
@@ -455,7 +465,7 @@ impl DeployQuery {
         first: Option<i32>,
         after: Option<String>,
     ) -> Result<Page<Deployment>, ApiError> {
-        principal(ctx)?;
+        let visible = access(ctx).await?.visible();
         let (offset, limit) = window(first, after)?;
         let filter = domain::DeploymentFilter {
             states: filter
@@ -473,6 +483,11 @@ impl DeployQuery {
                 .map(|id| parse_id(&id, "filter.elementId"))
                 .transpose()?,
             search: filter.search,
+            project_id: filter
+                .project_id
+                .map(|id| parse_id(&id, "filter.projectId"))
+                .transpose()?,
+            visible,
         };
         let (found, total) = state::<Deployments>(ctx)?
             .queries()
@@ -486,23 +501,17 @@ impl DeployQuery {
     }
 
     async fn deployment(&self, ctx: &Context<'_>, id: ID) -> Result<Deployment, ApiError> {
-        principal(ctx)?;
-        Ok(Deployment(
-            state::<Deployments>(ctx)?
-                .queries()
-                .get(parse_id(&id, "id")?)
-                .await?,
-        ))
+        Ok(Deployment(deployment_in(ctx, &id, "id").await?))
     }
 
     /// One resource of a deployment, by its id (`ResourceNode.id`).
     async fn resource_node(&self, ctx: &Context<'_>, id: ID) -> Result<ResourceNode, ApiError> {
-        principal(ctx)?;
-        Ok(state::<Deployments>(ctx)?
-            .queries()
-            .node(parse_id(&id, "id")?)
-            .await?
-            .into())
+        let id = parse_id(&id, "id")?;
+        let queries = state::<Deployments>(ctx)?.queries();
+        let node = queries.node(id).await?;
+        let project = queries.get(node.deployment_id).await?.project_id;
+        require(ctx, project, &format!("resource node {id}")).await?;
+        Ok(node.into())
     }
 
     /// The placement a deploy would make for one resource now, without
@@ -515,11 +524,11 @@ impl DeployQuery {
         strategy: Option<PlacementStrategy>,
         #[graphql(default_with = "Json(serde_json::json!({}))")] variables: Json<serde_json::Value>,
     ) -> Result<Vec<NodeCapacity>, ApiError> {
-        principal(ctx)?;
+        let blueprint = blueprint_in(ctx, &blueprint_id, "blueprintId").await?;
         let plan = state::<Deployments>(ctx)?
             .planner()
             .calculate_capacity(
-                parse_id(&blueprint_id, "blueprintId")?,
+                blueprint.id,
                 &resource_key,
                 strategy.map(Into::into),
                 variables_object(variables.0)?,
@@ -544,11 +553,20 @@ impl DeployMutation {
         ctx: &Context<'_>,
         input: CreateBlueprintInput,
     ) -> Result<Blueprint, ApiError> {
-        principal(ctx)?;
+        let project = match &input.project_id {
+            Some(id) => parse_id(id, "input.projectId")?,
+            None => {
+                state::<Deployments>(ctx)?
+                    .blueprints()
+                    .default_project()
+                    .await?
+            }
+        };
+        require(ctx, Some(project), &format!("project {project}")).await?;
         Ok(Blueprint(
             state::<Deployments>(ctx)?
                 .blueprints()
-                .create(input.name, input.description, input.source)
+                .create(project, input.name, input.description, input.source)
                 .await?,
         ))
     }
@@ -560,16 +578,11 @@ impl DeployMutation {
         id: ID,
         input: UpdateBlueprintInput,
     ) -> Result<Blueprint, ApiError> {
-        principal(ctx)?;
+        let blueprint = blueprint_in(ctx, &id, "id").await?;
         Ok(Blueprint(
             state::<Deployments>(ctx)?
                 .blueprints()
-                .update(
-                    parse_id(&id, "id")?,
-                    input.name,
-                    input.description,
-                    input.source,
-                )
+                .update(blueprint.id, input.name, input.description, input.source)
                 .await?,
         ))
     }
@@ -577,10 +590,10 @@ impl DeployMutation {
     /// Deletes a blueprint; refused (`CONFLICT`) while deployments that are not
     /// destroyed use it.
     async fn delete_blueprint(&self, ctx: &Context<'_>, id: ID) -> Result<bool, ApiError> {
-        principal(ctx)?;
+        let blueprint = blueprint_in(ctx, &id, "id").await?;
         state::<Deployments>(ctx)?
             .blueprints()
-            .delete(parse_id(&id, "id")?)
+            .delete(blueprint.id)
             .await?;
         Ok(true)
     }
@@ -592,11 +605,11 @@ impl DeployMutation {
         ctx: &Context<'_>,
         input: DeployBlueprintInput,
     ) -> Result<Deployment, ApiError> {
-        principal(ctx)?;
+        let blueprint = blueprint_in(ctx, &input.blueprint_id, "input.blueprintId").await?;
         let deployment = state::<Deployments>(ctx)?
             .runs()
             .deploy(domain::NewDeployment {
-                blueprint_id: parse_id(&input.blueprint_id, "blueprintId")?,
+                blueprint_id: blueprint.id,
                 name: input.name,
                 variables: variables_object(input.variables.0)?,
                 on_failure: input.on_failure.into(),
@@ -609,11 +622,11 @@ impl DeployMutation {
     /// Destroys every resource, dependents first; `CONFLICT` while the
     /// deployment is busy.
     async fn destroy_deployment(&self, ctx: &Context<'_>, id: ID) -> Result<Deployment, ApiError> {
-        principal(ctx)?;
+        let deployment = deployment_in(ctx, &id, "id").await?;
         Ok(Deployment(
             state::<Deployments>(ctx)?
                 .runs()
-                .destroy(parse_id(&id, "id")?)
+                .destroy(deployment.id)
                 .await?,
         ))
     }
@@ -625,11 +638,11 @@ impl DeployMutation {
         id: ID,
         resource_keys: Vec<String>,
     ) -> Result<Deployment, ApiError> {
-        principal(ctx)?;
+        let deployment = deployment_in(ctx, &id, "id").await?;
         Ok(Deployment(
             state::<Deployments>(ctx)?
                 .runs()
-                .redeploy(parse_id(&id, "id")?, resource_keys)
+                .redeploy(deployment.id, resource_keys)
                 .await?,
         ))
     }
@@ -647,15 +660,10 @@ impl DeployMutation {
         #[graphql(default = 0)] replica: i32,
         action: PowerAction,
     ) -> Result<ResourceNode, ApiError> {
-        principal(ctx)?;
+        let deployment = deployment_in(ctx, &deployment_id, "deploymentId").await?;
         Ok(state::<Deployments>(ctx)?
             .power()
-            .power(
-                parse_id(&deployment_id, "deploymentId")?,
-                &key,
-                replica,
-                action.into(),
-            )
+            .power(deployment.id, &key, replica, action.into())
             .await?
             .into())
     }
@@ -667,11 +675,11 @@ impl DeployMutation {
         id: ID,
         expires_at: Option<DateTime<Utc>>,
     ) -> Result<Deployment, ApiError> {
-        principal(ctx)?;
+        let deployment = deployment_in(ctx, &id, "id").await?;
         Ok(Deployment(
             state::<Deployments>(ctx)?
                 .recovery()
-                .extend(parse_id(&id, "id")?, expires_at)
+                .extend(deployment.id, expires_at)
                 .await?,
         ))
     }
@@ -688,8 +696,7 @@ impl DeploySubscription {
         ctx: &Context<'_>,
         id: ID,
     ) -> Result<impl Stream<Item = DeploymentEvent> + use<>, ApiError> {
-        principal(ctx)?;
-        let wanted = parse_id(&id, "id")?;
+        let wanted = deployment_in(ctx, &id, "id").await?.id;
         // Subscribe first, then read the history: an event stored in between
         // is in both, and the id filter drops the second copy.
         let deployments = state::<Deployments>(ctx)?;
@@ -764,4 +771,40 @@ fn resources_of(parsed: &crate::deploy::blueprint::Blueprint) -> Vec<BlueprintRe
             config: Json(r.config.clone()),
         })
         .collect()
+}
+
+/// The blueprint `id` (the argument `arg`), if the caller may do what the
+/// current field does in its project; an outsider is told there is none, in
+/// the words a missing one gets.
+async fn blueprint_in(
+    ctx: &Context<'_>,
+    id: &ID,
+    arg: &str,
+) -> Result<domain::StoredBlueprint, ApiError> {
+    let id = parse_id(id, arg)?;
+    let blueprint = state::<Deployments>(ctx)?.blueprints().get(id).await?;
+    require(
+        ctx,
+        blueprint.project_id,
+        &format!("blueprint with id {id}"),
+    )
+    .await?;
+    Ok(blueprint)
+}
+
+/// The deployment `id`, as [`blueprint_in`] gives a blueprint.
+async fn deployment_in(
+    ctx: &Context<'_>,
+    id: &ID,
+    arg: &str,
+) -> Result<domain::Deployment, ApiError> {
+    let id = parse_id(id, arg)?;
+    let deployment = state::<Deployments>(ctx)?.queries().get(id).await?;
+    require(
+        ctx,
+        deployment.project_id,
+        &format!("deployment with id {id}"),
+    )
+    .await?;
+    Ok(deployment)
 }

@@ -127,6 +127,8 @@ impl From<AuthError> for ApiError {
             AuthError::InvalidCredentials => Self::new(ErrorCode::Unauthenticated, e.to_string()),
             AuthError::Invalid(message) => Self::validation(message),
             AuthError::TokenNotFound(_) => Self::new(ErrorCode::NotFound, e.to_string()),
+            AuthError::NotFound(m) => Self::new(ErrorCode::NotFound, m),
+            AuthError::Forbidden(m) => Self::new(ErrorCode::Forbidden, m),
             AuthError::Conflict(m) => Self::new(ErrorCode::Conflict, m),
             AuthError::RateLimited(limited) => {
                 let mut error = Self::new(ErrorCode::RateLimited, e.to_string());

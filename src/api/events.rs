@@ -167,11 +167,14 @@ impl EventSubscription {
         &self,
         ctx: &Context<'_>,
     ) -> Result<impl Stream<Item = ServerEvent> + use<>, ApiError> {
-        principal(ctx)?;
+        // Sign-ins and tokens are server admins' to see; anyone else sees
+        // the deployments of their projects as they were when subscribing.
+        let visible = super::policy::access(ctx).await?.visible();
+        let admin = visible.is_none();
         let auth = state::<Auth>(ctx)?
             .events()
             .subscribe()
-            .filter_map(|d| ready(server_view(d, |e| Some(e.into()))));
+            .filter_map(move |d| ready(server_view(d, |e| admin.then(|| e.into()))));
         let syncs = state::<Repositories>(ctx)?
             .events()
             .subscribe()
@@ -209,20 +212,35 @@ impl EventSubscription {
                     ProviderEvent::Log { .. } => None,
                 }))
             });
-        let deployments = state::<Deployments>(ctx)?
-            .events()
-            .subscribe()
-            .filter_map(|d| {
-                ready(server_view(d, |e| {
-                    (e.kind == EventKind::State).then(|| {
-                        ServerEvent::DeploymentChanged(DeploymentChanged {
-                            deployment_id: ID(e.deployment_id.to_string()),
-                            state: e.state.clone(),
-                            message: e.message.clone(),
-                        })
-                    })
+        let engine = state::<Deployments>(ctx)?.clone();
+        let deployments = engine.events().subscribe().filter_map(move |d| {
+            let (engine, visible) = (engine.clone(), visible.clone());
+            async move {
+                let e = match d {
+                    Delivery::Lagged(missed) => {
+                        return Some(ServerEvent::EventsMissed(EventsMissed { missed }));
+                    }
+                    Delivery::Event(e) if e.kind == EventKind::State => e,
+                    Delivery::Event(_) => return None,
+                };
+                if let Some(visible) = visible {
+                    let project = engine
+                        .queries()
+                        .get(e.deployment_id)
+                        .await
+                        .ok()?
+                        .project_id?;
+                    if !visible.contains(&project) {
+                        return None;
+                    }
+                }
+                Some(ServerEvent::DeploymentChanged(DeploymentChanged {
+                    deployment_id: ID(e.deployment_id.to_string()),
+                    state: e.state.clone(),
+                    message: e.message.clone(),
                 }))
-            });
+            }
+        });
         Ok(futures_util::stream::select(
             futures_util::stream::select(auth, deployments),
             futures_util::stream::select(syncs, providers),

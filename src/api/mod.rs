@@ -7,13 +7,14 @@ mod deploy;
 pub mod documents;
 pub mod error;
 mod events;
-mod guard;
 pub mod http;
 pub mod pagination;
+pub mod policy;
 mod provider;
 mod repository;
 mod server;
 mod settings;
+mod teams;
 
 use async_graphql::{MergedObject, MergedSubscription, Schema, SchemaBuilder};
 use chrono::{DateTime, Utc};
@@ -27,6 +28,7 @@ use crate::auth::Principal;
 pub struct Query(
     server::ServerQuery,
     auth::AuthQuery,
+    teams::TeamsQuery,
     repository::RepositoryQuery,
     provider::ProviderQuery,
     deploy::DeployQuery,
@@ -35,6 +37,7 @@ pub struct Query(
 #[derive(MergedObject, Default)]
 pub struct Mutation(
     auth::AuthMutation,
+    teams::TeamsMutation,
     repository::RepositoryMutation,
     provider::ProviderMutation,
     deploy::DeployMutation,
@@ -105,7 +108,7 @@ pub fn schema_builder(limits: &GraphqlLimits) -> SchemaBuilder<Query, Mutation, 
     .extension(cost::CostLimit {
         limits: limits.clone(),
     })
-    .extension(guard::RequireAuth)
+    .extension(policy::PolicyGuard)
 }
 
 /// The address a request came from (see `http::client_address`), for the

@@ -106,8 +106,10 @@ impl Provider {
         &self.0.path
     }
     /// The plain configuration values.
-    async fn config(&self) -> Json<serde_json::Value> {
-        Json(self.0.config.clone())
+    /// Its configuration (server admins only).
+    async fn config(&self, ctx: &Context<'_>) -> Result<Json<serde_json::Value>, ApiError> {
+        super::policy::server_admin_only(ctx, "a provider's configuration")?;
+        Ok(Json(self.0.config.clone()))
     }
     /// Names of the secret configuration values (never the values).
     async fn secret_config_keys(&self) -> &[String] {
@@ -158,6 +160,7 @@ impl Provider {
         ctx: &Context<'_>,
         #[graphql(default = 100, validator(minimum = 0, maximum = 10000))] last: i32,
     ) -> Result<Vec<ProviderLogLine>, ApiError> {
+        super::policy::server_admin_only(ctx, "a provider's log")?;
         let lines = state::<Providers>(ctx)?
             .logs(self.0.id, last as usize)
             .await?;

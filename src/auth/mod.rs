@@ -8,6 +8,7 @@
 mod limiter;
 mod password;
 mod settings;
+mod teams;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -15,6 +16,10 @@ use std::time::{Duration, Instant};
 
 pub use limiter::{Limited, LimitedBy};
 pub use settings::{LoginFlags, LoginLimits};
+pub use teams::{
+    Access, DEFAULT_PROJECT, Member, NewProject, PLATFORM_PROJECT, Project, ProjectChange,
+    ProjectRole,
+};
 
 use crate::store::{Db, DbErr};
 use chrono::{DateTime, Utc};
@@ -40,8 +45,12 @@ const MIN_GIVEN_TOKEN_LEN: usize = 16;
 const TOUCH_EVERY: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
 
 text_enum! {
+    /// A user's server role: an `ADMIN` manages providers, repositories,
+    /// elements, users and every project; a `USER` does what the roles in
+    /// their projects allow.
     pub enum Role {
         Admin = "ADMIN",
+        User = "USER",
     }
 }
 
@@ -63,6 +72,7 @@ pub struct User {
     pub username: String,
     pub role: Role,
     pub has_password: bool,
+    pub disabled: bool,
     pub created_at: DateTime<Utc>,
 }
 
@@ -93,6 +103,10 @@ pub enum AuthError {
     Invalid(String),
     #[error("no token {0} belongs to you")]
     TokenNotFound(Uuid),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Forbidden(String),
     #[error("{0}")]
     Conflict(String),
     #[error("a stored row is not valid: {0}")]
@@ -415,6 +429,7 @@ fn to_user(row: users::UserRow) -> Result<User, AuthError> {
         id: row.id,
         username: row.username,
         has_password: row.password_hash.is_some(),
+        disabled: row.disabled,
         created_at: row.created_at,
     })
 }

@@ -13,18 +13,34 @@ use crate::store::deployments as rows;
 pub struct Blueprints<'a>(pub(super) &'a Deployments);
 
 impl Blueprints<'_> {
+    /// Stores a blueprint in `project`.
     pub async fn create(
         &self,
+        project_id: Uuid,
         name: String,
         description: Option<String>,
         source: String,
     ) -> Result<StoredBlueprint, DeployError> {
         check_name(&name)?;
         parse_checked(&source)?;
-        let row = rows::insert_blueprint(&self.0.inner.db, name.clone(), description, source)
-            .await
-            .map_err(|e| conflict_or(e, || format!("a blueprint named `{name}` exists")))?;
+        let row = rows::insert_blueprint(
+            &self.0.inner.db,
+            project_id,
+            name.clone(),
+            description,
+            source,
+        )
+        .await
+        .map_err(|e| conflict_or(e, || format!("a blueprint named `{name}` exists")))?;
         to_blueprint(row)
+    }
+
+    /// The project a blueprint goes in when none is named: `default`.
+    pub async fn default_project(&self) -> Result<Uuid, DeployError> {
+        Ok(
+            crate::store::projects::ensure_project(&self.0.inner.db, crate::auth::DEFAULT_PROJECT)
+                .await?,
+        )
     }
 
     pub async fn update(
@@ -71,8 +87,12 @@ impl Blueprints<'_> {
         to_blueprint(self.row(id).await?)
     }
 
-    pub async fn list(&self) -> Result<Vec<StoredBlueprint>, DeployError> {
-        rows::list_blueprints(&self.0.inner.db)
+    /// Blueprints of the `projects` given (all when `None`).
+    pub async fn list(
+        &self,
+        projects: Option<&[Uuid]>,
+    ) -> Result<Vec<StoredBlueprint>, DeployError> {
+        rows::list_blueprints(&self.0.inner.db, projects)
             .await?
             .into_iter()
             .map(to_blueprint)
@@ -155,6 +175,7 @@ fn to_blueprint(row: rows::BlueprintRow) -> Result<StoredBlueprint, DeployError>
         parsed,
         created_at: row.created_at,
         updated_at: row.updated_at,
+        project_id: row.project_id,
     })
 }
 

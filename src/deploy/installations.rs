@@ -41,9 +41,14 @@ impl Installations for Deployments {
         if parsed.resources.is_empty() {
             return Ok(None);
         }
+        let platform =
+            crate::store::projects::ensure_project(&self.inner.db, crate::auth::PLATFORM_PROJECT)
+                .await
+                .map_err(|e| e.to_string())?;
         let row = rows::insert_deployment(
             &self.inner.db,
             rows::NewDeployment {
+                project_id: platform,
                 name: format!("installation of {label}"),
                 blueprint_id: None,
                 element_id: Some(element_id),

@@ -180,6 +180,8 @@ pub struct StoredBlueprint {
     pub parsed: blueprint::Blueprint,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// The project it belongs to.
+    pub project_id: Option<Uuid>,
 }
 
 #[derive(Clone, Debug)]
@@ -197,11 +199,15 @@ pub struct Deployment {
     pub expires_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// The project it belongs to (its blueprint's; `platform` for an
+    /// element's installation).
+    pub project_id: Option<Uuid>,
 }
 
 #[derive(Clone, Debug)]
 pub struct ResourceNode {
     pub id: Uuid,
+    pub deployment_id: Uuid,
     pub key: String,
     pub replica: i32,
     pub resource_type: String,

@@ -104,12 +104,14 @@ pub(super) fn to_deployment(row: rows::DeploymentRow) -> Result<Deployment, Depl
         expires_at: row.expires_at,
         created_at: row.created_at,
         updated_at: row.updated_at,
+        project_id: row.project_id,
     })
 }
 
 fn to_node(row: rows::NodeRow) -> Result<ResourceNode, DeployError> {
     Ok(ResourceNode {
         id: row.id,
+        deployment_id: row.deployment_id,
         key: row.key,
         replica: row.replica,
         resource_type: row.resource_type,

@@ -57,6 +57,9 @@ impl<'a> Runs<'a> {
         let row = rows::insert_deployment(
             &self.0.inner.db,
             rows::NewDeployment {
+                project_id: blueprint.project_id.ok_or_else(|| {
+                    DeployError::Corrupt(format!("blueprint {} has no project", blueprint.id))
+                })?,
                 name: new.name,
                 blueprint_id: Some(blueprint.id),
                 element_id: None,

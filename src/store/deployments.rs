@@ -27,6 +27,7 @@ pub use journal::Model as JournalRow;
 
 pub async fn insert_blueprint(
     db: &DatabaseConnection,
+    project_id: Uuid,
     name: String,
     description: Option<String>,
     source: String,
@@ -39,6 +40,7 @@ pub async fn insert_blueprint(
         source: Set(source),
         created_at: Set(now),
         updated_at: Set(now),
+        project_id: Set(Some(project_id)),
     }
     .insert(db)
     .await
@@ -51,11 +53,16 @@ pub async fn find_blueprint(
     blueprint::Entity::find_by_id(id).one(db).await
 }
 
-pub async fn list_blueprints(db: &DatabaseConnection) -> Result<Vec<BlueprintRow>, DbErr> {
-    blueprint::Entity::find()
-        .order_by_asc(blueprint::Column::Name)
-        .all(db)
-        .await
+/// Blueprints of the `projects` given (all of them when `None`).
+pub async fn list_blueprints(
+    db: &DatabaseConnection,
+    projects: Option<&[Uuid]>,
+) -> Result<Vec<BlueprintRow>, DbErr> {
+    let mut query = blueprint::Entity::find();
+    if let Some(projects) = projects {
+        query = query.filter(blueprint::Column::ProjectId.is_in(projects.iter().copied()));
+    }
+    query.order_by_asc(blueprint::Column::Name).all(db).await
 }
 
 /// Columns of a blueprint to change; `None` leaves one as it is.
@@ -109,6 +116,7 @@ pub async fn count_live_deployments(
 // ---- deployments ----
 
 pub struct NewDeployment {
+    pub project_id: Uuid,
     pub name: String,
     pub blueprint_id: Option<Uuid>,
     pub element_id: Option<Uuid>,
@@ -141,6 +149,7 @@ pub async fn insert_deployment(
         updated_at: Set(now),
         operation_id: Set(Some(Uuid::now_v7())),
         phase: Set(Some(phase.to_owned())),
+        project_id: Set(Some(new.project_id)),
     }
     .insert(db)
     .await
@@ -160,6 +169,9 @@ pub struct DeploymentFilter {
     pub element_id: Option<Uuid>,
     /// Part of the name.
     pub search: Option<String>,
+    pub project_id: Option<Uuid>,
+    /// The projects the caller may see (`None`: every project).
+    pub visible: Option<Vec<Uuid>>,
 }
 
 pub async fn list_deployments(
@@ -180,6 +192,12 @@ pub async fn list_deployments(
     }
     if let Some(search) = &filter.search {
         query = query.filter(deployment::Column::Name.contains(search));
+    }
+    if let Some(id) = filter.project_id {
+        query = query.filter(deployment::Column::ProjectId.eq(id));
+    }
+    if let Some(visible) = &filter.visible {
+        query = query.filter(deployment::Column::ProjectId.is_in(visible.iter().copied()));
     }
     let total = query.clone().count(db).await?;
     let rows = query

@@ -297,6 +297,8 @@ pub mod blueprint {
         pub source: String,
         pub created_at: DateTimeUtc,
         pub updated_at: DateTimeUtc,
+        /// The project it belongs to (set for every row since migration 8).
+        pub project_id: Option<Uuid>,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
@@ -333,6 +335,8 @@ pub mod deployment {
         /// What the operation is doing: `DEPLOY`, `ROLLBACK` or `DESTROY`;
         /// `None` once the deployment is settled.
         pub phase: Option<String>,
+        /// The project it belongs to (set for every row since migration 8).
+        pub project_id: Option<Uuid>,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
@@ -432,6 +436,52 @@ pub mod deployment_event {
         pub node_key: Option<String>,
         pub state: Option<String>,
         pub message: String,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod project {
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "projects")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub id: Uuid,
+        #[sea_orm(unique)]
+        pub name: String,
+        pub description: Option<String>,
+        pub max_resources: Option<i64>,
+        pub max_lease_seconds: Option<i64>,
+        /// Named quantities to limits, a JSON object as text.
+        pub quotas: String,
+        pub created_at: DateTimeUtc,
+        pub updated_at: DateTimeUtc,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod project_member {
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "project_members")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub project_id: Uuid,
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub user_id: Uuid,
+        /// `VIEWER`, `DEPLOYER`, `DEVELOPER` or `ADMIN`.
+        pub role: String,
+        pub created_at: DateTimeUtc,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -8,6 +8,7 @@ pub mod deployments;
 pub mod entities;
 mod location;
 pub mod lock;
+pub mod projects;
 pub mod providers;
 pub mod repositories;
 pub mod users;

@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
-    PaginatorTrait, QueryFilter, QueryOrder, Set, TransactionTrait,
+    IntoActiveModel, PaginatorTrait, QueryFilter, QueryOrder, Set, TransactionTrait,
 };
 use uuid::Uuid;
 
@@ -193,4 +193,99 @@ pub async fn delete_expired_tokens(
         .exec(db)
         .await?;
     Ok(result.rows_affected)
+}
+
+pub async fn list_users(db: &DatabaseConnection) -> Result<Vec<UserRow>, DbErr> {
+    user::Entity::find()
+        .order_by_asc(user::Column::Username)
+        .all(db)
+        .await
+}
+
+/// Creates a user with a password (already hashed) and no token.
+pub async fn insert_user(
+    db: &DatabaseConnection,
+    username: &str,
+    role: &str,
+    password_hash: String,
+) -> Result<UserRow, DbErr> {
+    let now = Utc::now();
+    user::ActiveModel {
+        id: Set(Uuid::new_v4()),
+        username: Set(username.to_owned()),
+        password_hash: Set(Some(password_hash)),
+        role: Set(role.to_owned()),
+        disabled: Set(false),
+        created_at: Set(now),
+        updated_at: Set(now),
+    }
+    .insert(db)
+    .await
+}
+
+/// Disables (or enables) a user. Disabling also deletes the user's sessions,
+/// in the same transaction: a disabled user's tokens stop working at once
+/// (every request checks `disabled` too), and their sessions never return.
+pub async fn set_disabled(
+    db: &DatabaseConnection,
+    user_id: Uuid,
+    disabled: bool,
+    session_kind: &str,
+) -> Result<Option<UserRow>, DbErr> {
+    let txn = db.begin().await?;
+    let Some(row) = user::Entity::find_by_id(user_id).one(&txn).await? else {
+        return Ok(None);
+    };
+    let mut active = row.into_active_model();
+    active.disabled = Set(disabled);
+    active.updated_at = Set(Utc::now());
+    let row = active.update(&txn).await?;
+    if disabled {
+        api_token::Entity::delete_many()
+            .filter(api_token::Column::UserId.eq(user_id))
+            .filter(api_token::Column::Kind.eq(session_kind))
+            .exec(&txn)
+            .await?;
+    }
+    txn.commit().await?;
+    Ok(Some(row))
+}
+
+pub async fn set_role(
+    db: &DatabaseConnection,
+    user_id: Uuid,
+    role: &str,
+) -> Result<Option<UserRow>, DbErr> {
+    let Some(row) = user::Entity::find_by_id(user_id).one(db).await? else {
+        return Ok(None);
+    };
+    let mut active = row.into_active_model();
+    active.role = Set(role.to_owned());
+    active.updated_at = Set(Utc::now());
+    active.update(db).await.map(Some)
+}
+
+/// Deletes a user; their tokens and memberships go with them (cascade).
+pub async fn delete_user(db: &DatabaseConnection, user_id: Uuid) -> Result<bool, DbErr> {
+    let txn = db.begin().await?;
+    api_token::Entity::delete_many()
+        .filter(api_token::Column::UserId.eq(user_id))
+        .exec(&txn)
+        .await?;
+    super::entities::project_member::Entity::delete_many()
+        .filter(super::entities::project_member::Column::UserId.eq(user_id))
+        .exec(&txn)
+        .await?;
+    let deleted = user::Entity::delete_by_id(user_id).exec(&txn).await?;
+    txn.commit().await?;
+    Ok(deleted.rows_affected > 0)
+}
+
+/// Users with this server role who are not disabled.
+pub async fn count_active_with_role(db: &DatabaseConnection, role: &str) -> Result<u64, DbErr> {
+    user::Entity::find()
+        .filter(user::Column::Role.eq(role))
+        .filter(user::Column::Disabled.eq(false))
+        .count(db)
+        .await
 }

@@ -19,5 +19,6 @@ mod repositories;
 mod schema;
 mod server;
 mod subscriptions;
+mod teams;
 mod tour;
 mod web;
