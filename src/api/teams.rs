@@ -69,6 +69,16 @@ impl Project {
     async fn quotas(&self) -> Json<serde_json::Map<String, serde_json::Value>> {
         Json(self.0.quotas.clone())
     }
+    /// What its deployments use now of what its limits count.
+    async fn usage(&self, ctx: &Context<'_>) -> Result<ProjectUsage, ApiError> {
+        let resources = state::<crate::deploy::Deployments>(ctx)?
+            .queries()
+            .project_usage(self.0.id)
+            .await?;
+        Ok(ProjectUsage {
+            resources: i64::try_from(resources).unwrap_or(i64::MAX),
+        })
+    }
     /// The caller's role here (`ADMIN` for a server admin).
     async fn my_role(&self, ctx: &Context<'_>) -> Result<Option<ProjectRole>, ApiError> {
         Ok(access(ctx).await?.role_in(self.0.id).map(Into::into))
@@ -105,6 +115,13 @@ impl Member {
     async fn since(&self) -> DateTime<Utc> {
         self.0.since
     }
+}
+
+#[derive(SimpleObject)]
+pub struct ProjectUsage {
+    /// Resource nodes its deployments hold or are about to (against
+    /// `maxResources`).
+    resources: i64,
 }
 
 #[derive(SimpleObject)]

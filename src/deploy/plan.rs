@@ -55,6 +55,7 @@ impl Planner<'_> {
             }
         }
         let count = nodes.len();
+        self.within_quota(id, count).await?;
         rows::insert_nodes(
             &self.0.inner.db,
             id,
@@ -74,6 +75,43 @@ impl Planner<'_> {
                 format!("planned {count} resource node(s)"),
             )
             .await;
+        Ok(())
+    }
+
+    /// Refuses a plan of `count` nodes that would take the deployment's
+    /// project past its `maxResources`, saying by how much. Called under the
+    /// placing lock, with the nodes written under it: two plans never both
+    /// take the last room.
+    async fn within_quota(&self, id: Uuid, count: usize) -> Result<(), String> {
+        let db = &self.0.inner.db;
+        let Some(project) = rows::find_deployment(db, id)
+            .await
+            .map_err(|e| e.to_string())?
+            .and_then(|d| d.project_id)
+        else {
+            return Ok(());
+        };
+        let Some(row) = crate::store::projects::find_project(db, project)
+            .await
+            .map_err(|e| e.to_string())?
+        else {
+            return Ok(());
+        };
+        let Some(max) = row.max_resources else {
+            return Ok(());
+        };
+        let used = rows::project_node_count(db, project, &LIVE_NODE_STATES.map(NodeState::as_str))
+            .await
+            .map_err(|e| e.to_string())?;
+        let wanted = used + count as u64;
+        if wanted > max.max(0) as u64 {
+            return Err(format!(
+                "quota maxResources of project `{}`: {max} allowed, {used} in use, this \
+                 deployment needs {count}: {} over",
+                row.name,
+                wanted - max.max(0) as u64
+            ));
+        }
         Ok(())
     }
 

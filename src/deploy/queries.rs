@@ -44,6 +44,17 @@ impl Queries<'_> {
             .collect()
     }
 
+    /// How many resource nodes a project's deployments hold (or are about
+    /// to): what counts against its `maxResources`.
+    pub async fn project_usage(&self, project: Uuid) -> Result<u64, DeployError> {
+        Ok(rows::project_node_count(
+            &self.0.inner.db,
+            project,
+            &super::LIVE_NODE_STATES.map(super::NodeState::as_str),
+        )
+        .await?)
+    }
+
     /// One resource node of any deployment, by its id.
     pub async fn node(&self, id: Uuid) -> Result<ResourceNode, DeployError> {
         rows::find_node(&self.0.inner.db, id)

@@ -43,7 +43,10 @@ impl Recovery<'_> {
         expires_at: Option<DateTime<Utc>>,
     ) -> Result<Deployment, DeployError> {
         check_lease("expiresAt", expires_at, Utc::now())?;
-        self.0.queries().get(id).await?;
+        let deployment = self.0.queries().get(id).await?;
+        let expires_at = self
+            .lease_within_quota("expiresAt", deployment.project_id, expires_at)
+            .await?;
         rows::set_expiry(&self.0.inner.db, id, expires_at).await?;
         // In the history, so whoever follows the deployment sees it move.
         let message = match expires_at {
@@ -55,6 +58,40 @@ impl Recovery<'_> {
             .record(id, super::EventKind::State, None, None, message)
             .await;
         self.0.queries().get(id).await
+    }
+
+    /// The lease a deployment of `project` may have: `asked`, when within the
+    /// project's `maxLeaseSeconds`; that longest lease when none is asked;
+    /// refused, saying by how much, when longer.
+    pub(super) async fn lease_within_quota(
+        &self,
+        field: &str,
+        project: Option<Uuid>,
+        asked: Option<DateTime<Utc>>,
+    ) -> Result<Option<DateTime<Utc>>, DeployError> {
+        let Some(project) = project else {
+            return Ok(asked);
+        };
+        let Some(row) = crate::store::projects::find_project(&self.0.inner.db, project).await?
+        else {
+            return Ok(asked);
+        };
+        let Some(max) = row.max_lease_seconds else {
+            return Ok(asked);
+        };
+        let now = Utc::now();
+        let longest = now + chrono::TimeDelta::seconds(max);
+        match asked {
+            None => Ok(Some(longest)),
+            Some(at) if at <= longest => Ok(Some(at)),
+            Some(at) => Err(DeployError::Invalid(format!(
+                "`{field}`: quota maxLeaseSeconds of project `{}` allows leases of at most \
+                 {max} s; this one is {} s: {} s over",
+                row.name,
+                (at - now).num_seconds(),
+                (at - longest).num_seconds()
+            ))),
+        }
     }
 
     /// Settles the journal and resumes interrupted deployments, in the

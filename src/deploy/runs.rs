@@ -52,6 +52,11 @@ impl<'a> Runs<'a> {
         check_name(&new.name)?;
         super::recovery::check_lease("expiresAt", new.expires_at, chrono::Utc::now())?;
         let blueprint = self.0.blueprints().get(new.blueprint_id).await?;
+        let expires_at = self
+            .0
+            .recovery()
+            .lease_within_quota("expiresAt", blueprint.project_id, new.expires_at)
+            .await?;
         let variables = blueprint::bind(&blueprint.parsed, &new.variables)
             .map_err(|p| DeployError::Invalid(p.to_string()))?;
         let row = rows::insert_deployment(
@@ -67,7 +72,7 @@ impl<'a> Runs<'a> {
                 variables: serde_json::to_string(&variables)
                     .map_err(|e| DeployError::Invalid(format!("variables: {e}")))?,
                 on_failure: new.on_failure.as_str().to_owned(),
-                expires_at: new.expires_at,
+                expires_at,
             },
             DeploymentState::Pending.as_str(),
             Phase::Deploy.as_str(),

@@ -405,6 +405,25 @@ pub async fn placement_counts(
         .collect())
 }
 
+/// How many nodes of the project's deployments are in `live_states`: what
+/// counts against its `maxResources`.
+pub async fn project_node_count(
+    db: &DatabaseConnection,
+    project_id: Uuid,
+    live_states: &[&str],
+) -> Result<u64, DbErr> {
+    let of_project = sea_orm::sea_query::Query::select()
+        .column(deployment::Column::Id)
+        .from(deployment::Entity)
+        .and_where(deployment::Column::ProjectId.eq(project_id))
+        .to_owned();
+    deployment_node::Entity::find()
+        .filter(deployment_node::Column::DeploymentId.in_subquery(of_project))
+        .filter(deployment_node::Column::State.is_in(live_states.iter().copied()))
+        .count(db)
+        .await
+}
+
 /// Nodes of a provider that hold (or may hold) a resource.
 /// Node states that hold, or may hold, a resource on their provider: a
 /// provider with such nodes cannot be deleted.

@@ -1010,3 +1010,106 @@ async fn a_database_of_the_release_before_projects_moves_into_default() {
     assert_eq!(body["d"]["projectId"], id_of("default"));
     assert_eq!(body["i"]["projectId"], id_of("platform"));
 }
+
+/// 20 deploys at once into a project with room for 5 resources: exactly 5
+/// complete, each of the others fails saying which quota and by how much,
+/// and the usage says 5. A lease longer than the project allows is refused,
+/// and a deploy with none gets the longest allowed.
+#[tokio::test]
+async fn twenty_deploys_racing_for_the_last_room_never_pass_the_quota() {
+    let (app, _provider, _repo) = with_process_provider(|_| {}).await;
+    let owner = user(&app, "owner", "USER").await;
+    let alpha = project(&app, &owner, "alpha").await;
+    let limited = app
+        .gql_as(
+            Some(&owner),
+            "mutation($id: ID!) { updateProject(id: $id, input: { maxResources: 5, maxLeaseSeconds: 3600 }) { maxResources maxLeaseSeconds } }",
+            json!({ "id": alpha }),
+        )
+        .await;
+    assert_eq!(
+        data(&limited)["updateProject"],
+        json!({ "maxResources": 5, "maxLeaseSeconds": 3600 })
+    );
+    let made = app
+        .gql_as(
+            Some(&owner),
+            "mutation($p: ID!, $s: String!) { createBlueprint(input: { projectId: $p, name: \"svc\", source: $s }) { id } }",
+            json!({ "p": alpha, "s": ONE_SERVICE }),
+        )
+        .await;
+    let blueprint = data(&made)["createBlueprint"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let racing = (0..20).map(|i| {
+        let (app, owner, blueprint) = (&app, &owner, &blueprint);
+        async move {
+            let body = app
+                .gql_as(
+                    Some(owner),
+                    "mutation($b: ID!, $n: String!) { deployBlueprint(input: { blueprintId: $b, name: $n }) { id expiresAt } }",
+                    json!({ "b": blueprint, "n": format!("r{i}") }),
+                )
+                .await;
+            let d = &data(&body)["deployBlueprint"];
+            assert!(d["expiresAt"].is_string(), "the longest lease is given: {body}");
+            d["id"].as_str().unwrap().to_owned()
+        }
+    });
+    let ids = futures_util::future::join_all(racing).await;
+    let mut complete = Vec::new();
+    for id in &ids {
+        let d = settled(&app, id, &["COMPLETE", "FAILED"]).await;
+        if d.state == "COMPLETE" {
+            complete.push(id.clone());
+        } else {
+            let error = d.error.unwrap_or_default();
+            assert!(
+                error.contains("quota maxResources of project `alpha`")
+                    && error.contains("5 allowed, 5 in use")
+                    && error.contains("1 over"),
+                "{error}"
+            );
+            assert!(d.nodes.is_empty(), "a refused plan holds nothing");
+        }
+    }
+    assert_eq!(complete.len(), 5, "exactly the room there was");
+    let usage = app
+        .gql_as(
+            Some(&owner),
+            "query($id: ID!) { project(id: $id) { usage { resources } } }",
+            json!({ "id": alpha }),
+        )
+        .await;
+    assert_eq!(data(&usage)["project"]["usage"]["resources"], 5);
+
+    let too_long = (chrono::Utc::now() + chrono::TimeDelta::hours(2)).to_rfc3339();
+    let refused = app
+        .gql_as(
+            Some(&owner),
+            "mutation($b: ID!, $at: DateTime!) { deployBlueprint(input: { blueprintId: $b, name: \"long\", expiresAt: $at }) { id } }",
+            json!({ "b": blueprint, "at": too_long }),
+        )
+        .await;
+    assert_eq!(error_code(&refused), Some("VALIDATION"), "{refused}");
+    assert!(
+        refused.to_string().contains("maxLeaseSeconds") && refused.to_string().contains("s over"),
+        "{refused}"
+    );
+
+    for id in &complete {
+        let body = app
+            .gql_as(
+                Some(&owner),
+                "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
+                json!({ "id": id }),
+            )
+            .await;
+        data(&body);
+    }
+    for id in &complete {
+        settled(&app, id, &["DESTROYED"]).await;
+    }
+}
