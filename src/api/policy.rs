@@ -150,8 +150,8 @@ pub(crate) async fn require(
     Ok(access)
 }
 
-/// For a nested field only server admins may read (a provider's log and
-/// configuration): `FORBIDDEN` for anyone else.
+/// For a nested field only server admins may read (a provider's log):
+/// `FORBIDDEN` for anyone else.
 pub(crate) fn server_admin_only(ctx: &Context<'_>, what: &str) -> Result<(), ApiError> {
     if principal(ctx)?.user.role == Role::Admin {
         Ok(())

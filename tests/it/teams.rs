@@ -205,7 +205,7 @@ async fn a_disabled_user_stops_at_once_and_the_last_admin_stays() {
 
 #[tokio::test]
 async fn members_see_their_projects_and_an_outsider_is_told_nothing_exists() {
-    let (app, _provider, _repo) = with_process_provider(|_| {}).await;
+    let (app, provider, _repo) = with_process_provider(|_| {}).await;
     let owner = user(&app, "owner", "USER").await;
     let viewer = user(&app, "viewer", "USER").await;
     let outsider = user(&app, "outsider", "USER").await;
@@ -296,6 +296,23 @@ async fn members_see_their_projects_and_an_outsider_is_told_nothing_exists() {
         )
         .await;
     assert_eq!(error_code(&refused), Some("NOT_FOUND"), "{refused}");
+    // Providers are anyone's to read, but their log is the server admins'.
+    let read = app
+        .gql_as(
+            Some(&viewer),
+            "query($id: ID!) { provider(id: $id) { name config } }",
+            json!({ "id": provider }),
+        )
+        .await;
+    assert_eq!(data(&read)["provider"]["name"], "process");
+    let log = app
+        .gql_as(
+            Some(&viewer),
+            "query($id: ID!) { provider(id: $id) { logs { line } } }",
+            json!({ "id": provider }),
+        )
+        .await;
+    assert_eq!(error_code(&log), Some("FORBIDDEN"), "{log}");
     // A project that holds things is not deleted.
     let refused = app
         .gql_as(
