@@ -696,7 +696,9 @@ impl DeploySubscription {
         ctx: &Context<'_>,
         id: ID,
     ) -> Result<impl Stream<Item = DeploymentEvent> + use<>, ApiError> {
-        let wanted = deployment_in(ctx, &id, "id").await?.id;
+        let followed = deployment_in(ctx, &id, "id").await?;
+        let wanted = followed.id;
+        let revoked = access_revoked(ctx, followed.project_id)?;
         // Subscribe first, then read the history: an event stored in between
         // is in both, and the id filter drops the second copy.
         let deployments = state::<Deployments>(ctx)?;
@@ -749,8 +751,49 @@ impl DeploySubscription {
                 }
             },
         );
-        Ok(futures_util::stream::iter(replay).chain(live))
+        Ok(futures_util::stream::iter(replay)
+            .chain(live)
+            .take_until(revoked))
     }
+}
+
+/// Resolves when the caller may no longer read `project` (their membership
+/// or role changed, they were disabled or deleted), or when the server
+/// stops: a subscription that takes it ends then.
+fn access_revoked(
+    ctx: &Context<'_>,
+    project: Option<uuid::Uuid>,
+) -> Result<impl std::future::Future<Output = ()> + use<>, ApiError> {
+    let auth = state::<crate::auth::Auth>(ctx)?.clone();
+    let who = super::principal(ctx)?.user.id;
+    let mut changes = Box::pin(auth.events().subscribe());
+    Ok(async move {
+        loop {
+            match changes.next().await {
+                None => return,
+                Some(Delivery::Event(e)) => match e.as_ref() {
+                    crate::auth::AuthEvent::AccessChanged { user_id }
+                        if user_id.is_none_or(|u| u == who) => {}
+                    _ => continue,
+                },
+                // Missed events may have been changes: look again.
+                Some(Delivery::Lagged(_)) => {}
+            }
+            let still = match auth.access_of(who).await {
+                Ok(Some(access)) => access
+                    .require(project, crate::auth::ProjectRole::Viewer, "it")
+                    .is_ok(),
+                Ok(None) => false,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read a subscriber's access; ending it");
+                    false
+                }
+            };
+            if !still {
+                return;
+            }
+        }
+    })
 }
 
 /// A blueprint's resources as the API shows them.

@@ -100,32 +100,30 @@ pub struct ProviderStatusChanged {
     message: Option<String>,
 }
 
-impl From<&AuthEvent> for ServerEvent {
-    fn from(event: &AuthEvent) -> Self {
-        match event {
-            AuthEvent::UserLoggedIn { user_id, username } => {
-                ServerEvent::UserLoggedIn(UserLoggedIn {
-                    user_id: ID(user_id.to_string()),
-                    username: username.clone(),
-                })
-            }
-            AuthEvent::ApiTokenCreated {
-                user_id,
-                token_id,
-                name,
-            } => ServerEvent::ApiTokenCreated(ApiTokenCreated {
+/// What `serverEvents` shows of an auth event (access changes it does not).
+fn auth_view(event: &AuthEvent) -> Option<ServerEvent> {
+    Some(match event {
+        AuthEvent::UserLoggedIn { user_id, username } => ServerEvent::UserLoggedIn(UserLoggedIn {
+            user_id: ID(user_id.to_string()),
+            username: username.clone(),
+        }),
+        AuthEvent::ApiTokenCreated {
+            user_id,
+            token_id,
+            name,
+        } => ServerEvent::ApiTokenCreated(ApiTokenCreated {
+            user_id: ID(user_id.to_string()),
+            token_id: ID(token_id.to_string()),
+            name: name.clone(),
+        }),
+        AuthEvent::ApiTokenRevoked { user_id, token_id } => {
+            ServerEvent::ApiTokenRevoked(ApiTokenRevoked {
                 user_id: ID(user_id.to_string()),
                 token_id: ID(token_id.to_string()),
-                name: name.clone(),
-            }),
-            AuthEvent::ApiTokenRevoked { user_id, token_id } => {
-                ServerEvent::ApiTokenRevoked(ApiTokenRevoked {
-                    user_id: ID(user_id.to_string()),
-                    token_id: ID(token_id.to_string()),
-                })
-            }
+            })
         }
-    }
+        AuthEvent::AccessChanged { .. } => return None,
+    })
 }
 
 impl From<&SyncEvent> for RepositorySync {
@@ -174,7 +172,7 @@ impl EventSubscription {
         let auth = state::<Auth>(ctx)?
             .events()
             .subscribe()
-            .filter_map(move |d| ready(server_view(d, |e| admin.then(|| e.into()))));
+            .filter_map(move |d| ready(server_view(d, |e| admin.then(|| auth_view(e)).flatten())));
         let syncs = state::<Repositories>(ctx)?
             .events()
             .subscribe()

@@ -154,6 +154,10 @@ pub enum AuthEvent {
     },
     /// An API token was revoked.
     ApiTokenRevoked { user_id: Uuid, token_id: Uuid },
+    /// What a user may do changed (a membership, their role, disabled,
+    /// deleted); `None`: anyone's (a project was deleted). Subscriptions
+    /// check again whether their reader may still follow what they follow.
+    AccessChanged { user_id: Option<Uuid> },
 }
 
 #[derive(Clone)]

@@ -136,6 +136,34 @@ pub struct ProjectChange {
 }
 
 impl Auth {
+    /// What the user `id` may do, read now from their stored row; `None`
+    /// once they are disabled or deleted.
+    pub async fn access_of(&self, id: Uuid) -> Result<Option<Access>, AuthError> {
+        let Some(row) = users::find_user(&self.db, id).await? else {
+            return Ok(None);
+        };
+        if row.disabled {
+            return Ok(None);
+        }
+        let server_admin = row.role.parse::<Role>()? == Role::Admin;
+        let mut roles = HashMap::new();
+        if !server_admin {
+            for m in projects::memberships_of(&self.db, id).await? {
+                roles.insert(m.project_id, m.role.parse()?);
+            }
+        }
+        Ok(Some(Access {
+            user_id: id,
+            server_admin,
+            roles,
+        }))
+    }
+
+    fn access_changed(&self, user_id: Option<Uuid>) {
+        self.bus
+            .publish(super::AuthEvent::AccessChanged { user_id });
+    }
+
     /// What `who` may do, read now.
     pub async fn access(&self, who: &Principal) -> Result<Access, AuthError> {
         let server_admin = who.user.role == Role::Admin;
@@ -207,6 +235,7 @@ impl Auth {
         let row = users::set_disabled(&self.db, id, disabled, TokenKind::Session.as_str())
             .await?
             .ok_or_else(|| AuthError::NotFound(format!("no user {id}")))?;
+        self.access_changed(Some(id));
         to_user(row)
     }
 
@@ -228,6 +257,7 @@ impl Auth {
         let row = users::set_role(&self.db, id, role.as_str())
             .await?
             .ok_or_else(|| AuthError::NotFound(format!("no user {id}")))?;
+        self.access_changed(Some(id));
         to_user(row)
     }
 
@@ -239,6 +269,7 @@ impl Auth {
         }
         self.keep_an_admin(&user).await?;
         users::delete_user(&self.db, id).await?;
+        self.access_changed(Some(id));
         Ok(())
     }
 
@@ -377,6 +408,7 @@ impl Auth {
             )));
         }
         projects::delete_project(&self.db, id).await?;
+        self.access_changed(None);
         Ok(())
     }
 
@@ -416,6 +448,7 @@ impl Auth {
             .await?
             .ok_or_else(|| AuthError::NotFound(format!("no user named `{username}`")))?;
         let row = projects::set_member(&self.db, project, user.id, role.as_str()).await?;
+        self.access_changed(Some(user.id));
         Ok(Member {
             role,
             since: row.created_at,
@@ -442,6 +475,7 @@ impl Auth {
                 "`{username}` is not a member of this project"
             )));
         }
+        self.access_changed(Some(user.id));
         Ok(())
     }
 }

@@ -1130,3 +1130,93 @@ async fn twenty_deploys_racing_for_the_last_room_never_pass_the_quota() {
         settled(&app, id, &["DESTROYED"]).await;
     }
 }
+
+/// A member following a deployment's events stops receiving them when they
+/// leave the project: the subscription ends (`complete`) at once.
+#[tokio::test]
+async fn a_subscription_ends_when_its_reader_leaves_the_project() {
+    let (app, _provider, _repo) = with_process_provider(|_| {}).await;
+    let owner = user(&app, "owner", "USER").await;
+    let viewer = user(&app, "viewer", "USER").await;
+    let alpha = project(&app, &owner, "alpha").await;
+    member(&app, &owner, &alpha, "viewer", "VIEWER").await;
+    let made = app
+        .gql_as(
+            Some(&owner),
+            "mutation($p: ID!, $s: String!) { createBlueprint(input: { projectId: $p, name: \"svc\", source: $s }) { id } }",
+            json!({ "p": alpha, "s": ONE_SERVICE }),
+        )
+        .await;
+    let blueprint = data(&made)["createBlueprint"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let deployment = deploy(&app, &blueprint, "one", json!({})).await;
+    settled(&app, &deployment, &["COMPLETE"]).await;
+
+    let query = "subscription($id: ID!) { deploymentEvents(id: $id) { kind state } }";
+    let first = first_message_and_socket(&app, &viewer, query, &json!({ "id": deployment })).await;
+    let (mut ws, message) = first;
+    assert_eq!(message["type"], "next", "{message}");
+    let removed = app
+        .gql_as(
+            Some(&owner),
+            "mutation($p: ID!) { removeProjectMember(projectId: $p, username: \"viewer\") }",
+            json!({ "p": alpha }),
+        )
+        .await;
+    data(&removed);
+    // The history is replayed first; after it, the end (each read waits
+    // at most 10 s, and the history is a few events long).
+    let mut ended = None;
+    for _ in 0..100 {
+        let message = next_json(&mut ws).await.expect("the socket stays open");
+        if message["type"] == "complete" {
+            ended = Some(message);
+            break;
+        }
+        assert_eq!(message["type"], "next", "{message}");
+    }
+    assert_eq!(ended.expect("the subscription completes")["id"], "1");
+    // Asked again, the deployment is not there for them.
+    let again = app
+        .gql_as(
+            Some(&viewer),
+            "query($id: ID!) { deployment(id: $id) { name } }",
+            json!({ "id": deployment }),
+        )
+        .await;
+    assert_eq!(error_code(&again), Some("NOT_FOUND"), "{again}");
+    let body = app
+        .gql_as(
+            Some(&owner),
+            "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
+            json!({ "id": deployment }),
+        )
+        .await;
+    data(&body);
+    settled(&app, &deployment, &["DESTROYED"]).await;
+}
+
+/// Subscribes as `token` and returns the socket with its first answer.
+async fn first_message_and_socket(
+    app: &TestApp,
+    token: &str,
+    query: &str,
+    vars: &Value,
+) -> (crate::support::websocket::Ws, Value) {
+    let mut ws = connect(app.addr, "graphql-transport-ws").await;
+    send(
+        &mut ws,
+        json!({ "type": "connection_init", "payload": { "Authorization": format!("Bearer {token}") } }),
+    )
+    .await;
+    assert_eq!(next_json(&mut ws).await.unwrap()["type"], "connection_ack");
+    send(
+        &mut ws,
+        json!({ "id": "1", "type": "subscribe", "payload": { "query": query, "variables": vars } }),
+    )
+    .await;
+    let message = next_json(&mut ws).await.expect("an answer");
+    (ws, message)
+}
