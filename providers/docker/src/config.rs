@@ -4,7 +4,11 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use corbel_provider_sdk::config::{present, scalar_text};
 use serde_json::{Map, Value};
+
+/// A resource's `config_json` as an object.
+pub use corbel_provider_sdk::config::object;
 
 /// The provider's configuration. Each `Configure` carries all of it: a key
 /// left out goes back to its default. Unknown keys are ignored.
@@ -136,20 +140,6 @@ pub struct VolumeConfig {
     pub name: Option<String>,
     pub driver: String,
     pub labels: BTreeMap<String, String>,
-}
-
-/// `Resource.config_json` as an object (empty text: `{}`).
-pub fn object(config_json: &str) -> Result<Map<String, Value>, String> {
-    let value: Value = if config_json.trim().is_empty() {
-        Value::Object(Map::new())
-    } else {
-        serde_json::from_str(config_json).map_err(|e| format!("config: not JSON: {e}"))?
-    };
-    match value {
-        Value::Object(map) => Ok(map),
-        Value::Null => Ok(Map::new()),
-        _ => Err("config: expected a JSON object".to_string()),
-    }
 }
 
 impl ContainerConfig {
@@ -504,22 +494,6 @@ fn string_map(value: Option<&Value>, key: &str) -> Result<BTreeMap<String, Strin
             })
             .collect(),
         Some(_) => Err(format!("{key}: expected an object of strings")),
-    }
-}
-
-/// A key's value, treating `null` as absent.
-fn present<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    map.get(key).filter(|v| !v.is_null())
-}
-
-/// A string as is; a number or a boolean as its text (a template that is one
-/// whole output arrives typed).
-fn scalar_text(value: &Value) -> Option<String> {
-    match value {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        Value::Bool(b) => Some(b.to_string()),
-        Value::Null | Value::Array(_) | Value::Object(_) => None,
     }
 }
 

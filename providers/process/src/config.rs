@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde_json::{Map, Value};
+use corbel_provider_sdk::config::{object, present, scalar_text};
+use serde_json::Value;
 
 /// The provider's configuration. Each `Configure` carries all of it: a key
 /// left out goes back to its default. Unknown keys are ignored.
@@ -87,14 +88,7 @@ pub struct ServiceConfig {
 impl ServiceConfig {
     /// Parses `Resource.config_json`; errors read `config.<key>: <problem>`.
     pub fn parse(config_json: &str) -> Result<Self, String> {
-        let value: Value = if config_json.trim().is_empty() {
-            Value::Object(Map::new())
-        } else {
-            serde_json::from_str(config_json).map_err(|e| format!("config: not JSON: {e}"))?
-        };
-        let Value::Object(map) = value else {
-            return Err("config: expected a JSON object".to_string());
-        };
+        let map = object(config_json)?;
         let command = match present(&map, "command") {
             None => return Err("config.command: missing".to_string()),
             Some(Value::String(s)) if s.trim().is_empty() => {
@@ -158,23 +152,6 @@ fn variable_name(value: &Value) -> Result<String, String> {
         ));
     }
     Ok(name.to_string())
-}
-
-/// A key's value, treating `null` as absent.
-fn present<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    map.get(key).filter(|v| !v.is_null())
-}
-
-/// A string as is; a number or a boolean as its text (a blueprint template
-/// that is one whole output, such as a pid, arrives typed). Anything else is
-/// not an argument or a variable.
-fn scalar_text(value: &Value) -> Option<String> {
-    match value {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        Value::Bool(b) => Some(b.to_string()),
-        Value::Null | Value::Array(_) | Value::Object(_) => None,
-    }
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@
 //! registers, exits when Corbel goes away, and unregisters on SIGTERM. See the
 //! crate's README for the lifecycle and [`testing`] to test without Corbel.
 
+pub mod config;
 mod env;
 mod error;
 mod provider;
