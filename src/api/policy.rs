@@ -145,7 +145,13 @@ pub(crate) async fn require(
         Some(Project(role)) => access.require(project, role, what)?,
         Some(Public | SignedIn) => {}
         Some(ServerAdmin) if access.server_admin => {}
-        Some(ServerAdmin) | None => return Err(no_policy_or_forbidden(field)),
+        Some(ServerAdmin) => return Err(forbidden(&format!("`{field}`"))),
+        None => {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                format!("`{field}` has no policy: refused"),
+            ));
+        }
     }
     Ok(access)
 }
@@ -156,18 +162,12 @@ pub(crate) fn server_admin_only(ctx: &Context<'_>, what: &str) -> Result<(), Api
     if principal(ctx)?.user.role == Role::Admin {
         Ok(())
     } else {
-        Err(ApiError::new(
-            ErrorCode::Forbidden,
-            format!("{what} is for server admins"),
-        ))
+        Err(forbidden(what))
     }
 }
 
-fn no_policy_or_forbidden(field: &str) -> ApiError {
-    ApiError::new(
-        ErrorCode::Forbidden,
-        format!("`{field}` is for server admins"),
-    )
+fn forbidden(what: &str) -> ApiError {
+    ApiError::new(ErrorCode::Forbidden, format!("{what} is for server admins"))
 }
 
 pub struct PolicyGuard;

@@ -145,18 +145,7 @@ impl Auth {
         if row.disabled {
             return Ok(None);
         }
-        let server_admin = row.role.parse::<Role>()? == Role::Admin;
-        let mut roles = HashMap::new();
-        if !server_admin {
-            for m in projects::memberships_of(&self.db, id).await? {
-                roles.insert(m.project_id, m.role.parse()?);
-            }
-        }
-        Ok(Some(Access {
-            user_id: id,
-            server_admin,
-            roles,
-        }))
+        Ok(Some(self.access_for(id, row.role.parse()?).await?))
     }
 
     fn access_changed(&self, user_id: Option<Uuid>) {
@@ -166,15 +155,21 @@ impl Auth {
 
     /// What `who` may do, read now.
     pub async fn access(&self, who: &Principal) -> Result<Access, AuthError> {
-        let server_admin = who.user.role == Role::Admin;
+        self.access_for(who.user.id, who.user.role).await
+    }
+
+    /// What a user with the server role `role` may do: everything for an
+    /// admin, else what their memberships allow.
+    async fn access_for(&self, user_id: Uuid, role: Role) -> Result<Access, AuthError> {
+        let server_admin = role == Role::Admin;
         let mut roles = HashMap::new();
         if !server_admin {
-            for m in projects::memberships_of(&self.db, who.user.id).await? {
+            for m in projects::memberships_of(&self.db, user_id).await? {
                 roles.insert(m.project_id, m.role.parse()?);
             }
         }
         Ok(Access {
-            user_id: who.user.id,
+            user_id,
             server_admin,
             roles,
         })

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::binary::serve;
+use crate::support::binary::{admin_gql, serve};
 use crate::support::deployments::{
     create_blueprint, deploy, deployment, settled, with_docker_provider, with_process_provider,
 };
@@ -200,25 +200,9 @@ async fn the_server_killed_mid_deploy_leaves_exactly_the_recorded_containers() {
 
     let admin = ("CORBEL_ADMIN_TOKEN", ADMIN_TOKEN);
     let mut served = serve(&store, &[admin]);
-    let client = reqwest::Client::new();
-    let gql = |addr: std::net::SocketAddr, query: &'static str, variables: Value| {
-        let client = client.clone();
-        async move {
-            client
-                .post(format!("http://{addr}/graphql"))
-                .bearer_auth(ADMIN_TOKEN)
-                .json(&json!({ "query": query, "variables": variables }))
-                .send()
-                .await
-                .ok()?
-                .json::<Value>()
-                .await
-                .ok()
-        }
-    };
     let addr = served.addr;
     eventually(Duration::from_secs(60), "the provider", || async {
-        let body = gql(
+        let body = admin_gql(
             addr,
             "query($id: ID!) { provider(id: $id) { status } }",
             json!({ "id": provider }),
@@ -227,7 +211,7 @@ async fn the_server_killed_mid_deploy_leaves_exactly_the_recorded_containers() {
         (body["data"]["provider"]["status"] == "CONNECTED").then_some(())
     })
     .await;
-    let body = gql(
+    let body = admin_gql(
         addr,
         "mutation($input: DeployBlueprintInput!) { deployBlueprint(input: $input) { id } }",
         json!({ "input": { "blueprintId": blueprint, "name": "chain" } }),
@@ -241,7 +225,7 @@ async fn the_server_killed_mid_deploy_leaves_exactly_the_recorded_containers() {
     let _cleanup = DeploymentCleanup(id.clone());
     let label = format!("{LABEL_DEPLOYMENT}={id}");
     eventually(Duration::from_secs(60), "some containers up", || async {
-        let body = gql(
+        let body = admin_gql(
             addr,
             "query($id: ID!) { deployment(id: $id) { nodes { state } } }",
             json!({ "id": id }),
@@ -266,7 +250,7 @@ async fn the_server_killed_mid_deploy_leaves_exactly_the_recorded_containers() {
     let served = serve(&store, &[admin]);
     let addr = served.addr;
     let done = eventually(Duration::from_secs(120), "the deployment to finish", || async {
-        let body = gql(
+        let body = admin_gql(
             addr,
             "query($id: ID!) { deployment(id: $id) { state error nodes { id key state outputs } } }",
             json!({ "id": id }),
@@ -294,7 +278,7 @@ async fn the_server_killed_mid_deploy_leaves_exactly_the_recorded_containers() {
         assert_eq!(container_state(container), "running", "{container}");
     }
 
-    let body = gql(
+    let body = admin_gql(
         addr,
         "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
         json!({ "id": id }),
@@ -306,7 +290,7 @@ async fn the_server_killed_mid_deploy_leaves_exactly_the_recorded_containers() {
         Duration::from_secs(120),
         "the deployment destroyed",
         || async {
-            let body = gql(
+            let body = admin_gql(
                 addr,
                 "query($id: ID!) { deployment(id: $id) { state } }",
                 json!({ "id": id }),

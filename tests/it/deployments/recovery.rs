@@ -5,9 +5,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::support::binary::serve;
+use crate::support::binary::{admin_gql, serve};
 use crate::support::deployments::{create_blueprint, pids};
 use crate::support::processes::{alive, all_gone};
 use crate::support::provider_repos::{ProviderRepo, process_metadata};
@@ -42,25 +42,9 @@ async fn a_server_killed_mid_deploy_recovers_without_orphans() {
     let admin = ("CORBEL_ADMIN_TOKEN", ADMIN_TOKEN);
     let slow = ("CORBEL_DEPLOY_CONCURRENCY", "2");
     let mut served = serve(&store, &[admin, slow]);
-    let client = reqwest::Client::new();
-    let gql = |addr: std::net::SocketAddr, query: &'static str, variables: Value| {
-        let client = client.clone();
-        async move {
-            client
-                .post(format!("http://{addr}/graphql"))
-                .bearer_auth(ADMIN_TOKEN)
-                .json(&json!({ "query": query, "variables": variables }))
-                .send()
-                .await
-                .ok()?
-                .json::<Value>()
-                .await
-                .ok()
-        }
-    };
     let addr = served.addr;
     eventually(Duration::from_secs(60), "the provider", || async {
-        let body = gql(
+        let body = admin_gql(
             addr,
             "query($id: ID!) { provider(id: $id) { status } }",
             json!({ "id": provider }),
@@ -69,7 +53,7 @@ async fn a_server_killed_mid_deploy_recovers_without_orphans() {
         (body["data"]["provider"]["status"] == "CONNECTED").then_some(())
     })
     .await;
-    let body = gql(
+    let body = admin_gql(
         addr,
         "mutation($input: DeployBlueprintInput!) { deployBlueprint(input: $input) { id } }",
         json!({ "input": { "blueprintId": blueprint, "name": "many" } }),
@@ -81,7 +65,7 @@ async fn a_server_killed_mid_deploy_recovers_without_orphans() {
         .unwrap()
         .to_owned();
     eventually(Duration::from_secs(60), "some resources up", || async {
-        let body = gql(
+        let body = admin_gql(
             addr,
             "query($id: ID!) { deployment(id: $id) { nodes { state } } }",
             json!({ "id": id }),
@@ -101,7 +85,7 @@ async fn a_server_killed_mid_deploy_recovers_without_orphans() {
     let served = serve(&store, &[admin]);
     let addr = served.addr;
     let done = eventually(Duration::from_secs(120), "the deployment to finish", || async {
-        let body = gql(addr, "query($id: ID!) { deployment(id: $id) { state error nodes { id state outputs } } }", json!({ "id": id })).await?;
+        let body = admin_gql(addr, "query($id: ID!) { deployment(id: $id) { state error nodes { id state outputs } } }", json!({ "id": id })).await?;
         let d: Deployment = at_path_as(&body, "deployment").ok()?;
         (d.state == "COMPLETE" || d.state == "FAILED").then_some(d)
     })
@@ -143,7 +127,7 @@ async fn a_server_killed_mid_deploy_recovers_without_orphans() {
     assert_eq!(journal, 0);
 
     // Clean up through the API.
-    let body = gql(
+    let body = admin_gql(
         addr,
         "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
         json!({ "id": id }),
@@ -152,7 +136,7 @@ async fn a_server_killed_mid_deploy_recovers_without_orphans() {
     .unwrap();
     assert!(body.get("errors").is_none(), "{body}");
     eventually(Duration::from_secs(60), "destroyed", || async {
-        let body = gql(
+        let body = admin_gql(
             addr,
             "query($id: ID!) { deployment(id: $id) { state } }",
             json!({ "id": id }),

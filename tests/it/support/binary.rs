@@ -82,3 +82,22 @@ pub fn terminate(child: &mut Child) -> std::process::ExitStatus {
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
     child.wait().unwrap()
 }
+
+/// A GraphQL request to the server at `addr` as the admin: its body, or
+/// `None` when no answer came (a server a test kills may be gone).
+pub async fn admin_gql(
+    addr: std::net::SocketAddr,
+    query: &str,
+    variables: serde_json::Value,
+) -> Option<serde_json::Value> {
+    reqwest::Client::new()
+        .post(format!("http://{addr}/graphql"))
+        .bearer_auth(super::ADMIN_TOKEN)
+        .json(&serde_json::json!({ "query": query, "variables": variables }))
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()
+}
