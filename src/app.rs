@@ -25,6 +25,7 @@ use tower_http::trace::TraceLayer;
 use crate::api::documents::DocumentCache;
 use crate::api::http::{self as api_http, HttpState};
 use crate::api::{self, ServerFacts};
+use crate::audit::Audit;
 use crate::auth::Auth;
 use crate::config::Config;
 use crate::deploy::Deployments;
@@ -171,6 +172,9 @@ impl App {
             .await
             .context("recovering interrupted repository syncs")?;
 
+        let audit = Audit::new(db.clone(), Bus::new(BUS_CAPACITY, stopping.clone()));
+        audit.spawn_pruning(config.audit_retention_days, stopping.clone());
+
         let facts = ServerFacts {
             instance_id,
             database: location.kind(),
@@ -182,6 +186,7 @@ impl App {
             .data(repositories.clone())
             .data(providers.clone())
             .data(deployments.clone())
+            .data(audit.clone())
             .finish();
 
         let ws_close = CancellationToken::new();

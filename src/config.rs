@@ -48,6 +48,8 @@ pub struct Config {
     /// How long shutdown waits for open websocket streams to finish.
     #[serde(rename = "shutdown_grace_seconds", with = "seconds")]
     pub shutdown_grace: Duration,
+    /// How many days the audit log keeps an entry; 0 keeps them all.
+    pub audit_retention_days: u32,
     pub graphql: GraphqlLimits,
     pub login: LoginLimits,
     pub repository: RepositorySettings,
@@ -67,6 +69,7 @@ impl Default for Config {
             secret_key_file: None,
             session_ttl: Duration::from_secs(12 * 3600),
             shutdown_grace: Duration::from_secs(10),
+            audit_retention_days: 90,
             graphql: GraphqlLimits::default(),
             login: LoginLimits::default(),
             repository: RepositorySettings::default(),
@@ -129,6 +132,10 @@ pub struct Overrides {
     #[arg(long, env = "CORBEL_SHUTDOWN_GRACE_SECONDS", global = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shutdown_grace_seconds: Option<u64>,
+    /// How many days the audit log keeps an entry (0 keeps them all).
+    #[arg(long, env = "CORBEL_AUDIT_RETENTION_DAYS", global = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audit_retention_days: Option<u32>,
     #[command(flatten)]
     pub graphql: GraphqlFlags,
     #[command(flatten)]

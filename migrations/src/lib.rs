@@ -12,6 +12,7 @@ mod m20261201_000005_deployment_operations;
 mod m20261201_000006_provider_path;
 mod m20261201_000007_invalid_elements;
 pub mod m20261201_000008_projects;
+mod m20261201_000009_audit_and_quantities;
 
 pub struct Migrator;
 
@@ -27,6 +28,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000006_provider_path::Migration),
             Box::new(m20261201_000007_invalid_elements::Migration),
             Box::new(m20261201_000008_projects::Migration),
+            Box::new(m20261201_000009_audit_and_quantities::Migration),
         ]
     }
 }

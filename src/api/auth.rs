@@ -176,6 +176,7 @@ impl AuthMutation {
         let (user, token) = state::<Auth>(ctx)?
             .login(&username, &password, from)
             .await?;
+        super::audit::note_user(ctx, user.id);
         ctx.append_http_header(
             "Set-Cookie",
             format!("{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict"),

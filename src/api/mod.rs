@@ -1,6 +1,7 @@
 //! The GraphQL API: the schema root, one module per area, the edge error type,
 //! the authentication guard, and the HTTP/websocket handlers that serve it.
 
+mod audit;
 mod auth;
 mod cost;
 mod deploy;
@@ -32,6 +33,7 @@ pub struct Query(
     repository::RepositoryQuery,
     provider::ProviderQuery,
     deploy::DeployQuery,
+    audit::AuditQueryRoot,
 );
 
 #[derive(MergedObject, Default)]
@@ -48,6 +50,7 @@ pub struct Subscription(
     events::EventSubscription,
     provider::ProviderSubscription,
     deploy::DeploySubscription,
+    audit::AuditSubscription,
 );
 
 pub type CorbelSchema = Schema<Query, Mutation, Subscription>;
@@ -108,6 +111,8 @@ pub fn schema_builder(limits: &GraphqlLimits) -> SchemaBuilder<Query, Mutation, 
     .extension(cost::CostLimit {
         limits: limits.clone(),
     })
+    // Outside the guard, so it sees the mutations the guard refuses.
+    .extension(audit::AuditTrail)
     .extension(policy::PolicyGuard)
 }
 

@@ -57,6 +57,10 @@ pub const POLICY: &[(&str, Need)] = &[
     ("createApiToken", SignedIn),
     ("revokeApiToken", SignedIn),
     ("serverEvents", SignedIn),
+    // The audit log (a project's own entries are `Project.auditLog`, for its
+    // admins).
+    ("auditLog", ServerAdmin),
+    ("auditEvents", ServerAdmin),
     // Users.
     ("users", ServerAdmin),
     ("user", ServerAdmin),
@@ -140,6 +144,9 @@ pub(crate) async fn require(
     what: &str,
 ) -> Result<Access, ApiError> {
     let field = ctx.field().name();
+    if let Some(project) = project {
+        super::audit::note_project(ctx, project);
+    }
     let access = access(ctx).await?;
     match need_of(field) {
         Some(Project(role)) => access.require(project, role, what)?,

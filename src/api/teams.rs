@@ -71,12 +71,13 @@ impl Project {
     }
     /// What its deployments use now of what its limits count.
     async fn usage(&self, ctx: &Context<'_>) -> Result<ProjectUsage, ApiError> {
-        let resources = state::<crate::deploy::Deployments>(ctx)?
+        let (resources, quantities) = state::<crate::deploy::Deployments>(ctx)?
             .queries()
             .project_usage(self.0.id)
             .await?;
         Ok(ProjectUsage {
             resources: i64::try_from(resources).unwrap_or(i64::MAX),
+            quantities: Json(quantities),
         })
     }
     /// The caller's role here (`ADMIN` for a server admin).
@@ -97,6 +98,28 @@ impl Project {
     }
     async fn updated_at(&self) -> DateTime<Utc> {
         self.0.updated_at
+    }
+    /// The mutations made in this project, newest first (see `auditLog`):
+    /// for its `ADMIN`s.
+    async fn audit_log(
+        &self,
+        ctx: &Context<'_>,
+        filter: Option<super::audit::AuditFilter>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> Result<super::pagination::Page<super::audit::AuditEntry>, ApiError> {
+        if access(ctx).await?.role_in(self.0.id) != Some(domain::ProjectRole::Admin) {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                format!(
+                    "the audit log of project `{}` is for its ADMINs",
+                    self.0.name
+                ),
+            ));
+        }
+        let mut query = filter.unwrap_or_default().query()?;
+        query.project_ids = Some(vec![self.0.id]);
+        super::audit::page(ctx, query, first, after).await
     }
 }
 
@@ -122,6 +145,9 @@ pub struct ProjectUsage {
     /// Resource nodes its deployments hold or are about to (against
     /// `maxResources`).
     resources: i64,
+    /// What they count of each named quantity their providers describe
+    /// (against `quotas`), e.g. `{"cpu": 6}`.
+    quantities: Json<std::collections::BTreeMap<String, i64>>,
 }
 
 #[derive(SimpleObject)]
@@ -300,20 +326,20 @@ impl TeamsMutation {
         ctx: &Context<'_>,
         input: CreateProjectInput,
     ) -> Result<Project, ApiError> {
-        Ok(Project(
-            state::<Auth>(ctx)?
-                .create_project(
-                    principal(ctx)?,
-                    domain::NewProject {
-                        name: input.name,
-                        description: input.description,
-                        max_resources: input.max_resources,
-                        max_lease_seconds: input.max_lease_seconds,
-                        quotas: input.quotas.map(|q| q.0).unwrap_or_default(),
-                    },
-                )
-                .await?,
-        ))
+        let project = state::<Auth>(ctx)?
+            .create_project(
+                principal(ctx)?,
+                domain::NewProject {
+                    name: input.name,
+                    description: input.description,
+                    max_resources: input.max_resources,
+                    max_lease_seconds: input.max_lease_seconds,
+                    quotas: input.quotas.map(|q| q.0).unwrap_or_default(),
+                },
+            )
+            .await?;
+        super::audit::note_project(ctx, project.id);
+        Ok(Project(project))
     }
 
     async fn update_project(

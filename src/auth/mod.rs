@@ -3,7 +3,7 @@
 //! Passwords are hashed with argon2. Tokens are 32 random bytes shown to their
 //! owner once; only their SHA-256 is stored (a token has full entropy, so a fast
 //! hash is enough and keeps per-request checks cheap). Roles are a column on the
-//! user; today every user is an admin, and `Principal` is where checks will grow.
+//! user; what a principal may do is `teams::Access`.
 
 mod limiter;
 mod password;

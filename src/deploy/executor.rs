@@ -22,6 +22,7 @@ use tokio::task::JoinSet;
 use uuid::Uuid;
 
 use super::blueprint::{self, Blueprint};
+use super::plan::Quantities;
 use super::runs::Lock;
 use super::schedule::{self, Direction, Schedule};
 use super::step::StepError;
@@ -197,14 +198,14 @@ impl Executor<'_> {
                 operation
             }
         };
-        let (bp, variables) = self.effective(id).await?;
+        let (bp, variables, quantities) = self.effective(id).await?;
         let nodes = rows::nodes_of(&self.0.inner.db, id)
             .await
             .map_err(|e| Stopped::Failed(e.to_string()))?;
         if nodes.is_empty() {
             self.0
                 .planner()
-                .plan(id, &bp, &variables)
+                .plan(id, &bp, &variables, &quantities)
                 .await
                 .map_err(Stopped::Failed)?;
         } else if state != DeploymentState::InProgress {
@@ -490,9 +491,13 @@ impl Executor<'_> {
     }
 
     /// The blueprint of a deployment with the dependencies its providers add
-    /// (`DescribeResources`), and its bound variables. Waits for providers
+    /// (`DescribeResources`), its bound variables, and what each resource
+    /// counts against named quotas (by key, per replica). Waits for providers
     /// that are still loading or restarting.
-    async fn effective(&self, id: Uuid) -> Result<(Blueprint, BTreeMap<String, Value>), Stopped> {
+    async fn effective(
+        &self,
+        id: Uuid,
+    ) -> Result<(Blueprint, BTreeMap<String, Value>, Quantities), Stopped> {
         let row = self.deployment_row(id).await.map_err(Stopped::Failed)?;
         let bp = blueprint::parse(&row.source).map_err(|p| Stopped::Failed(p.to_string()))?;
         let variables: BTreeMap<String, Value> = serde_json::from_str(&row.variables)
@@ -531,6 +536,7 @@ impl Executor<'_> {
             });
         }
         let mut extra = Vec::new();
+        let mut quantities = Quantities::new();
         for (provider, calls) in by_provider {
             if let Err(error) = self.0.steps().await_provider(provider).await {
                 return Err(if self.0.inner.stopping.is_cancelled() {
@@ -562,6 +568,9 @@ impl Executor<'_> {
                         d.key, has.name
                     )));
                 }
+                if !d.quota.is_empty() {
+                    quantities.insert(d.key.clone(), d.quota.into_iter().collect());
+                }
                 if !d.depends_on.is_empty() {
                     extra.push((d.key, d.depends_on));
                 }
@@ -573,7 +582,7 @@ impl Executor<'_> {
             blueprint::with_extra_dependencies(&bp, &extra)
                 .map_err(|p| Stopped::Failed(p.to_string()))?
         };
-        Ok((bp, variables))
+        Ok((bp, variables, quantities))
     }
 }
 

@@ -24,6 +24,10 @@ pub(super) struct Placed {
     pub nodes: Vec<Option<String>>,
 }
 
+/// What each resource (by key) counts against its project's named quotas,
+/// per replica, as its provider described it (`DescribeResources`).
+pub(super) type Quantities = BTreeMap<String, BTreeMap<String, i64>>;
+
 /// The planning part of [`Deployments`].
 #[derive(Clone, Copy)]
 pub struct Planner<'a>(pub(super) &'a Deployments);
@@ -35,27 +39,35 @@ impl Planner<'_> {
         id: Uuid,
         bp: &Blueprint,
         variables: &BTreeMap<String, Value>,
+        quantities: &Quantities,
     ) -> Result<(), String> {
         let _placing = self.0.inner.placing.lock().await;
         let mut placer = Placer::new(self.0);
         let mut nodes = Vec::new();
+        let mut wanted = BTreeMap::<String, i64>::new();
         for resource in &bp.resources {
             let placed = placer
                 .place(resource, variables, None)
                 .await
                 .map_err(|e| format!("resources.{}: {e}", resource.key))?;
+            let quota = quantities.get(&resource.key);
             for (replica, node) in placed.nodes.into_iter().enumerate() {
+                for (name, amount) in quota.into_iter().flatten() {
+                    let total = wanted.entry(name.clone()).or_default();
+                    *total = total.saturating_add((*amount).max(0));
+                }
                 nodes.push(rows::NewNode {
                     key: resource.key.clone(),
                     replica: i32::try_from(replica).unwrap_or(i32::MAX),
                     resource_type: resource.resource_type.clone(),
                     provider_id: Some(placed.provider_id),
                     node,
+                    quota: quota.map(|q| serde_json::to_string(q).unwrap_or_default()),
                 });
             }
         }
         let count = nodes.len();
-        self.within_quota(id, count).await?;
+        self.within_quota(id, count, &wanted).await?;
         rows::insert_nodes(
             &self.0.inner.db,
             id,
@@ -78,11 +90,17 @@ impl Planner<'_> {
         Ok(())
     }
 
-    /// Refuses a plan of `count` nodes that would take the deployment's
-    /// project past its `maxResources`, saying by how much. Called under the
-    /// placing lock, with the nodes written under it: two plans never both
-    /// take the last room.
-    async fn within_quota(&self, id: Uuid, count: usize) -> Result<(), String> {
+    /// Refuses a plan of `count` nodes, counting `wanted` of named
+    /// quantities, that would take the deployment's project past its
+    /// `maxResources` or one of its named quotas, saying which and by how
+    /// much. Called under the placing lock, with the nodes written under it:
+    /// two plans never both take the last room.
+    async fn within_quota(
+        &self,
+        id: Uuid,
+        count: usize,
+        wanted: &BTreeMap<String, i64>,
+    ) -> Result<(), String> {
         let db = &self.0.inner.db;
         let Some(project) = rows::find_deployment(db, id)
             .await
@@ -97,20 +115,29 @@ impl Planner<'_> {
         else {
             return Ok(());
         };
-        let Some(max) = row.max_resources else {
+        let live = LIVE_NODE_STATES.map(NodeState::as_str);
+        if let Some(max) = row.max_resources {
+            let used = rows::project_node_count(db, project, &live)
+                .await
+                .map_err(|e| e.to_string())?;
+            over(&row.name, "maxResources", max, used as i64, count as i64)?;
+        }
+        let limits: serde_json::Map<String, Value> =
+            serde_json::from_str(&row.quotas).unwrap_or_default();
+        let limited: Vec<(&String, i64)> = limits
+            .iter()
+            .filter_map(|(name, limit)| Some((name, limit.as_i64()?)))
+            .filter(|(name, _)| wanted.get(*name).is_some_and(|n| *n > 0))
+            .collect();
+        if limited.is_empty() {
             return Ok(());
-        };
-        let used = rows::project_node_count(db, project, &LIVE_NODE_STATES.map(NodeState::as_str))
+        }
+        let used = project_quantities(db, project)
             .await
             .map_err(|e| e.to_string())?;
-        let wanted = used + count as u64;
-        if wanted > max.max(0) as u64 {
-            return Err(format!(
-                "quota maxResources of project `{}`: {max} allowed, {used} in use, this \
-                 deployment needs {count}: {} over",
-                row.name,
-                wanted - max.max(0) as u64
-            ));
+        for (name, limit) in limited {
+            let in_use = used.get(name).copied().unwrap_or(0);
+            over(&row.name, name, limit, in_use, wanted[name])?;
         }
         Ok(())
     }
@@ -286,4 +313,39 @@ fn capacity_for(node: &ProviderNode, resource_type: &str) -> Option<i64> {
             .map(|(_, v)| *v)
     };
     of(resource_type).or_else(|| of("*")).filter(|c| *c > 0)
+}
+
+/// The error for a plan that needs `needs` of the quota `name` of `project`
+/// (`limit` allowed, `used` in use), if that is too much.
+fn over(project: &str, name: &str, limit: i64, used: i64, needs: i64) -> Result<(), String> {
+    let limit = limit.max(0);
+    let total = used.saturating_add(needs);
+    if total > limit {
+        return Err(format!(
+            "quota {name} of project `{project}`: {limit} allowed, {used} in use, this \
+             deployment needs {needs}: {} over",
+            total - limit
+        ));
+    }
+    Ok(())
+}
+
+/// What the project's live nodes count of each named quantity.
+pub(super) async fn project_quantities(
+    db: &crate::store::Db,
+    project: Uuid,
+) -> Result<BTreeMap<String, i64>, crate::store::DbErr> {
+    let rows =
+        rows::project_node_quotas(db, project, &LIVE_NODE_STATES.map(NodeState::as_str)).await?;
+    let mut used = BTreeMap::<String, i64>::new();
+    for text in rows {
+        let Ok(quota) = serde_json::from_str::<BTreeMap<String, i64>>(&text) else {
+            continue;
+        };
+        for (name, amount) in quota {
+            let total = used.entry(name).or_default();
+            *total = total.saturating_add(amount.max(0));
+        }
+    }
+    Ok(used)
 }

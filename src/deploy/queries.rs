@@ -46,13 +46,18 @@ impl Queries<'_> {
 
     /// How many resource nodes a project's deployments hold (or are about
     /// to): what counts against its `maxResources`.
-    pub async fn project_usage(&self, project: Uuid) -> Result<u64, DeployError> {
-        Ok(rows::project_node_count(
+    pub async fn project_usage(
+        &self,
+        project: Uuid,
+    ) -> Result<(u64, std::collections::BTreeMap<String, i64>), DeployError> {
+        let resources = rows::project_node_count(
             &self.0.inner.db,
             project,
             &super::LIVE_NODE_STATES.map(super::NodeState::as_str),
         )
-        .await?)
+        .await?;
+        let quantities = super::plan::project_quantities(&self.0.inner.db, project).await?;
+        Ok((resources, quantities))
     }
 
     /// One resource node of any deployment, by its id.

@@ -329,6 +329,8 @@ pub struct NewNode {
     pub resource_type: String,
     pub provider_id: Option<Uuid>,
     pub node: Option<String>,
+    /// What it counts against named quotas, a JSON object as text.
+    pub quota: Option<String>,
 }
 
 /// Writes the planned nodes and the deployment's state in one transaction.
@@ -356,6 +358,7 @@ pub async fn insert_nodes(
             error: Set(None),
             run_id: Set(None),
             updated_at: Set(now),
+            quota: Set(n.quota.clone()),
         });
         deployment_node::Entity::insert_many(models)
             .exec_without_returning(&txn)
@@ -424,7 +427,29 @@ pub async fn project_node_count(
         .await
 }
 
-/// Nodes of a provider that hold (or may hold) a resource.
+/// The named quantities (`deployment_nodes.quota`) of the project's nodes in
+/// `live_states`, one JSON object per node that has any.
+pub async fn project_node_quotas(
+    db: &DatabaseConnection,
+    project_id: Uuid,
+    live_states: &[&str],
+) -> Result<Vec<String>, DbErr> {
+    let of_project = sea_orm::sea_query::Query::select()
+        .column(deployment::Column::Id)
+        .from(deployment::Entity)
+        .and_where(deployment::Column::ProjectId.eq(project_id))
+        .to_owned();
+    deployment_node::Entity::find()
+        .select_only()
+        .column(deployment_node::Column::Quota)
+        .filter(deployment_node::Column::DeploymentId.in_subquery(of_project))
+        .filter(deployment_node::Column::State.is_in(live_states.iter().copied()))
+        .filter(deployment_node::Column::Quota.is_not_null())
+        .into_tuple::<String>()
+        .all(db)
+        .await
+}
+
 /// Node states that hold, or may hold, a resource on their provider: a
 /// provider with such nodes cannot be deleted.
 pub const HOLDING_STATES: [&str; 8] = [

@@ -378,6 +378,9 @@ pub mod deployment_node {
         pub error: Option<String>,
         pub run_id: Option<Uuid>,
         pub updated_at: DateTimeUtc,
+        /// What it counts against its project's named quotas, as its provider
+        /// described it: a JSON object of name to amount, or none.
+        pub quota: Option<String>,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
@@ -482,6 +485,36 @@ pub mod project_member {
         /// `VIEWER`, `DEPLOYER`, `DEVELOPER` or `ADMIN`.
         pub role: String,
         pub created_at: DateTimeUtc,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod audit_entry {
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "audit_log")]
+    pub struct Model {
+        /// UUID v7: in the order the entries were made.
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub id: Uuid,
+        pub at: DateTimeUtc,
+        pub user_id: Option<Uuid>,
+        pub username: Option<String>,
+        pub project_id: Option<Uuid>,
+        /// The mutation's name (`deployBlueprint`).
+        pub action: String,
+        /// Its arguments with secrets hidden, a JSON object as text.
+        pub arguments: String,
+        /// `OK` or the error's code.
+        pub outcome: String,
+        pub error: Option<String>,
+        pub duration_micros: i64,
+        pub address: Option<String>,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -4,6 +4,7 @@
 //! Entities stay inside `store`; areas read and write through the functions their
 //! modules expose and convert rows to their own types at the boundary.
 
+pub mod audit;
 pub mod deployments;
 pub mod entities;
 mod location;

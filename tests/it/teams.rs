@@ -13,10 +13,10 @@ use crate::support::deployments::{deploy, settled, with_process_provider};
 use crate::support::websocket::{connect, next_json, send};
 use crate::support::{ADMIN_TOKEN, TestApp, data, error_code};
 
-const PASSWORD: &str = "a long enough password 42";
+pub(crate) const PASSWORD: &str = "a long enough password 42";
 
 /// Makes a user with `role` and signs them in; their session token.
-async fn user(app: &TestApp, name: &str, role: &str) -> String {
+pub(crate) async fn user(app: &TestApp, name: &str, role: &str) -> String {
     let made = app
         .gql(
             "mutation($input: CreateUserInput!) { createUser(input: $input) { id username role } }",
@@ -27,7 +27,7 @@ async fn user(app: &TestApp, name: &str, role: &str) -> String {
     login(app, name).await
 }
 
-async fn login(app: &TestApp, name: &str) -> String {
+pub(crate) async fn login(app: &TestApp, name: &str) -> String {
     let body = app
         .gql_as(
             None,
@@ -38,7 +38,7 @@ async fn login(app: &TestApp, name: &str) -> String {
     data(&body)["login"]["token"].as_str().unwrap().to_owned()
 }
 
-async fn project(app: &TestApp, token: &str, name: &str) -> String {
+pub(crate) async fn project(app: &TestApp, token: &str, name: &str) -> String {
     let body = app
         .gql_as(
             Some(token),
@@ -53,7 +53,7 @@ async fn project(app: &TestApp, token: &str, name: &str) -> String {
         .to_owned()
 }
 
-async fn member(app: &TestApp, token: &str, project: &str, name: &str, role: &str) {
+pub(crate) async fn member(app: &TestApp, token: &str, project: &str, name: &str, role: &str) {
     let body = app
         .gql_as(
             Some(token),
@@ -65,7 +65,7 @@ async fn member(app: &TestApp, token: &str, project: &str, name: &str, role: &st
     assert_eq!(data(&body)["setProjectMember"]["role"], role, "{body}");
 }
 
-const ONE_SERVICE: &str = "resources:\n  svc:\n    type: process.v1.service\n    config: { command: sleep, args: [\"300\"] }\n";
+pub(crate) const ONE_SERVICE: &str = "resources:\n  svc:\n    type: process.v1.service\n    config: { command: sleep, args: [\"300\"] }\n";
 
 #[tokio::test]
 async fn a_disabled_user_stops_at_once_and_the_last_admin_stays() {
@@ -428,6 +428,16 @@ fn operations(f: &Fixture) -> Vec<(&'static str, String, Value)> {
         (
             "serverEvents",
             "subscription { serverEvents { __typename } }",
+            json!({}),
+        ),
+        (
+            "auditLog",
+            "{ auditLog(first: 1) { totalCount } }",
+            json!({}),
+        ),
+        (
+            "auditEvents",
+            "subscription { auditEvents { action } }",
             json!({}),
         ),
         ("users", "{ users { username } }", json!({})),
@@ -1034,20 +1044,116 @@ async fn a_database_of_the_release_before_projects_moves_into_default() {
 /// and a deploy with none gets the longest allowed.
 #[tokio::test]
 async fn twenty_deploys_racing_for_the_last_room_never_pass_the_quota() {
-    let (app, _provider, _repo) = with_process_provider(|_| {}).await;
+    let Raced {
+        app,
+        owner,
+        alpha,
+        blueprint,
+        complete,
+        _repo,
+    } = race_for_the_last_room(
+        json!({ "maxResources": 5, "maxLeaseSeconds": 3600 }),
+        "quota maxResources of project `alpha`: 5 allowed, 5 in use, this deployment needs 1: 1 over",
+    )
+    .await;
+    let leased = app
+        .gql_as(
+            Some(&owner),
+            "query($id: ID!) { deployment(id: $id) { expiresAt } }",
+            json!({ "id": complete[0] }),
+        )
+        .await;
+    assert!(
+        data(&leased)["deployment"]["expiresAt"].is_string(),
+        "the longest lease is given: {leased}"
+    );
+    let usage = app
+        .gql_as(
+            Some(&owner),
+            "query($id: ID!) { project(id: $id) { usage { resources quantities } } }",
+            json!({ "id": alpha }),
+        )
+        .await;
+    assert_eq!(
+        data(&usage)["project"]["usage"],
+        json!({ "resources": 5, "quantities": { "processes": 5 } })
+    );
+
+    let too_long = (chrono::Utc::now() + chrono::TimeDelta::hours(2)).to_rfc3339();
+    let refused = app
+        .gql_as(
+            Some(&owner),
+            "mutation($b: ID!, $at: DateTime!) { deployBlueprint(input: { blueprintId: $b, name: \"long\", expiresAt: $at }) { id } }",
+            json!({ "b": blueprint, "at": too_long }),
+        )
+        .await;
+    assert_eq!(error_code(&refused), Some("VALIDATION"), "{refused}");
+    assert!(
+        refused.to_string().contains("maxLeaseSeconds") && refused.to_string().contains("s over"),
+        "{refused}"
+    );
+
+    destroy_all(&app, &owner, &complete).await;
+}
+
+/// The same race for a named quantity the provider describes: each process
+/// service counts one `processes`.
+#[tokio::test]
+async fn twenty_deploys_racing_for_a_named_quota_never_pass_it() {
+    let Raced {
+        app,
+        owner,
+        alpha,
+        complete,
+        _repo,
+        ..
+    } = race_for_the_last_room(
+        json!({ "quotas": { "processes": 5, "gpus": 0 } }),
+        "quota processes of project `alpha`: 5 allowed, 5 in use, this deployment needs 1: 1 over",
+    )
+    .await;
+    let usage = app
+        .gql_as(
+            Some(&owner),
+            "query($id: ID!) { project(id: $id) { usage { resources quantities } } }",
+            json!({ "id": alpha }),
+        )
+        .await;
+    assert_eq!(
+        data(&usage)["project"]["usage"],
+        json!({ "resources": 5, "quantities": { "processes": 5 } })
+    );
+    destroy_all(&app, &owner, &complete).await;
+    let usage = app
+        .gql_as(
+            Some(&owner),
+            "query($id: ID!) { project(id: $id) { usage { resources quantities } } }",
+            json!({ "id": alpha }),
+        )
+        .await;
+    assert_eq!(
+        data(&usage)["project"]["usage"],
+        json!({ "resources": 0, "quantities": {} }),
+        "destroyed resources count no more"
+    );
+}
+
+/// A project `alpha` of a user `owner` with the limits `input` (an
+/// `UpdateProjectInput`) that leave room for five one-service deployments,
+/// and 20 deploys of one racing for it: exactly five complete, the others
+/// fail planning with `refusal` and hold nothing.
+async fn race_for_the_last_room(input: Value, refusal: &str) -> Raced {
+    let (app, _provider, repo) = with_process_provider(|_| {}).await;
     let owner = user(&app, "owner", "USER").await;
     let alpha = project(&app, &owner, "alpha").await;
     let limited = app
         .gql_as(
             Some(&owner),
-            "mutation($id: ID!) { updateProject(id: $id, input: { maxResources: 5, maxLeaseSeconds: 3600 }) { maxResources maxLeaseSeconds } }",
-            json!({ "id": alpha }),
+            "mutation($id: ID!, $input: UpdateProjectInput!) { updateProject(id: $id, input: $input) { id } }",
+            json!({ "id": alpha, "input": input }),
         )
         .await;
-    assert_eq!(
-        data(&limited)["updateProject"],
-        json!({ "maxResources": 5, "maxLeaseSeconds": 3600 })
-    );
+    data(&limited);
     let made = app
         .gql_as(
             Some(&owner),
@@ -1066,13 +1172,14 @@ async fn twenty_deploys_racing_for_the_last_room_never_pass_the_quota() {
             let body = app
                 .gql_as(
                     Some(owner),
-                    "mutation($b: ID!, $n: String!) { deployBlueprint(input: { blueprintId: $b, name: $n }) { id expiresAt } }",
+                    "mutation($b: ID!, $n: String!) { deployBlueprint(input: { blueprintId: $b, name: $n }) { id } }",
                     json!({ "b": blueprint, "n": format!("r{i}") }),
                 )
                 .await;
-            let d = &data(&body)["deployBlueprint"];
-            assert!(d["expiresAt"].is_string(), "the longest lease is given: {body}");
-            d["id"].as_str().unwrap().to_owned()
+            data(&body)["deployBlueprint"]["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
         }
     });
     let ids = futures_util::future::join_all(racing).await;
@@ -1083,51 +1190,45 @@ async fn twenty_deploys_racing_for_the_last_room_never_pass_the_quota() {
             complete.push(id.clone());
         } else {
             let error = d.error.unwrap_or_default();
-            assert!(
-                error.contains("quota maxResources of project `alpha`")
-                    && error.contains("5 allowed, 5 in use")
-                    && error.contains("1 over"),
-                "{error}"
-            );
+            assert!(error.contains(refusal), "{error}");
             assert!(d.nodes.is_empty(), "a refused plan holds nothing");
         }
     }
     assert_eq!(complete.len(), 5, "exactly the room there was");
-    let usage = app
-        .gql_as(
-            Some(&owner),
-            "query($id: ID!) { project(id: $id) { usage { resources } } }",
-            json!({ "id": alpha }),
-        )
-        .await;
-    assert_eq!(data(&usage)["project"]["usage"]["resources"], 5);
+    Raced {
+        app,
+        owner,
+        alpha,
+        blueprint,
+        complete,
+        _repo: repo,
+    }
+}
 
-    let too_long = (chrono::Utc::now() + chrono::TimeDelta::hours(2)).to_rfc3339();
-    let refused = app
-        .gql_as(
-            Some(&owner),
-            "mutation($b: ID!, $at: DateTime!) { deployBlueprint(input: { blueprintId: $b, name: \"long\", expiresAt: $at }) { id } }",
-            json!({ "b": blueprint, "at": too_long }),
-        )
-        .await;
-    assert_eq!(error_code(&refused), Some("VALIDATION"), "{refused}");
-    assert!(
-        refused.to_string().contains("maxLeaseSeconds") && refused.to_string().contains("s over"),
-        "{refused}"
-    );
+/// What [`race_for_the_last_room`] leaves: the app, the owner's token, the
+/// project, the blueprint and the deployments that completed.
+struct Raced {
+    app: TestApp,
+    owner: String,
+    alpha: String,
+    blueprint: String,
+    complete: Vec<String>,
+    _repo: crate::support::provider_repos::ProviderRepo,
+}
 
-    for id in &complete {
+async fn destroy_all(app: &TestApp, token: &str, ids: &[String]) {
+    for id in ids {
         let body = app
             .gql_as(
-                Some(&owner),
+                Some(token),
                 "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
                 json!({ "id": id }),
             )
             .await;
         data(&body);
     }
-    for id in &complete {
-        settled(&app, id, &["DESTROYED"]).await;
+    for id in ids {
+        settled(app, id, &["DESTROYED"]).await;
     }
 }
 

@@ -293,15 +293,18 @@ impl Provider for DockerProvider {
             .resources
             .iter()
             .filter(|r| r.r#type == CONTAINER)
-            .filter_map(|r| {
-                let config = config::object(&r.config_json).ok()?;
-                let network = config.get("network")?.as_str()?;
-                let key = networks.get(network)?;
-                (key != &r.key).then(|| proto::ResourceDescription {
+            .map(|r| {
+                let network = config::object(&r.config_json)
+                    .ok()
+                    .and_then(|c| Some(c.get("network")?.as_str()?.to_owned()))
+                    .and_then(|name| networks.get(&name))
+                    .filter(|key| *key != &r.key);
+                proto::ResourceDescription {
                     key: r.key.clone(),
-                    depends_on: vec![key.clone()],
+                    depends_on: network.into_iter().cloned().collect(),
+                    quota: quota_of(&r.config_json),
                     ..Default::default()
-                })
+                }
             })
             .collect();
         Ok(proto::DescribeResourcesResponse { descriptions })
@@ -427,5 +430,37 @@ impl Provider for DockerProvider {
         self.release(&resource.resource_id, lock);
         result?;
         Ok(proto::PowerResponse {})
+    }
+}
+
+/// What a container counts against its project's quotas: one of
+/// `containers`, and its limits when it has them (`cpu_millis`, thousandths
+/// of a CPU; `memory_mib`). A config that does not parse yet (templates
+/// still in it) counts the container alone.
+fn quota_of(config_json: &str) -> HashMap<String, i64> {
+    let mut quota = HashMap::from([("containers".to_owned(), 1)]);
+    if let Ok(config) = ContainerConfig::parse(config_json) {
+        if let Some(nano) = config.nano_cpus {
+            quota.insert("cpu_millis".to_owned(), (nano + 999_999) / 1_000_000);
+        }
+        if let Some(bytes) = config.memory {
+            quota.insert("memory_mib".to_owned(), (bytes + (1 << 20) - 1) >> 20);
+        }
+    }
+    quota
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_container_counts_itself_and_its_limits() {
+        let limited = quota_of(r#"{"image": "x", "limits": {"memory": "64m", "cpus": 0.5}}"#);
+        assert_eq!(limited["containers"], 1);
+        assert_eq!(limited["cpu_millis"], 500);
+        assert_eq!(limited["memory_mib"], 64);
+        let templated = quota_of(r#"{"image": "x", "limits": {"memory": "{{ var.m }}"}}"#);
+        assert_eq!(templated, HashMap::from([("containers".to_owned(), 1)]));
     }
 }

@@ -477,6 +477,11 @@ async fn two_containers_talk_over_a_network_and_logs_show_it() {
     assert_eq!(described.descriptions.len(), 1);
     assert_eq!(described.descriptions[0].key, "server");
     assert_eq!(described.descriptions[0].depends_on, ["net"]);
+    assert_eq!(
+        described.descriptions[0].quota.get("containers"),
+        Some(&1),
+        "each container counts against a project's `containers` quota"
+    );
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {

@@ -42,6 +42,9 @@ use crate::procfs::Liveness;
 use crate::state::{Phase, Record, StateDir};
 
 pub const RESOURCE_TYPE: &str = "process.v1.service";
+/// The quantity each service counts against a project's quotas
+/// (`DescribeResources`).
+pub const PROCESSES_QUOTA: &str = "processes";
 /// Overrides the `state_dir` configuration key.
 pub use corbel_provider_sdk::ENV_STATE_DIR;
 /// A service still running this long after spawn counts as started.
@@ -253,6 +256,24 @@ impl Provider for ProcessProvider {
             },
             None => proto::InspectResponse::default(),
         })
+    }
+
+    /// Each service counts one `processes` against its project's quotas.
+    async fn describe_resources(
+        &self,
+        request: proto::DescribeResourcesRequest,
+    ) -> Result<proto::DescribeResourcesResponse, Status> {
+        let descriptions = request
+            .resources
+            .iter()
+            .filter(|r| r.r#type == RESOURCE_TYPE)
+            .map(|r| proto::ResourceDescription {
+                key: r.key.clone(),
+                quota: [(PROCESSES_QUOTA.to_string(), 1)].into(),
+                ..Default::default()
+            })
+            .collect();
+        Ok(proto::DescribeResourcesResponse { descriptions })
     }
 
     async fn list_nodes(&self) -> Result<Vec<proto::Node>, Status> {
