@@ -31,7 +31,11 @@ impl Blueprints<'_> {
             source,
         )
         .await
-        .map_err(|e| conflict_or(e, || format!("a blueprint named `{name}` exists")))?;
+        .map_err(|e| {
+            conflict_or(e, || {
+                format!("a blueprint named `{name}` exists in this project")
+            })
+        })?;
         to_blueprint(row)
     }
 
@@ -64,7 +68,11 @@ impl Blueprints<'_> {
         };
         let row = rows::update_blueprint(&self.0.inner.db, row, change)
             .await
-            .map_err(|e| conflict_or(e, || "another blueprint has that name".to_owned()))?;
+            .map_err(|e| {
+                conflict_or(e, || {
+                    "another blueprint of the project has that name".to_owned()
+                })
+            })?;
         to_blueprint(row)
     }
 

@@ -1096,6 +1096,38 @@ async fn twenty_deploys_racing_for_the_last_room_never_pass_the_quota() {
     destroy_all(&app, &owner, &complete).await;
 }
 
+/// A blueprint's name is unique in its project: another project may use it
+/// (and learns nothing of the first), the same project may not.
+#[tokio::test]
+async fn blueprint_names_are_unique_in_a_project_not_across_the_server() {
+    let (app, _provider, _repo) = with_process_provider(|_| {}).await;
+    let ann = user(&app, "ann", "USER").await;
+    let eve = user(&app, "eve", "USER").await;
+    let alpha = project(&app, &ann, "alpha").await;
+    let beta = project(&app, &eve, "beta").await;
+    let create = "mutation($p: ID!, $s: String!) { createBlueprint(input: { projectId: $p, name: \"web\", source: $s }) { id name } }";
+    for (token, project) in [(&ann, &alpha), (&eve, &beta)] {
+        let made = app
+            .gql_as(
+                Some(token),
+                create,
+                json!({ "p": project, "s": ONE_SERVICE }),
+            )
+            .await;
+        assert_eq!(data(&made)["createBlueprint"]["name"], "web", "{made}");
+    }
+    let again = app
+        .gql_as(Some(&ann), create, json!({ "p": alpha, "s": ONE_SERVICE }))
+        .await;
+    assert_eq!(error_code(&again), Some("CONFLICT"), "{again}");
+    assert!(
+        again
+            .to_string()
+            .contains("a blueprint named `web` exists in this project"),
+        "{again}"
+    );
+}
+
 /// The same race for a named quantity the provider describes: each process
 /// service counts one `processes`.
 #[tokio::test]
