@@ -389,10 +389,18 @@ impl Extension for Recorder {
         variables: &Variables,
         next: NextParseQuery<'_>,
     ) -> ServerResult<ExecutableDocument> {
-        if let Ok(mut kept) = self.variables.lock() {
+        let parsed = next.run(ctx, query, variables).await;
+        // Only a mutation's arguments are recorded: a query keeps nothing.
+        if let Ok(document) = &parsed
+            && !variables.is_empty()
+            && document
+                .operations
+                .iter()
+                .any(|(_, op)| op.node.ty == OperationType::Mutation)
+            && let Ok(mut kept) = self.variables.lock()
+        {
             *kept = variables.clone();
         }
-        let parsed = next.run(ctx, query, variables).await;
         // A mutation the policy guard refused never resolves: it is recorded
         // here, once per root field, when a signed-in caller was refused.
         if let Err(error) = &parsed
