@@ -1,8 +1,7 @@
-// The one way the console talks to Corbel: GraphQL over HTTP (`gql`) and
-// subscriptions over one shared WebSocket (`subscribe`, graphql-transport-ws).
-// The session is the HttpOnly cookie `login` sets: the browser sends it on both.
+// GraphQL over HTTP (`gql`), subscriptions over one WebSocket (`subscribe`,
+// graphql-transport-ws); the browser sends the session cookie on both.
 
-/** An error the API returned: its message and `extensions.code`. */
+/** An API error: its message and `extensions.code`. */
 export class ApiError extends Error {
   constructor(message, code = "ERROR", extensions = {}) {
     super(message);
@@ -12,7 +11,7 @@ export class ApiError extends Error {
 }
 
 const listeners = new Set();
-/** Called with every UNAUTHENTICATED error, so the app can go to sign-in. */
+/** Called with every UNAUTHENTICATED error. */
 export function onUnauthenticated(fn) {
   listeners.add(fn);
 }
@@ -26,7 +25,7 @@ function fail(errors) {
   return error;
 }
 
-/** Runs a query or mutation; resolves to `data`, or throws an ApiError. */
+/** A query or mutation's `data`, or an ApiError. */
 export async function gql(query, variables = {}, headers = {}) {
   const request = { method: "POST", headers: { "Content-Type": "application/json", ...headers }, credentials: "same-origin", body: JSON.stringify({ query, variables }) };
   const response = await fetch("/graphql", request).catch((e) => {
@@ -39,8 +38,7 @@ export async function gql(query, variables = {}, headers = {}) {
   return body.data;
 }
 
-// One socket for every subscription of the page; reopened (and every active
-// subscription started again) when it drops, with a growing pause.
+// One socket, reopened (its subscriptions started again) after a growing pause when it drops.
 let socket = null;
 let ready = false;
 let nextId = 1;
@@ -91,8 +89,7 @@ function open() {
   };
 }
 
-// Sends `subscribe` for `id` on the acknowledged socket; `sink.started` then
-// says the subscription is live (the first time and after each reconnect).
+// Sends `subscribe` on the acknowledged socket; `sink.started`: live (again).
 function start(id) {
   const entry = active.get(id);
   if (!entry || !socket || !ready) return;
@@ -100,11 +97,7 @@ function start(id) {
   entry.sink.started?.();
 }
 
-/**
- * Starts a subscription. `sink.next(data)` gets each event; `sink.error`,
- * `sink.complete`, `sink.reconnecting` and `sink.started` (sent: live from
- * now) are optional. Returns a function that ends it.
- */
+/** Starts a subscription: `sink.next(data)` gets each event; `error`, `complete`, `reconnecting`, `started` (live from now) are optional. Returns its end. */
 export function subscribe(query, variables, sink) {
   const id = String(nextId++);
   const payload = { query, variables };

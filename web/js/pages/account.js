@@ -1,5 +1,4 @@
-// The signed-in user's account: password and API tokens (a token's secret
-// is shown once, when it is made).
+// The account: password and API tokens (a secret shown once).
 
 import { gql } from "../api.js";
 import { me } from "../app.js";

@@ -1,8 +1,6 @@
-// A deployment's resources as a layered graph (SVG): each resource key one
-// layer after the longest chain of its dependencies, ordered in its layer by
-// the barycentre of its neighbours (fewer crossings), its replicas stacked in
-// a group, edges from dependency to dependent. A node's state is written in
-// its box as well as coloured.
+// A deployment's resources as a layered SVG graph: a key's layer follows its
+// longest chain of dependencies, ordered by its neighbours' barycentre (fewer
+// crossings), replicas grouped; a node's state is written as well as coloured.
 
 import { svg } from "../dom.js";
 
@@ -58,11 +56,7 @@ export function layers(resources, nodes) {
 
 const short = (text, max) => (text.length > max ? `${text.slice(0, max - 1)}…` : text);
 
-/**
- * The graph as an `<svg>`: `resources` give the keys, types and edges,
- * `nodes` the boxes; `onSelect(label)` runs on click, Enter or Space.
- * Returns `{ el, set(label or key, state) → drawn?, select(label) }`.
- */
+/** `<svg>` of `resources` (keys, types, edges) and `nodes` (boxes); `onSelect(label)` on click, Enter, Space. `{ el, set, select }`. */
 export function drawDag(resources, nodes, onSelect) {
   const { layers: byLayer, deps } = layers(resources, nodes);
   const typeOf = new Map(resources.map((r) => [r.key, r.type]));
