@@ -1,24 +1,17 @@
-// Blueprints: the list, and an editor for one blueprint's YAML with line
-// numbers. Saving asks the server to parse and check it; every problem it
-// names is listed with its path and marked at its line. A saved blueprint
-// shows what the server read from it: variables with their types, resources,
-// and warnings (resource types no provider serves).
+// Blueprints: the list, and a YAML editor with line numbers; the server checks
+// each save, and each problem it names is marked at its line.
 
 import { gql } from "../api.js";
-import { navigate } from "../app.js";
-import { askFirst, busy, code, empty, errorBox, errorSlot, failed, field, h, link, muted, replace, table, time } from "../dom.js";
+import { allows, navigate, projectLink, projectsFor, roleIn } from "../app.js";
+import { askFirst, busy, code, empty, errorBox, errorSlot, failed, field, h, link, muted, note, replace, table, time } from "../dom.js";
 
 export const styles = "/ui/css/blueprints.css";
 
-const FIELDS = `id name description source updatedAt warnings
+const FIELDS = `id projectId name description source updatedAt warnings
   variables { name type default description }
   resources { key type provider dependsOn replicas strategy }`;
-const LIST = `query Blueprints($after: String) {
-  blueprints(first: 50, after: $after) {
-    totalCount pageInfo { hasNextPage endCursor }
-    nodes { id name description updatedAt warnings resources { key } variables { name type } }
-  }
-}`;
+const LIST = `query Blueprints($after: String) { blueprints(first: 50, after: $after) { totalCount pageInfo { hasNextPage endCursor }
+  nodes { id projectId name description updatedAt warnings resources { key } variables { name type } } } }`;
 const ONE = `query Blueprint($id: ID!) { blueprint(id: $id) { ${FIELDS} } }`;
 const CREATE = `mutation CreateBlueprint($input: CreateBlueprintInput!) { createBlueprint(input: $input) { ${FIELDS} } }`;
 const UPDATE = `mutation UpdateBlueprint($id: ID!, $input: UpdateBlueprintInput!) { updateBlueprint(id: $id, input: $input) { ${FIELDS} } }`;
@@ -34,13 +27,12 @@ resources:
     config: { command: sleep, args: ["3600"] }
 `;
 
-// What the page just did, for the page it goes to (a created blueprint and
-// its notice, or the name of a deleted one): saves one fetch, keeps the notice.
+// For the page gone to: a created blueprint and its notice, or a deleted one's name.
 let handoff = null;
 
-/** A cell named for tests (`data-field`) and, on a narrow screen, for readers (`data-label`). */
+/** A cell named (`data-field`) and labelled on a narrow screen (`data-label`). */
 const cell = (name, ...children) => h("td", { dataset: { field: name.toLowerCase().replace(/ /g, "-"), label: name } }, ...children);
-/** `a, b, c`, each as code, with what follows each (its type). */
+/** `a, b, c` as code, each followed by `after(x)`. */
 const codes = (items, after = () => null) => items.map((x, i) => [i ? ", " : "", code(x.name ?? x), after(x)]);
 
 export async function list(view, _params, scope) {
@@ -50,8 +42,8 @@ export async function list(view, _params, scope) {
   view.append(
     h("h1", "Blueprints"),
     notice,
-    h("div.toolbar", h("p.muted.grow", "A blueprint is YAML naming variables and resources; deploying it runs the resources as a DAG."),
-      h("a#new-blueprint.button", { href: "/blueprints/new" }, "New blueprint")),
+    h("div.toolbar", h("p.muted.grow", "YAML naming variables and resources; a deploy runs the resources as a DAG."),
+      projectsFor("DEVELOPER").length ? h("a#new-blueprint.button", { href: "/blueprints/new" }, "New blueprint") : null),
     body,
   );
   let rows = null;
@@ -63,7 +55,7 @@ export async function list(view, _params, scope) {
     if (!rows) {
       if (!totalCount) return replace(body, empty("No blueprints yet.", link("/blueprints/new", "Write one"), "— variables, resources and what each depends on."));
       rows = h("tbody");
-      replace(body, table(["Name", "Description", "Resources", "Variables", "Warnings", "Updated"], rows, { id: "blueprints" }), h("div.toolbar", more, moreSlot));
+      replace(body, table(["Name", "Project", "Description", "Resources", "Variables", "Warnings", "Updated"], rows, { id: "blueprints" }), h("div.toolbar", more, moreSlot));
     }
     rows.append(...nodes.map(listRow));
     more.hidden = !pageInfo.hasNextPage;
@@ -79,6 +71,7 @@ export async function list(view, _params, scope) {
 function listRow(b) {
   return h("tr", { dataset: { id: b.id } },
     h("td", link(`/blueprints/${b.id}`, b.name)),
+    cell("Project", projectLink(b.projectId)),
     h("td", b.description || muted()),
     cell("Resources", String(b.resources.length)),
     cell("Variables", b.variables.length ? codes(b.variables, (v) => muted(`: ${v.type}`)) : muted("none")),
@@ -86,7 +79,6 @@ function listRow(b) {
     cell("Updated", time(b.updatedAt)));
 }
 
-// A new blueprint or a saved one: the same editor.
 export { editor as create, editor as detail };
 
 async function editor(view, { id = null }, scope) {
@@ -104,6 +96,12 @@ async function editor(view, { id = null }, scope) {
     if (!scope.alive) return;
   }
 
+  // DEVELOPER edits, DEPLOYER deploys, VIEWER reads.
+  const role = saved ? roleIn(saved.projectId) : "DEVELOPER";
+  const mayEdit = allows(role, "DEVELOPER");
+  const projects = projectsFor("DEVELOPER");
+  if (!saved && !projects.length) return view.append(h("h1", "New blueprint"), note("You are DEVELOPER in no project.", { id: "bp-no-project" }));
+  const project = h("select#bp-project", { name: "project" }, projects.map((p) => h("option", { value: p.id }, p.name)));
   const heading = h("h1", saved ? saved.name : "New blueprint");
   const name = h("input#bp-name", { name: "name", required: true, maxlength: 128, autocomplete: "off", value: saved?.name ?? "" });
   const description = h("input#bp-description", { name: "description", autocomplete: "off", value: saved?.description ?? "" });
@@ -125,7 +123,7 @@ async function editor(view, { id = null }, scope) {
     const input = { name: name.value.trim(), description: description.value.trim(), source: source.area.value };
     const data = saved
       ? (await gql(UPDATE, { id: saved.id, input })).updateBlueprint
-      : (await gql(CREATE, { input: { ...input, description: input.description || null } })).createBlueprint;
+      : (await gql(CREATE, { input: { ...input, projectId: project.value, description: input.description || null } })).createBlueprint;
     const message = `Saved “${data.name}” at ${new Date().toLocaleTimeString()}.`;
     name.value = data.name;
     description.value = data.description ?? "";
@@ -146,7 +144,7 @@ async function editor(view, { id = null }, scope) {
     document.title = `${b.name} · Corbel`;
     replace(notices, message ? h("p#bp-saved.notice", message) : null);
     const ask = h("button#bp-delete.danger", { type: "button" }, "Delete");
-    replace(actions, h("a#bp-deploy.button.secondary", { href: `/deployments/new?blueprint=${encodeURIComponent(b.id)}`, title: "Deploys the saved version" }, "Deploy"), ask);
+    replace(actions, allows(role, "DEPLOYER") && h("a#bp-deploy.button.secondary", { href: `/deployments/new?blueprint=${encodeURIComponent(b.id)}`, title: "Deploys the saved version" }, "Deploy"), mayEdit && ask);
     replace(deleteArea, askFirst(ask, {
       id: "bp-delete-confirm",
       cancelId: "bp-delete-no",
@@ -168,26 +166,27 @@ async function editor(view, { id = null }, scope) {
     busy(saveButton, saveSlot, save);
   };
   const form = h("form#blueprint-form.card", { novalidate: true, onsubmit, oninput: markDirty },
-    h("div.bp-meta", field("Name", name), field("Description", description)),
+    h("div.bp-meta", field("Name", name), field("Description", description), saved ? null : field("Project", project)),
     h("div.field", h("label", { for: "bp-source" }, "Source (YAML)"), source.box,
       h("small#bp-source-hint.hint", "Tab inserts two spaces (Esc, then Tab, leaves the editor). Ctrl+S or ⌘S saves.")),
     h("div.toolbar", saveButton, dirtyNote, h("span.grow"), actions),
     saveSlot,
     deleteArea);
-  view.append(heading, h("p", link("/blueprints", "← All blueprints")), notices, form, parsed);
+  for (const el of [name, description, source.area]) el.readOnly = !mayEdit;
+  saveButton.hidden = saveButton.disabled = !mayEdit;
+  view.append(heading, h("p", link("/blueprints", "← All blueprints"), saved && [" · project ", projectLink(saved.projectId)],
+    mayEdit ? null : muted(` · your role ${role} reads only`)), notices, form, parsed);
   source.fit();
   if (saved) showSaved(notice);
   else source.area.focus();
 
-  // Ctrl/Cmd+S saves from anywhere on the page.
   const onKey = (event) => {
     if ((event.ctrlKey || event.metaKey) && !event.altKey && event.key.toLowerCase() === "s") {
       event.preventDefault();
       if (!saveButton.disabled) form.requestSubmit();
     }
   };
-  // Leaving with unsaved changes asks first: a reload or another site
-  // (beforeunload), and links inside the console (before the router sees them).
+  // Leaving unsaved changes asks first: reload, another site, a console link.
   const onUnload = (event) => dirty() && event.preventDefault();
   const onLeave = (event) => {
     const a = event.target.closest?.("a[href]");
@@ -207,7 +206,7 @@ async function editor(view, { id = null }, scope) {
   });
 }
 
-/** The parsed blueprint: variables with their types, resources, warnings. */
+/** What the server read: variables, resources, warnings. */
 function parsedView(b) {
   const variables = b.variables.map((v) =>
     h("tr", { dataset: { name: v.name } },
@@ -224,13 +223,13 @@ function parsedView(b) {
       cell("Replicas", code(r.replicas)),
       cell("Strategy", r.strategy)));
   return [
-    h("p.muted", "Last saved ", time(b.updatedAt), ". What the server read from it:"),
+    h("p.muted", "Saved ", time(b.updatedAt), ". The server read:"),
     h("h2", "Variables"),
-    variables.length ? table(["Name", "Type", "Default", "Description"], variables, { id: "bp-variables" }) : empty("No variables: a deploy needs no values."),
+    variables.length ? table(["Name", "Type", "Default", "Description"], variables, { id: "bp-variables" }) : empty("No variables."),
     h("h2", "Resources"),
     resources.length
       ? table(["Key", "Type", "Provider", "Depends on", "Replicas", "Strategy"], resources, { id: "bp-resources" })
-      : empty("No resources yet: add some under `resources:`."),
+      : empty("No resources yet."),
     h("h2", "Warnings"),
     b.warnings.length
       ? h("ul#bp-warnings.bp-warnings", b.warnings.map((w) => h("li", w)))
@@ -238,11 +237,7 @@ function parsedView(b) {
   ];
 }
 
-/**
- * Where a save's error goes. A VALIDATION error lists every problem with its
- * path, its message and a button to its line, and marks the lines in the
- * editor's gutter; other errors are shown as they came.
- */
+/** A save's error; VALIDATION problems listed, each with a button to its (marked) line. */
 function problemSlot(source) {
   const el = errorSlot();
   el.show = (error) => {
@@ -262,10 +257,7 @@ function problemSlot(source) {
   return el;
 }
 
-/**
- * `extensions.problems`: `{ path, message, line }` each. A problem without a
- * line whose message names one (a YAML parse error) is at that line.
- */
+/** `extensions.problems` (`{ path, message, line }`); a YAML error's line is in its message. */
 function problemsOf(error) {
   const list = error.extensions?.problems;
   return (Array.isArray(list) ? list : []).map((p) => {
@@ -275,11 +267,7 @@ function problemsOf(error) {
   });
 }
 
-/**
- * A textarea with a line-number gutter that scrolls with it, and bands behind
- * the text on the lines with problems. `mark(problems)` marks lines,
- * `goTo(line)` selects a line and scrolls to it.
- */
+/** A textarea with line numbers, and bands behind lines with problems: `mark(problems)`, `goTo(line)`. */
 function codeEditor(text) {
   const numbers = h("div.bp-numbers");
   const bands = h("div.bp-bands-inner");
@@ -308,7 +296,7 @@ function codeEditor(text) {
   function follow() {
     numbers.style.transform = bands.style.transform = `translateY(${-area.scrollTop}px)`;
   }
-  // Tall enough for the text (10 to 32 lines); never shrinks what the user made taller.
+  // Tall enough for the text (10 to 32 lines); never shrinks.
   function fit() {
     const want = Math.min(Math.max(lines().length + 1, 10), 32) * lineHeight() + 14;
     if (area.offsetHeight && area.offsetHeight < want) area.style.height = `${want}px`;
@@ -324,7 +312,7 @@ function codeEditor(text) {
     escaped = event.key === "Escape";
     if (event.key !== "Tab" || event.shiftKey || event.ctrlKey || event.altKey || event.metaKey || leave) return;
     event.preventDefault();
-    // execCommand keeps the browser's undo history; setRangeText where it is gone.
+    // execCommand keeps the undo history.
     if (!document.execCommand?.("insertText", false, "  ")) {
       area.setRangeText("  ", area.selectionStart, area.selectionEnd, "end");
       area.dispatchEvent(new Event("input", { bubbles: true }));
