@@ -1,7 +1,5 @@
-// GraphQL over HTTP (`gql`), subscriptions over one WebSocket (`subscribe`,
-// graphql-transport-ws); the browser sends the session cookie on both.
+// GraphQL over HTTP and one WebSocket, with the session cookie.
 
-/** An API error: its message and `extensions.code`. */
 export class ApiError extends Error {
   constructor(message, code = "ERROR", extensions = {}) {
     super(message);
@@ -11,7 +9,6 @@ export class ApiError extends Error {
 }
 
 const listeners = new Set();
-/** Called with every UNAUTHENTICATED error. */
 export function onUnauthenticated(fn) {
   listeners.add(fn);
 }
@@ -25,7 +22,6 @@ function fail(errors) {
   return error;
 }
 
-/** A query or mutation's `data`, or an ApiError. */
 export async function gql(query, variables = {}, headers = {}) {
   const request = { method: "POST", headers: { "Content-Type": "application/json", ...headers }, credentials: "same-origin", body: JSON.stringify({ query, variables }) };
   const response = await fetch("/graphql", request).catch((e) => {
@@ -38,7 +34,7 @@ export async function gql(query, variables = {}, headers = {}) {
   return body.data;
 }
 
-// One socket, reopened (its subscriptions started again) after a growing pause when it drops.
+// One socket, reopened after a growing pause.
 let socket = null;
 let ready = false;
 let nextId = 1;
@@ -89,7 +85,6 @@ function open() {
   };
 }
 
-// Sends `subscribe` on the acknowledged socket; `sink.started`: live (again).
 function start(id) {
   const entry = active.get(id);
   if (!entry || !socket || !ready) return;
@@ -97,7 +92,7 @@ function start(id) {
   entry.sink.started?.();
 }
 
-/** Starts a subscription: `sink.next(data)` gets each event; `error`, `complete`, `reconnecting`, `started` (live from now) are optional. Returns its end. */
+/** `sink`: `next(data)`, and optional `error`, `complete`, `reconnecting`, `started`. Returns its end. */
 export function subscribe(query, variables, sink) {
   const id = String(nextId++);
   const payload = { query, variables };

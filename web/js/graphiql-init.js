@@ -1,5 +1,4 @@
-// GraphiQL on /graphql and /graphql/ws, with the console's session cookie
-// (or a token set in its headers editor).
+// GraphiQL with the console's session cookie (or a token in its headers).
 "use strict";
 {
   const wsClient = graphqlWs.createClient({ url: `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/graphql/ws`, lazy: true });

@@ -1,5 +1,3 @@
-// The account: password and API tokens (a secret shown once).
-
 import { gql } from "../api.js";
 import { me } from "../app.js";
 import { busy, code, empty, errorSlot, facts, field, fill, h, replace, sending, shownOnce, table, time } from "../dom.js";

@@ -1,5 +1,4 @@
-// Blueprints: the list, and a YAML editor with line numbers; the server checks
-// each save, and each problem it names is marked at its line.
+// Blueprints: the list and a YAML editor.
 
 import { gql } from "../api.js";
 import { allows, navigate, projectLink, projectsFor, roleIn } from "../app.js";
@@ -27,12 +26,10 @@ resources:
     config: { command: sleep, args: ["3600"] }
 `;
 
-// For the page gone to: a created blueprint and its notice, or a deleted one's name.
+// For the next page: a created blueprint, or a deleted one's name.
 let handoff = null;
 
-/** A cell named (`data-field`) and labelled on a narrow screen (`data-label`). */
 const cell = (name, ...children) => h("td", { dataset: { field: name.toLowerCase().replace(/ /g, "-"), label: name } }, ...children);
-/** `a, b, c` as code, each followed by `after(x)`. */
 const codes = (items, after = () => null) => items.map((x, i) => [i ? ", " : "", code(x.name ?? x), after(x)]);
 
 export async function list(view, _params, scope) {
@@ -55,7 +52,7 @@ export async function list(view, _params, scope) {
     if (!rows) {
       if (!totalCount) return replace(body, empty("No blueprints yet.", link("/blueprints/new", "Write one"), "— variables, resources and what each depends on."));
       rows = h("tbody");
-      replace(body, table(["Name", "Project", "Description", "Resources", "Variables", "Warnings", "Updated"], rows, { id: "blueprints" }), h("div.toolbar", more, moreSlot));
+      replace(body, table(["Name", "Description", "Resources", "Variables", "Warnings", "Updated"], rows, { id: "blueprints" }), h("div.toolbar", more, moreSlot));
     }
     rows.append(...nodes.map(listRow));
     more.hidden = !pageInfo.hasNextPage;
@@ -71,7 +68,6 @@ export async function list(view, _params, scope) {
 function listRow(b) {
   return h("tr", { dataset: { id: b.id } },
     h("td", link(`/blueprints/${b.id}`, b.name)),
-    cell("Project", projectLink(b.projectId)),
     h("td", b.description || muted()),
     cell("Resources", String(b.resources.length)),
     cell("Variables", b.variables.length ? codes(b.variables, (v) => muted(`: ${v.type}`)) : muted("none")),
@@ -82,7 +78,7 @@ function listRow(b) {
 export { editor as create, editor as detail };
 
 async function editor(view, { id = null }, scope) {
-  let saved = null; // the blueprint as stored
+  let saved = null; // as stored
   let notice = null;
   if (handoff && handoff.id === id) ({ blueprint: saved, notice } = handoff);
   handoff = null;
@@ -174,8 +170,7 @@ async function editor(view, { id = null }, scope) {
     deleteArea);
   for (const el of [name, description, source.area]) el.readOnly = !mayEdit;
   saveButton.hidden = saveButton.disabled = !mayEdit;
-  view.append(heading, h("p", link("/blueprints", "← All blueprints"), saved && [" · project ", projectLink(saved.projectId)],
-    mayEdit ? null : muted(` · your role ${role} reads only`)), notices, form, parsed);
+  view.append(heading, h("p", link("/blueprints", "← All blueprints"), saved && [" · project ", projectLink(saved.projectId)]), notices, form, parsed);
   source.fit();
   if (saved) showSaved(notice);
   else source.area.focus();
@@ -186,7 +181,7 @@ async function editor(view, { id = null }, scope) {
       if (!saveButton.disabled) form.requestSubmit();
     }
   };
-  // Leaving unsaved changes asks first: reload, another site, a console link.
+  // Leaving unsaved changes asks first.
   const onUnload = (event) => dirty() && event.preventDefault();
   const onLeave = (event) => {
     const a = event.target.closest?.("a[href]");
@@ -206,13 +201,12 @@ async function editor(view, { id = null }, scope) {
   });
 }
 
-/** What the server read: variables, resources, warnings. */
 function parsedView(b) {
   const variables = b.variables.map((v) =>
     h("tr", { dataset: { name: v.name } },
       h("td", code(v.name)),
       cell("Type", code(v.type)),
-      cell("Default", v.default === null || v.default === undefined ? muted("required at deploy") : code(JSON.stringify(v.default))),
+      cell("Default", v.default == null ? muted("required at deploy") : code(JSON.stringify(v.default))),
       cell("Description", v.description ?? muted())));
   const resources = b.resources.map((r) =>
     h("tr", { dataset: { key: r.key } },
@@ -237,7 +231,6 @@ function parsedView(b) {
   ];
 }
 
-/** A save's error; VALIDATION problems listed, each with a button to its (marked) line. */
 function problemSlot(source) {
   const el = errorSlot();
   el.show = (error) => {
@@ -257,7 +250,7 @@ function problemSlot(source) {
   return el;
 }
 
-/** `extensions.problems` (`{ path, message, line }`); a YAML error's line is in its message. */
+/** A YAML error's line is in its message. */
 function problemsOf(error) {
   const list = error.extensions?.problems;
   return (Array.isArray(list) ? list : []).map((p) => {
@@ -267,14 +260,14 @@ function problemsOf(error) {
   });
 }
 
-/** A textarea with line numbers, and bands behind lines with problems: `mark(problems)`, `goTo(line)`. */
+/** A textarea with line numbers; `mark(problems)` bands their lines. */
 function codeEditor(text) {
   const numbers = h("div.bp-numbers");
   const bands = h("div.bp-bands-inner");
   const area = h("textarea#bp-source", { name: "source", wrap: "off", spellcheck: "false", autocapitalize: "off", autocomplete: "off", "aria-describedby": "bp-source-hint" });
   area.value = text;
   const box = h("div.bp-code", h("div.bp-gutter", { "aria-hidden": "true" }, numbers), h("div.bp-text", h("div.bp-bands", { "aria-hidden": "true" }, bands), area));
-  let marks = new Map(); // line -> the messages of its problems
+  let marks = new Map(); // line -> messages
   let escaped = false;
   const lines = () => area.value.split("\n");
   const lineHeight = () => parseFloat(getComputedStyle(area).lineHeight) || 19.5;
@@ -296,7 +289,7 @@ function codeEditor(text) {
   function follow() {
     numbers.style.transform = bands.style.transform = `translateY(${-area.scrollTop}px)`;
   }
-  // Tall enough for the text (10 to 32 lines); never shrinks.
+  // 10 to 32 lines; never shrinks.
   function fit() {
     const want = Math.min(Math.max(lines().length + 1, 10), 32) * lineHeight() + 14;
     if (area.offsetHeight && area.offsetHeight < want) area.style.height = `${want}px`;

@@ -1,6 +1,4 @@
-// A deployment's resources as a layered SVG graph: a key's layer follows its
-// longest chain of dependencies, ordered by its neighbours' barycentre (fewer
-// crossings), replicas grouped; a node's state is written as well as coloured.
+// Resources as a layered SVG graph (barycentre order, replicas grouped).
 
 import { svg } from "../dom.js";
 
@@ -13,10 +11,8 @@ const PAD = 18;
 const INSET = 8; // a group's frame around its replicas
 const HEAD = 20; // a group's title
 
-/** `web[0]`: a node as events name it. */
 export const label = (n) => `${n.key}[${n.replica}]`;
 
-/** Keys by layer (longest path from the roots), ordered to cross less. */
 export function layers(resources, nodes) {
   const keys = [...new Set([...resources.map((r) => r.key), ...nodes.map((n) => n.key)])];
   const deps = new Map(keys.map((k) => [k, []]));
@@ -46,7 +42,6 @@ export function layers(resources, nodes) {
       index();
     }
   };
-  // Barycentre passes: down by dependencies, up by dependents, down again.
   index();
   pass(1, layered.length, 1, deps);
   pass(layered.length - 2, -1, -1, dependents);
@@ -56,7 +51,6 @@ export function layers(resources, nodes) {
 
 const short = (text, max) => (text.length > max ? `${text.slice(0, max - 1)}…` : text);
 
-/** `<svg>` of `resources` (keys, types, edges) and `nodes` (boxes); `onSelect(label)` on click, Enter, Space. `{ el, set, select }`. */
 export function drawDag(resources, nodes, onSelect) {
   const { layers: byLayer, deps } = layers(resources, nodes);
   const typeOf = new Map(resources.map((r) => [r.key, r.type]));
@@ -69,7 +63,7 @@ export function drawDag(resources, nodes, onSelect) {
   };
   const columns = byLayer.map((l) => l.reduce((sum, k) => sum + height(k) + GAP_GROUP, -GAP_GROUP));
   const tallest = Math.max(H, ...columns);
-  const boxes = new Map(); // key -> its box (a group's frame, or its one node)
+  const boxes = new Map(); // key -> its frame
   byLayer.forEach((l, i) => {
     let y = PAD + (tallest - columns[i]) / 2;
     for (const k of l) {
@@ -78,7 +72,6 @@ export function drawDag(resources, nodes, onSelect) {
       y += height(k) + GAP_GROUP;
     }
   });
-  // Group frames reach INSET past their column, inside PAD.
   const width = PAD * 2 + Math.max(1, byLayer.length) * (W + GAP_X) - GAP_X;
   const tall = tallest + 2 * PAD;
   const arrow = svg("marker", { id: "dag-arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" },

@@ -1,5 +1,4 @@
-// Deployments: the list, the deploy form (with a capacity preview), and one
-// deployment: its DAG and events live, redeploy, lease, destroy. Nothing polls.
+// Deployments: list, deploy form, one deployment live. Nothing polls.
 
 import { gql } from "../api.js";
 import { allows, navigate, projectLink, projectsFor, roleIn } from "../app.js";
@@ -91,7 +90,7 @@ export async function create(view, { query }) {
   const mine = new Set(projectsFor("DEPLOYER").map((p) => p.id));
   const nodes = (await gql(BLUEPRINTS)).blueprints.nodes.filter((b) => mine.has(b.projectId));
   view.append(h("h1", "Deploy a blueprint"));
-  if (!nodes.length) return view.append(empty("No blueprint you may deploy (as DEPLOYER of its project) yet."));
+  if (!nodes.length) return view.append(empty("No blueprint you may deploy."));
   const choose = h("select", { name: "blueprint" }, nodes.map((b) => option(b.id, b.name, b.id === query.get("blueprint"))));
   const about = h("div");
   const variables = h("fieldset#variables");
@@ -145,9 +144,8 @@ export async function create(view, { query }) {
   await show(choose.value);
 }
 
-/** A variable as a control of its type, with its default. */
 function variableField(v) {
-  const required = v.default === null || v.default === undefined;
+  const required = v.default == null;
   const structured = v.type === "list" || v.type === "object";
   const attrs = { name: `var-${v.name}`, dataset: { var: v.name, type: v.type }, required };
   const control =
@@ -162,7 +160,7 @@ function variableField(v) {
   return field(v.name, control, [v.description, structured ? `${v.type} (JSON)` : v.type, required ? "required" : null].filter(Boolean).join(" · "));
 }
 
-/** The variables; one left empty takes its default. */
+/** One left empty takes its default. */
 function readVariables(fieldset) {
   const out = {};
   for (const el of fieldset.querySelectorAll("[data-var]")) {
@@ -185,7 +183,6 @@ const CAPACITY = `query Capacity($id: ID!, $key: String!, $strategy: PlacementSt
   calculateCapacity(blueprintId: $id, resourceKey: $key, strategy: $strategy, variables: $variables) { node count }
 }`;
 
-/** Where a resource's replicas would go (or each node's room). */
 function capacityPreview(section, blueprint, variables) {
   if (!blueprint.resources.length) return;
   const resource = h("select", { name: "resource" }, blueprint.resources.map((r) => option(r.key, r.key)));
@@ -299,7 +296,7 @@ export async function detail(view, { id }, scope) {
       logsSection(n));
   };
 
-  // Power (the provider's `power` feature); the new state comes as an event.
+  // The new state comes as an event.
   const powerSlot = errorSlot({ id: "power-error" });
   const POWER = "mutation Power($id: ID!, $key: String!, $replica: Int!, $action: PowerAction!) { powerResource(deploymentId: $id, key: $key, replica: $replica, action: $action) { state } }";
   const powerControls = (n) => {
@@ -318,9 +315,8 @@ export async function detail(view, { id }, scope) {
     return h("div.power", h("h3", "Power"), h("div.actions", buttons), powerSlot);
   };
 
-  // Logs (the provider's `data` feature), read when asked.
   const LOGS = "query NodeLogs($id: ID!) { resourceNode(id: $id) { logs(tail: 200) } }";
-  const logsRead = new Map(); // node id → its logs, across redraws
+  const logsRead = new Map(); // node id → logs
   const logsSection = (n) => {
     if (!n.provider?.features?.includes("data") || !["COMPLETE", "SUSPENDED"].includes(n.state)) return null;
     const out = h("pre#node-logs.json", { hidden: !logsRead.has(n.id) }, logsRead.get(n.id) ?? "");
@@ -400,7 +396,7 @@ export async function detail(view, { id }, scope) {
   drawPicks();
 
   // An event older than what was read does not apply (a replay); one during a read is kept.
-  const latest = new Map(); // node label, key, or "" (the deployment) -> its newest event
+  const latest = new Map(); // label, key or "" (the deployment) -> newest event
   const fresh = (e, since) => e && Date.parse(e.at) >= Date.parse(since);
   const nodeState = (n) => {
     const e = [latest.get(label(n)), latest.get(n.key)].filter((x) => fresh(x, n.updatedAt)).sort((a, b) => b.id - a.id)[0];
@@ -454,7 +450,6 @@ export async function detail(view, { id }, scope) {
         return refetch();
       }
       if (e.kind !== "NODE" || !e.nodeKey || !e.state) return;
-      // `web[0]`, or `web` for all its replicas.
       latest.set(e.nodeKey, e);
       const mine = d.nodes.filter((n) => label(n) === e.nodeKey || n.key === e.nodeKey);
       for (const n of mine) dag.set(label(n), (n.state = nodeState(n)));
@@ -462,7 +457,7 @@ export async function detail(view, { id }, scope) {
         if (!askedFor.has(e.nodeKey)) refetch();
         askedFor.add(e.nodeKey);
       } else if ((e.state === "COMPLETE" || e.state === "FAILED") && mine.some((n) => fresh(e, n.updatedAt))) {
-        refetch(); // the node's new outputs or error
+        refetch(); // its outputs or error
       }
       if (mine.some((n) => label(n) === selected)) drawPanel();
     },

@@ -1,6 +1,3 @@
-// Elements: a search, and one element: versions, the install plan as a tree,
-// upgrade, uninstall, artifacts.
-
 import { gql } from "../api.js";
 import { isAdmin, navigate } from "../app.js";
 import {
@@ -9,7 +6,7 @@ import {
 
 export const styles = "/ui/css/elements.css";
 
-/** Compares versions (MAJOR.MINOR.PATCH[-suffix][+build]): a release beats its pre-releases. */
+/** Semver order: a release beats its pre-releases. */
 export function compareVersions(a, b) {
   const parse = (v) => {
     const [core, pre] = v.split("+")[0].split(/-(.*)/s);
@@ -37,7 +34,6 @@ const newestFirst = (a, b) => compareVersions(b.version, a.version);
 const installedMark = (installed) => (installed ? h("span.badge.state-active.mark", { dataset: { installed: "true" } }, "installed") : null);
 const UPGRADE = `mutation Upgrade($id: ID!, $to: ID!) { upgradeElement(id: $id, toId: $to) { id } }`;
 
-/** Versions as chips (`here` in bold), with their repository if not `repository`. */
 function versionChips(versions, here, repository) {
   return chips(versions.map((v) => {
     const dataset = { version: v.version, installed: String(v.installed) };
@@ -153,7 +149,7 @@ export async function detail(view, { id }, scope) {
     artifacts,
     manifest);
 
-  // Installing, upgrading and uninstalling are the server admins'.
+  // Changes are the server admins'.
   if (!isAdmin()) actions.hidden = true;
   else if (e.installed) installedActions(actions, e, versions);
   else installPreview(actions, e, versions, scope, () => navigate(`/elements/${id}`, { replace: true }));
@@ -222,7 +218,7 @@ async function installPreview(actions, e, versions, scope, reload) {
     if (await busy(install, slot, () => gql(`mutation Install($id: ID!) { installElement(id: $id) { id } }`, { id: e.id }))) reload();
   };
   const preview = h("div#resolve-preview", { "aria-busy": "true" }, note("Resolving…"));
-  let other = null; // another version is installed: upgrading it to this one
+  let other = null; // another version installed: upgrade it
   if (installed) {
     const upgradeSlot = errorSlot();
     const upgrade = h("button#upgrade-here.secondary", { type: "button" }, `Upgrade ${installed.version} to ${e.version}`);
@@ -248,7 +244,6 @@ async function installPreview(actions, e, versions, scope, reload) {
   }
 }
 
-/** `{ name: constraints }` of `requirements`. */
 function requirementsOf(manifest) {
   const r = manifest?.requirements;
   return r && typeof r === "object" && !Array.isArray(r) ? r : {};

@@ -1,5 +1,4 @@
-// The overview: counts and what needs attention, read again when a provider,
-// repository or deployment changes (never polled).
+// Counts and what needs attention, read again on changes (never polled).
 
 import { gql } from "../api.js";
 import { isAdmin } from "../app.js";

@@ -1,6 +1,4 @@
-// Projects: the caller's, with their role and usage against the limits; a new
-// one; and one project: members, limits, name, delete, its blueprints and
-// deployments. Only its ADMIN (or a server admin) is shown what changes it.
+// Projects. Only a project's ADMIN sees what changes it.
 
 import { gql } from "../api.js";
 import { allows, navigate } from "../app.js";
@@ -25,7 +23,7 @@ export async function list(view, _params, scope) {
   });
 }
 
-/** Name, description and limits; `read()` gives them as the API's input (an empty limit is none). */
+/** Name, description, limits; `read()`: the API's input (empty: no limit). */
 function projectFields(p = {}) {
   const input = (name, value, attrs) => h("input", { name, value: value ?? "", autocomplete: "off", ...attrs });
   const [name, description, max, lease] = [["name", { required: true }], ["description"], ["maxResources"], ["maxLeaseSeconds"]].map(([n, a]) => input(n, p[n], a));
@@ -55,9 +53,9 @@ function projectFields(p = {}) {
     }
     return { name: name.value.trim(), description: description.value.trim() || null, maxResources: whole(max, "maxResources"), maxLeaseSeconds: whole(lease, "maxLeaseSeconds"), quotas };
   };
-  const el = [field("Name", name, "Lowercase letters, digits, “.”, “_” or “-”."), field("Description", description),
+  const el = [field("Name", name), field("Description", description),
     h("div.pair", field("Most resources at once", max, "Empty: no limit."), field("Longest lease (seconds)", lease, "Empty: no limit.")),
-    h("fieldset", h("legend", "Quotas"), h("p.hint", "Whole-number limits on what providers count (cpu, memory…)."), rows,
+    h("fieldset", h("legend", "Quotas"), h("p.hint", "Limits on what providers count (cpu…)."), rows,
       h("button#add-quota.secondary", { type: "button", onclick: () => addRow().querySelector("input").focus() }, "Add a quota"))];
   return { el, read, name };
 }
@@ -88,7 +86,6 @@ export async function detail(view, { id }, scope) {
   const admin = allows(p.myRole, "ADMIN");
   const [heading, about, members, contents] = [h("h1"), h("section#project-facts.card"), h("div#members"), h("div#project-contents")];
   const del = h("button#delete-project.danger", { type: "button" }, "Delete project…");
-  // A member added, changed (SET) or removed (REMOVE), then the project read again.
   const member = async (q, u, r) => {
     await gql(q, { p: id, u, r });
     draw(Object.assign(p, (await gql(ONE, { id })).project));

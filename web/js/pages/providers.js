@@ -1,6 +1,3 @@
-// Providers: the list (statuses live), the create form (the token shown once;
-// secret values never read back), and one provider: status and log live, actions.
-
 import { gql } from "../api.js";
 import { isAdmin, navigate } from "../app.js";
 import {
@@ -24,10 +21,7 @@ const SERVER_EVENTS = `subscription ProviderStatuses { serverEvents {
 
 export async function list(view, _params, scope) {
   const body = h("div#providers");
-  view.append(
-    h("div.toolbar", h("h1.grow", "Providers"), isAdmin() ? h("a#add-provider.button", { href: "/providers/new" }, "Add a provider") : null),
-    body,
-  );
+  view.append(h("div.toolbar", h("h1.grow", "Providers"), isAdmin() ? h("a#add-provider.button", { href: "/providers/new" }, "Add a provider") : null), body);
   const cells = new Map(); // provider id -> its status cell
   const load = () => fill(body, scope, async () => providerTable((await gql(LIST)).providers, cells));
   await liveList(scope, SERVER_EVENTS, load, (e) => {
@@ -62,7 +56,6 @@ function providerTable(providers, cells) {
 const CREATE = `mutation CreateProvider($input: CreateProviderInput!) {
   createProvider(input: $input) { token provider { id name status } } }`;
 
-/** Typed like a password, never filled in. */
 const secretArea = (placeholder) => jsonArea({ name: "secretConfig", rows: 3, class: "secret-input", autocapitalize: "off", placeholder });
 
 export function create(view) {
@@ -118,8 +111,7 @@ function created(view, { token, provider }) {
 
 const tokenBox = (token, id, ...more) =>
   shownOnce("Registration token, shown this once", token, id,
-    h("p.hint", "Corbel keeps only its hash: copy it to run this provider outside Corbel (as ",
-      code("CORBEL_PROVIDER_TOKEN"), "); one Corbel loads needs nothing."),
+    h("p.hint", "Kept only hashed: copy it to run the provider outside Corbel (", code("CORBEL_PROVIDER_TOKEN"), ")."),
     ...more);
 
 const PROVIDER = `query Provider($id: ID!) { provider(id: $id) { ${FIELDS} } }`;
@@ -142,7 +134,7 @@ export async function detail(view, { id }, scope) {
   }
   if (!scope.alive) return;
 
-  // Actions, log and live status are the server admins'.
+  // Actions, log and live status: server admins'.
   const admin = isAdmin();
   let state = provider.status;
   const buttons = admin ? actions(id, () => provider) : null;
@@ -168,7 +160,7 @@ export async function detail(view, { id }, scope) {
   };
   draw(provider);
 
-  // Nodes are asked of the provider: while it is connected.
+  // Nodes are asked while it is connected.
   let nodesAsked = false;
   async function loadNodes() {
     nodesAsked = true;
@@ -261,11 +253,10 @@ export async function detail(view, { id }, scope) {
     buttons,
     h("div.provider-grid", h("div.col", card("provider-facts", "Source", factsBox), card("provider-nodes-card", "Nodes", nodes)),
       h("div.col", card("provider-metadata", "Metadata", about), card("provider-config-card", "Configuration", configView, editor))),
-    admin ? h("section.card.log-card", h("div.toolbar", h("h2.grow", "Log"), live), logBox) : note("The status is as read when this page opened; the log is for server admins.", { id: "provider-log-note" }),
+    admin ? h("section.card.log-card", h("div.toolbar", h("h2.grow", "Log"), live), logBox) : note("The log and live status are for server admins.", { id: "provider-log-note" }),
   );
 }
 
-// Not an error: a provider not connected has no nodes to tell.
 const calm = (text) => note(text, { dataset: { code: "PROVIDER_UNAVAILABLE" } });
 
 function sourceFacts(p) {
@@ -283,7 +274,7 @@ function sourceFacts(p) {
 
 function metadata(p) {
   const m = p.metadata;
-  // As registered, else as corbel-provider.yaml says.
+  // As registered, else corbel-provider.yaml.
   const types = p.resourceTypes.length ? p.resourceTypes : m?.resourceTypes ?? [];
   const features = p.features.length ? p.features : m?.features ?? [];
   return [
@@ -357,7 +348,6 @@ function configEditor(id, current, saved) {
   return h("div.config-edit", open, form);
 }
 
-/** Load, Unload, Rotate token, Delete, each with its error. */
 function actions(id, current) {
   const panel = h("div.action-panel");
   const slots = { load: errorSlot({ id: "load-error" }), unload: errorSlot({ id: "unload-error" }) };
@@ -368,7 +358,6 @@ function actions(id, current) {
   };
   const button = (name, cls, label, onclick) => h("button", { type: "button", id: name, class: cls, onclick: (event) => (reset(), onclick(event.currentTarget)) }, label);
   const run = (name, cls, label, mutation) => button(name, cls, label, (b) => busy(b, slots[name], () => gql(mutation, { id })));
-  // Rotate and Delete ask first, under the buttons.
   const ask = (name, cls, label, question, yes, act) => button(name, cls, label, () => {
     replace(panel, confirmBox({ question: question(), yes, act, close: reset, slot: errorSlot({ id: `${name}-error` }) }));
     yes.focus();
@@ -393,7 +382,6 @@ function actions(id, current) {
     });
   const el = h("div.provider-actions",
     h("div.toolbar", { role: "group", "aria-label": "Actions" }, load, unload, rotate, remove), panel, h("div.action-errors", slots.load, slots.unload));
-  // The likely next step stands out.
   el.setStatus = (s) => {
     const stopped = s === "UNLOADED" || s === "FAILED";
     load.classList.toggle("secondary", !stopped);

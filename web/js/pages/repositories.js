@@ -1,6 +1,3 @@
-// Repositories: the list (rows live), the form, and one repository: its sync
-// live, refresh, invalid elements, elements, settings, delete.
-
 import { ApiError, gql } from "../api.js";
 import { isAdmin, navigate } from "../app.js";
 import {
@@ -15,11 +12,8 @@ const ROW = `id name status statusMessage invalidElementCount progress { seen st
 const FULL = `${ROW} syncMode priority refreshIntervalSeconds nextRefreshAt createdAt`;
 const ONE = `query Repository($id: ID!) { repository(id: $id) { ${FULL} } }`;
 
-/**
- * A query over the page's socket, after the subscriptions opened before it:
- * the server starts them in order, so no event falls between what it read and
- * the first event (over HTTP it could be answered before they exist).
- */
+// A query over the socket after the subscriptions before it (started in
+// order): no event falls between what it read and the first event.
 function afterSubscribing(scope, query, variables) {
   return new Promise((resolve, reject) => {
     let data = null;
@@ -31,7 +25,6 @@ function afterSubscribing(scope, query, variables) {
   });
 }
 
-/** `[kind, where]` of a driver. */
 function describe(d) {
   const kind = { HttpDriver: "http", LocalDriver: "local", ProviderDriver: "provider" }[d?.__typename] ?? "migration";
   return [kind, d?.url ?? d?.path ?? d?.providerId ?? ""];
@@ -42,7 +35,6 @@ function driverText(driver) {
   return h("span.repo-driver", h("span.badge.kind", kind), " ", code(where));
 }
 
-/** A repository read as a sync event. */
 const syncOf = (r) => ({ status: r.status, message: r.statusMessage, seen: r.progress.seen, stored: r.progress.stored, invalid: r.invalidElementCount });
 
 const LIST = `query Repositories { repositories(first: 500) { nodes { ${ROW} } } }`;
@@ -51,7 +43,7 @@ const SYNCS = `subscription RepositoryRows { serverEvents { __typename ... on Re
 export async function list(view, _params, scope) {
   const body = h("div#repositories-body");
   view.append(h("div.toolbar", h("h1.grow", "Repositories"), isAdmin() ? h("a#add-repository.button", { href: "/repositories/new" }, "Add a repository") : null), body);
-  const rows = new Map(); // repository id -> its row's update(sync, lastSyncedAt)
+  const rows = new Map(); // id -> update(sync, lastSyncedAt)
   const load = () => fill(body, scope, async () => {
     const { nodes } = (await gql(LIST)).repositories;
     rows.clear();
@@ -84,9 +76,9 @@ export async function list(view, _params, scope) {
 }
 
 const PROVIDERS = `query RepositoryProviders { providers(first: 500) { nodes { id name status features metadata { features } } } }`;
-const WHERE = { http: "url", local: "path", provider: "providerId" }; // what each driver is given
+const WHERE = { http: "url", local: "path", provider: "providerId" };
 
-/** `save(input)`: the driver only if edited (the URL shown hides credentials). */
+// The driver is sent only if edited (the URL shown hides credentials).
 function repositoryForm(id, repo, label, save) {
   const [kind, where] = repo ? describe(repo.driver) : ["http", ""];
   const options = (pairs, now) => pairs.map(([v, t]) => h("option", { value: v, selected: v === now }, t));
@@ -172,17 +164,17 @@ export async function detail(view, { id }, scope) {
   const invalidTitle = h("h2", "Invalid elements");
   const invalidBox = h("div");
   const settings = h("details#settings.card", h("summary", "Edit settings"));
-  // Refresh, settings and delete are the server admins'.
+  // Changes are the server admins'.
   const admin = isAdmin();
   const sync = h("section#sync.card", h("h2", "Sync"), state, progress,
     h("div.bar", { title: "stored and invalid, of seen" }, bar),
     admin && [h("div.toolbar", refresh, h("label.check", refetch, "Refetch every manifest")),
-      h("small.hint", "Refetch reads every manifest again, for sources that change manifests but not their inventory entry.")],
+      h("small.hint", "Reads every manifest again, for sources that change one but not the inventory.")],
     refreshSlot);
 
-  let heard = 0; // events heard so far
-  let last = null; // the last of them
-  let current = null; // the repository as last read
+  let heard = 0;
+  let last = null;
+  let current = null; // as last read
 
   function showSync(e) {
     replace(state, status(e.status, e.message));
@@ -220,7 +212,6 @@ export async function detail(view, { id }, scope) {
       if (scope.alive && heard === before) draw(r);
     }));
 
-  // Made from the repository as it is when opened.
   settings.addEventListener("toggle", () => {
     settings.querySelector("form")?.remove();
     if (!settings.open || !current) return;

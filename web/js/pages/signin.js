@@ -1,4 +1,4 @@
-// Sign-in, and on a first start the admin's password set with the printed token.
+// Sign-in, or on a first start the admin's password.
 
 import { gql } from "../api.js";
 import { signedIn } from "../app.js";

@@ -1,5 +1,4 @@
-// Users, for server admins: the list, a new user, and one user's page: disable
-// or enable (their sessions end at once), server role, their projects, delete.
+// Users, for server admins.
 
 import { gql } from "../api.js";
 import { navigate } from "../app.js";
@@ -7,7 +6,6 @@ import { busy, errorSlot, facts, failed, field, fill, h, link, muted, replace, s
 
 const FIELDS = "id username role disabled hasPassword createdAt memberships { role project { id name } }";
 const roles = (now) => h("select", { name: "role" }, ["USER", "ADMIN"].map((r) => h("option", { value: r, selected: r === now }, r)));
-/** A user's projects, each a link with their role there. */
 export const memberships = (list) => (list.length ? list.map((m, i) => [i ? ", " : "", link(`/projects/${m.project.id}`, m.project.name), muted(` ${m.role}`)]) : muted("none"));
 
 export async function list(view, _params, scope) {
@@ -29,7 +27,7 @@ export function create(view) {
   const submit = h("button", { type: "submit" }, "Create user");
   const make = () => gql(`mutation CreateUser($i: CreateUserInput!) { createUser(input: $i) { id } }`, { i: { username: username.value.trim(), password: password.value, role: role.value } });
   view.append(h("h1", "New user"), h("form#user-form.card.form", { onsubmit: sending(submit, slot, make, (d) => navigate(`/users/${d.createUser.id}`)) },
-    field("Username", username, "Lowercase letters, digits, “.”, “_” or “-”."), field("Password", password, "At least 8 characters."), field("Server role", role, "ADMIN manages providers, repositories, elements, users and every project."),
+    field("Username", username), field("Password", password, "At least 8 characters."), field("Server role", role),
     slot, h("div.toolbar", submit, link("/users", "Cancel"))));
 }
 
