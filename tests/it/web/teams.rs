@@ -21,6 +21,9 @@ fn none_shown(css: &str) -> String {
     format!("[...document.querySelectorAll('{css}')].every(e => !e.offsetParent)")
 }
 
+/// Nothing left out was drawn as the words `null` or `false`.
+const NO_STRAY_TEXT: &str = "!/\\b(null|false)\\b/.test(document.querySelector('main').innerText)";
+
 /// Waits until the page `module` is drawn (app.js marks it on `<body>`).
 async fn ready(browser: &Browser, module: &str) {
     browser
@@ -137,6 +140,24 @@ async fn an_admin_makes_a_user_and_a_project_and_the_console_shows_the_user_what
         .as_str()
         .unwrap()
         .to_owned();
+    let source = tempfile::tempdir().unwrap();
+    let body = app
+        .gql(
+            "mutation($p: String!) { createRepository(input: { name: \"mirror\", driver: { local: { path: $p } } }) { id } }",
+            json!({ "p": source.path() }),
+        )
+        .await;
+    let repository = data(&body)["createRepository"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The admin is offered what changes the repository.
+    admin.goto(&format!("/repositories/{repository}")).await;
+    ready(&admin, "repositories").await;
+    for css in ["#refresh", "#settings", "#delete-repository"] {
+        admin.find(css).await;
+    }
+    admin.wait_js("no stray text", NO_STRAY_TEXT).await;
 
     // The viewer, on a 420 px screen: the project read-only, no Users entry.
     let user = Browser::open_sized(&app, 420).await;
@@ -161,12 +182,14 @@ async fn an_admin_makes_a_user_and_a_project_and_the_console_shows_the_user_what
         assert!(user.all(css).await.is_empty(), "a viewer is shown {css}");
     }
     user.wait_js("the project page fits", FITS).await;
+    user.wait_js("no stray text", NO_STRAY_TEXT).await;
 
     // Its deployment: the project named, no deploy, destroy or lease.
     user.goto(&format!("/deployments/{deployment}")).await;
     ready(&user, "deployments").await;
     user.wait_text("[data-field=project]", "shop").await;
     user.wait_js("the deployment page fits", FITS).await;
+    user.wait_js("no stray text", NO_STRAY_TEXT).await;
     for css in ["#destroy", "#redeploy", "#extend", "[id^=power-]"] {
         user.wait_js(&format!("no {css}"), &none_shown(css)).await;
     }
@@ -201,7 +224,20 @@ async fn an_admin_makes_a_user_and_a_project_and_the_console_shows_the_user_what
     ] {
         user.wait_js(&format!("no {css}"), &none_shown(css)).await;
     }
+    user.wait_js("no stray text", NO_STRAY_TEXT).await;
     user.screenshot("provider-as-viewer-narrow").await;
+    // Repositories: readable, no add, refresh, settings or delete.
+    user.goto("/repositories").await;
+    user.wait_text("#repositories", "mirror").await;
+    user.wait_js("no add button", &none_shown("#add-repository"))
+        .await;
+    user.goto(&format!("/repositories/{repository}")).await;
+    ready(&user, "repositories").await;
+    user.wait_text("h1", "mirror").await;
+    for css in ["#refresh", "#settings", "#delete-repository"] {
+        user.wait_js(&format!("no {css}"), &none_shown(css)).await;
+    }
+    user.wait_js("no stray text", NO_STRAY_TEXT).await;
 
     // The admin makes them DEPLOYER in the project's page.
     admin.goto(&format!("/projects/{project}")).await;

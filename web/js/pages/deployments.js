@@ -319,17 +319,15 @@ export async function detail(view, { id }, scope) {
   const logsRead = new Map(); // node id → logs
   const logsSection = (n) => {
     if (!n.provider?.features?.includes("data") || !["COMPLETE", "SUSPENDED"].includes(n.state)) return null;
-    const out = h("pre#node-logs.json", { hidden: !logsRead.has(n.id) }, logsRead.get(n.id) ?? "");
     const slot = errorSlot();
     const read = h("button#read-logs.secondary", { type: "button" }, "Show the last 200 lines");
     read.onclick = () =>
       busy(read, slot, async () => {
         const { resourceNode: r } = await gql(LOGS, { id: n.id });
         logsRead.set(n.id, r.logs || "(no output)");
-        out.textContent = logsRead.get(n.id);
-        out.hidden = false;
+        drawPanel(); // it may have been drawn again meanwhile
       });
-    return h("div.logs", h("h3", "Logs"), read, slot, out);
+    return h("div.logs", h("h3", "Logs"), read, slot, h("pre#node-logs.json", { hidden: !logsRead.has(n.id) }, logsRead.get(n.id)));
   };
   const drawGraph = () => {
     dag = drawDag(resources, d.nodes, (name) => {
@@ -379,7 +377,7 @@ export async function detail(view, { id }, scope) {
     if (bottom) logBox.scrollTop = logBox.scrollHeight;
   };
 
-  view.append(
+  replace(view,
     h("div.toolbar", h("div.grow.title", h("h1", d.name), state), destroy),
     confirm,
     summary,

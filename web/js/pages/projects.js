@@ -19,7 +19,7 @@ export async function list(view, _params, scope) {
       [["My role", p.myRole], ["Usage", usage(p)], ["Quotas", quotaText(p.quotas)]].map(([label, v]) => h("td", { dataset: { label } }, v)));
     return projects.length
       ? table(["Name", "My role", "Usage", "Quotas"], projects.map(row), { id: "projects" })
-      : empty("You are in no project:", link("/projects/new", "make one"), "or ask a project's admin to add you.");
+      : empty("In no project yet:", link("/projects/new", "make one"), ".");
   });
 }
 
@@ -70,7 +70,7 @@ export function create(view) {
   fields.name.focus();
 }
 
-const ONE = `query Project($id: ID!) { project(id: $id) { ${FIELDS} createdAt members { role since user { username } } } }`;
+const ONE = `query Project($id: ID!) { project(id: $id) { ${FIELDS} members { role since user { username } } } }`;
 const CONTENTS = `query Contents($id: ID!) { blueprints(first: 500) { nodes { id name projectId } }
   deployments(filter: { projectId: $id }, first: 200) { nodes { id name state } } }`;
 const SET = "mutation($p: ID!, $u: String!, $r: ProjectRole!) { setProjectMember(projectId: $p, username: $u, role: $r) { role } }";
@@ -94,10 +94,11 @@ export async function detail(view, { id }, scope) {
   function draw() {
     heading.textContent = p.name;
     replace(about, facts([["Your role", p.myRole, "my-role"], ["Description", p.description || muted()], ["Usage", usage(p)],
-      ["Longest lease", limit(p.maxLeaseSeconds, " s")], ["Quotas", quotaText(p.quotas), "quotas"], ["Created", time(p.createdAt)]]));
+      ["Longest lease", limit(p.maxLeaseSeconds, " s")], ["Quotas", quotaText(p.quotas), "quotas"]]));
     const row = ({ user: { username: u }, role: r, since }) => {
       const slot = errorSlot();
-      const role = roleSelect(r, { "aria-label": `Role of ${u}`, onchange: () => busy(role, slot, () => member(SET, u, role.value)) });
+      // Saved at each change; the focus stays on it.
+      const role = roleSelect(r, { "aria-label": `Role of ${u}`, onchange: () => busy(role, slot, () => member(SET, u, role.value)).then(() => members.querySelector(`[data-member="${u}"] select`)?.focus()) });
       const remove = h("button.secondary", { type: "button", dataset: { remove: u } }, "Remove");
       remove.onclick = () => busy(remove, slot, () => member(REMOVE, u));
       return h("tr", { dataset: { member: u, role: r } }, h("td", u), h("td", admin ? role : r), h("td", time(since)), admin && h("td", remove, slot));
@@ -106,7 +107,7 @@ export async function detail(view, { id }, scope) {
   }
   draw();
 
-  view.append(heading, h("p", link("/projects", "← All projects")), about,
+  replace(view,heading, h("p", link("/projects", "← All projects")), about,
     h("section.card", h("h2", "Members"), members, admin ? addMember(member) : note(`Your role is ${p.myRole}: a project ADMIN changes the project.`, { id: "read-only" })),
     admin && settings(p, (next) => draw(Object.assign(p, next))),
     h("h2", "Blueprints and deployments"), contents,
@@ -144,6 +145,6 @@ function settings(p, saved) {
   const slot = errorSlot();
   const submit = h("button", { type: "submit" }, "Save");
   const save = () => gql(`mutation UpdateProject($id: ID!, $i: UpdateProjectInput!) { updateProject(id: $id, input: $i) { ${FIELDS} } }`, { id: p.id, i: fields.read() });
-  return h("details#project-settings.card", h("summary", "Name, description and limits"),
+  return h("details#project-settings.card", h("summary", "Settings"),
     h("form.form", { onsubmit: sending(submit, slot, save, (d) => saved(d.updateProject)) }, fields.el, slot, submit));
 }

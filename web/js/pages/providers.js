@@ -247,7 +247,7 @@ export async function detail(view, { id }, scope) {
     draw(p);
     if (state === "CONNECTED") loadNodes();
   });
-  view.append(
+  replace(view,
     h("div.toolbar", h("h1", provider.name), badgeSlot),
     message,
     buttons,

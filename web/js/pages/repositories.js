@@ -264,7 +264,7 @@ export async function detail(view, { id }, scope) {
     },
   });
 
-  view.append(
+  replace(view,
     heading,
     sync,
     h("section.card", h("h2", "Facts"), factsBox),
