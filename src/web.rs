@@ -23,6 +23,8 @@ const SECTIONS: &[&str] = &[
     "elements",
     "blueprints",
     "deployments",
+    "projects",
+    "users",
     "account",
 ];
 

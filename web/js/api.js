@@ -1,8 +1,5 @@
-// The one way the console talks to Corbel: GraphQL over HTTP (`gql`) and
-// subscriptions over one shared WebSocket (`subscribe`, graphql-transport-ws).
-// The session is the HttpOnly cookie `login` sets: the browser sends it on both.
+// GraphQL over HTTP and one WebSocket, with the session cookie.
 
-/** An error the API returned: its message and `extensions.code`. */
 export class ApiError extends Error {
   constructor(message, code = "ERROR", extensions = {}) {
     super(message);
@@ -12,7 +9,6 @@ export class ApiError extends Error {
 }
 
 const listeners = new Set();
-/** Called with every UNAUTHENTICATED error, so the app can go to sign-in. */
 export function onUnauthenticated(fn) {
   listeners.add(fn);
 }
@@ -26,7 +22,6 @@ function fail(errors) {
   return error;
 }
 
-/** Runs a query or mutation; resolves to `data`, or throws an ApiError. */
 export async function gql(query, variables = {}, headers = {}) {
   const request = { method: "POST", headers: { "Content-Type": "application/json", ...headers }, credentials: "same-origin", body: JSON.stringify({ query, variables }) };
   const response = await fetch("/graphql", request).catch((e) => {
@@ -39,8 +34,7 @@ export async function gql(query, variables = {}, headers = {}) {
   return body.data;
 }
 
-// One socket for every subscription of the page; reopened (and every active
-// subscription started again) when it drops, with a growing pause.
+// One socket, reopened after a growing pause.
 let socket = null;
 let ready = false;
 let nextId = 1;
@@ -91,8 +85,6 @@ function open() {
   };
 }
 
-// Sends `subscribe` for `id` on the acknowledged socket; `sink.started` then
-// says the subscription is live (the first time and after each reconnect).
 function start(id) {
   const entry = active.get(id);
   if (!entry || !socket || !ready) return;
@@ -100,11 +92,7 @@ function start(id) {
   entry.sink.started?.();
 }
 
-/**
- * Starts a subscription. `sink.next(data)` gets each event; `sink.error`,
- * `sink.complete`, `sink.reconnecting` and `sink.started` (sent: live from
- * now) are optional. Returns a function that ends it.
- */
+/** `sink`: `next(data)`, and optional `error`, `complete`, `reconnecting`, `started`. Returns its end. */
 export function subscribe(query, variables, sink) {
   const id = String(nextId++);
   const payload = { query, variables };

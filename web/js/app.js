@@ -1,22 +1,25 @@
-// The console's shell: who is signed in, the navigation, and the router that
-// maps paths to pages. Pages are modules under `pages/`, loaded when first
-// visited; each exports a function per view (`list(main, params, scope)`…),
-// or `render` when it has one.
+// The shell: who is signed in and may do what, the navigation, the router.
 
 import { gql, onUnauthenticated, subscribe } from "./api.js";
-import { errorBox, h, link, replace } from "./dom.js";
+import { errorBox, h, link, muted, replace } from "./dom.js";
 
-// Paths to pages: `/`, `/sign-in`, `/account`, and for each section its list
-// (`/providers`), a new one (`/providers/new`; elements are not made here)
-// and one of them (`/providers/:id`). `view` says which: "list", "create" or
-// "detail". The server answers each section's paths with the page (src/web.rs).
+// `/x`, `/x/new` (not elements), `/x/:id` of each section, as src/web.rs answers.
 const pages = new Map([["", "overview"], ["sign-in", "signin"], ["account", "account"]]);
-const sections = ["providers", "repositories", "elements", "blueprints", "deployments"];
+const sections = ["providers", "repositories", "elements", "blueprints", "deployments", "projects", "users"];
 
-const nav = [["/", "Overview"], ...sections.map((s) => [`/${s}`, s[0].toUpperCase() + s.slice(1)])];
+const nav = () => [["/", "Overview"], ...sections.filter((s) => s !== "users" || isAdmin()).map((s) => [`/${s}`, s[0].toUpperCase() + s.slice(1)])];
 
-/** The signed-in user (`{ id, username, role }`), or null. */
+/** The signed-in user with their memberships, or null; read at each page. */
 export let me = null;
+
+const RANKS = ["VIEWER", "DEPLOYER", "DEVELOPER", "ADMIN"];
+export const isAdmin = () => me?.role === "ADMIN";
+export const allows = (role, need) => RANKS.indexOf(role) >= RANKS.indexOf(need);
+const membership = (id) => me?.memberships.find((m) => m.project.id === id);
+/** A server admin's is ADMIN. */
+export const roleIn = (id) => membership(id)?.role ?? null;
+export const projectLink = (id) => (membership(id) ? link(`/projects/${id}`, membership(id).project.name) : muted());
+export const projectsFor = (need) => (me?.memberships ?? []).filter((m) => allows(m.role, need)).map((m) => m.project);
 
 function match(path) {
   const [first = "", id, ...more] = path.split("/").filter(Boolean);
@@ -26,14 +29,13 @@ function match(path) {
   return id === "new" && first !== "elements" ? { module: first, view: "create" } : { module: first, view: "detail", id: decodeURIComponent(id) };
 }
 
-/** Goes to `path` (with its `?query`) without reloading. */
 export function navigate(path, { replace: replaceState = false } = {}) {
   if (replaceState) history.replaceState(null, "", path);
   else history.pushState(null, "", path);
   show();
 }
 
-// Everything a page started (subscriptions, timers) ends when it is left.
+// A page's subscriptions and timers end when it is left.
 let scope = null;
 class Scope {
   constructor() {
@@ -62,7 +64,7 @@ function drawHeader() {
   const current = (href) => ((href === "/" ? here === "/" : here === href || here.startsWith(`${href}/`)) ? "page" : null);
   replace(header,
     h("a.brand", { href: "/" }, "Corbel"),
-    me ? h("nav", { "aria-label": "Main" }, nav.map(([href, label]) => h("a", { href, "aria-current": current(href) }, label))) : null,
+    me ? h("nav", { "aria-label": "Main" }, nav().map(([href, label]) => h("a", { href, "aria-current": current(href) }, label))) : null,
     h("div.who", h("a", { href: "/graphql", "data-native": "" }, "GraphQL"), me ? [
       h("a#signed-in-as", { href: "/account", "aria-current": current("/account") }, me.username),
       h("button#sign-out.link", { type: "button", onclick: signOut }, "Sign out"),
@@ -73,21 +75,23 @@ async function signOut() {
   try {
     await gql("mutation { logout }");
   } catch {
-    // Signed out either way: the cookie is gone or was not valid.
+    // signed out either way
   }
   me = null;
   navigate("/sign-in");
 }
 
+// A role changed shows at the next page. Only a session that ended signs out.
+let fresh = false; // just read (at start, at sign-in)
 async function loadMe() {
+  fresh = true;
   try {
-    me = (await gql("query Me { me { id username role hasPassword } }")).me;
-  } catch {
-    me = null;
+    me = (await gql("query Me { me { id username role hasPassword memberships { role project { id name } } } }")).me;
+  } catch (error) {
+    if (!me || error.code === "UNAUTHENTICATED") me = null;
   }
 }
 
-/** Signed in now (after `login`): reads who, then goes to `next`. */
 export async function signedIn(next) {
   await loadMe();
   navigate(next && next.startsWith("/") && !next.startsWith("//") ? next : "/", { replace: true });
@@ -98,6 +102,9 @@ async function show() {
   scope = new Scope();
   const mine = scope;
   const route = match(location.pathname);
+  if (me && !fresh) await loadMe();
+  fresh = false;
+  if (!mine.alive) return;
   if (!me && route?.module !== "signin") {
     const next = location.pathname + location.search;
     history.replaceState(null, "", `/sign-in?next=${encodeURIComponent(next)}`);
@@ -122,7 +129,7 @@ async function show() {
     if (mine.alive) {
       main.removeAttribute("aria-busy");
       document.body.dataset.ready = route?.module ?? "none";
-      // The first page is drawn and its controls work (benches/console.rs).
+      // For benches/console.rs.
       if (!performance.getEntriesByName("console-ready").length) performance.mark("console-ready");
       const heading = main.querySelector("h1");
       document.title = heading ? `${heading.textContent} · Corbel` : "Corbel";
@@ -130,14 +137,12 @@ async function show() {
   }
 }
 
-/** Adds a page's own stylesheet (`export const styles = "/ui/css/x.css"`) once. */
 function stylesheet(href) {
   if (document.querySelector(`link[href="${href}"]`)) return;
   document.head.append(h("link", { rel: "stylesheet", href }));
 }
 
-// Links inside the console are followed by the router (middle-click and
-// modified clicks keep their usual meaning; `data-native` links leave it).
+// The router follows links (not modified clicks, not `data-native`).
 document.addEventListener("click", (event) => {
   const a = event.target.closest("a[href]");
   if (!a || a.hasAttribute("data-native") || a.target || a.hasAttribute("download")) return;
@@ -149,7 +154,7 @@ document.addEventListener("click", (event) => {
 });
 window.addEventListener("popstate", show);
 
-// A session that ends (expired, revoked, signed out elsewhere) leads to sign-in.
+// A session that ends (expired, revoked, disabled) leads to sign-in.
 onUnauthenticated(() => {
   if (!me) return;
   me = null;

@@ -1,11 +1,5 @@
-// DOM helpers shared by every page, so that all show errors, states, lists and
-// confirmations one way. No framework: pages build nodes and replace them.
 
-/**
- * `h("a#add.button", { href: "/x", onclick: fn, dataset: { id } }, "text", child)`:
- * an `#id` and `.classes` as in CSS; attributes optional, `on…` ones become
- * listeners; `null`/`false` attributes and children are skipped.
- */
+/** `h("a#id.class", { href, onclick, dataset }, ...children)`; null/false attributes and children skipped. */
 export function h(tag, attrs, ...children) {
   if (attrs?.constructor !== Object) {
     children.unshift(attrs);
@@ -18,7 +12,7 @@ export function h(tag, attrs, ...children) {
     else el.classList.add(mark.slice(1));
   }
   for (const [key, value] of Object.entries(attrs)) {
-    if (value === null || value === undefined || value === false) continue;
+    if (value == null || value === false) continue;
     if (key.startsWith("on") && typeof value === "function") el.addEventListener(key.slice(2), value);
     else if (key === "dataset") Object.assign(el.dataset, value);
     else if (key === "class") el.classList.add(...String(value).split(" ").filter(Boolean));
@@ -28,21 +22,19 @@ export function h(tag, attrs, ...children) {
   return el;
 }
 
-/** An SVG element (attributes set as given). */
 export function svg(tag, attrs = {}, ...children) {
   const el = document.createElementNS("http://www.w3.org/2000/svg", tag);
-  for (const [key, value] of Object.entries(attrs)) if (value !== null && value !== undefined) el.setAttribute(key, String(value));
+  for (const [key, value] of Object.entries(attrs)) if (value != null) el.setAttribute(key, String(value));
   append(el, children);
   return el;
 }
 
 function append(el, children) {
   for (const child of children.flat(Infinity)) {
-    if (child !== null && child !== undefined && child !== false) el.append(child instanceof Node ? child : String(child));
+    if (child != null && child !== false) el.append(child instanceof Node ? child : String(child));
   }
 }
 
-/** Replaces everything inside `el`. */
 export function replace(el, ...children) {
   el.replaceChildren();
   append(el, children);
@@ -55,10 +47,9 @@ export const muted = (text = "—") => h("span.muted", text);
 export const note = (text, attrs) => h("p.muted", attrs, text);
 export const json = (value) => h("pre.json", JSON.stringify(value, null, 2));
 
-/** A check of the page's own, failing like the server's (`VALIDATION`). */
 export const invalid = (message) => Object.assign(new Error(message), { code: "VALIDATION" });
 
-/** An error where the user acted: `role=alert` so screen readers say it, its code, and the dependents a refusal names. */
+/** An error where the user acted, with the dependents a refusal names. */
 export function errorBox(error) {
   const code = error?.code ?? "ERROR";
   const dependents = error?.extensions?.dependents ?? [];
@@ -66,7 +57,6 @@ export function errorBox(error) {
     dependents.length ? h("p", "Needed by: ", dependents.map((d) => d.name ?? d).join(", ")) : null);
 }
 
-/** A place for an operation's error: `slot.show(e)`, `slot.clear()`. */
 export function errorSlot(attrs = {}) {
   const el = h("div.error-slot", { "aria-live": "polite", ...attrs });
   el.show = (error) => replace(el, errorBox(error));
@@ -74,7 +64,7 @@ export function errorSlot(attrs = {}) {
   return el;
 }
 
-/** Fills `el` with what `draw()` resolves to, or its error: only the last fill asked, and not once the page was left. */
+/** Fills `el` with `draw()`'s result or error: the last fill only, while the page lives. */
 export async function fill(el, scope, draw) {
   const mine = (el.fills = (el.fills ?? 0) + 1);
   let content;
@@ -86,42 +76,35 @@ export async function fill(el, scope, draw) {
   if (scope.alive && el.fills === mine) replace(el, content);
 }
 
-/** A page that could not be read: its title, the error, and a way back. */
 export const failed = (view, title, error, href, back) => replace(view, h("h1", title), errorBox(error), h("p", link(href, back)));
 
-/** A state (`CONNECTED`, `FAILED`, …) as a coloured badge, the word in it. */
 export function badge(state) {
   const s = state ?? "UNKNOWN";
   return h("span", { class: `badge state-${s.toLowerCase()}`, dataset: { state: s } }, s);
 }
 
-/** A state's badge with what the server said of it under it. */
 export const status = (state, message) => [badge(state), message ? h("small.hint", message) : null];
 
-/** A time as the reader's local time, the exact value on hover. */
 export const time = (iso) => (iso ? h("time", { datetime: iso, title: iso }, new Date(iso).toLocaleString()) : muted());
 
-/** What an empty list says and what to do next, the parts spaced: `empty("None yet.", link(…), "to add one.")`. */
+/** `empty("None yet.", link(…), "to add one.")`, spaced. */
 export function empty(...parts) {
   return h("p.empty", parts.map((part, i) => (i && !/^[.,:;]/.test(part.textContent ?? part) ? [" ", part] : part)));
 }
 
-/** `dl.facts` of `[term, value, data-field]` rows; null rows are left out. */
 export function facts(rows, attrs = {}) {
   return h("dl.facts", attrs, rows.filter(Boolean).map(([term, value, field]) =>
     h("div", h("dt", term), h("dd", { dataset: field ? { field } : null }, value))));
 }
 
-/** `table.list` with its column heads; `rows` are `<tr>`s, or a `<tbody>` filled later. */
 export function table(heads, rows, attrs = {}) {
   const body = rows instanceof HTMLTableSectionElement ? rows : h("tbody", rows);
   return h("table.list", attrs, h("thead", h("tr", heads.map((t) => h("th", { scope: "col" }, t)))), body);
 }
 
-/** A wrapping list of small boxes; `items` are `[dataset, ...children]`. */
 export const chips = (items, attrs = {}) => h("ul.chips", attrs, items.map(([dataset, ...children]) => h("li", { dataset }, children)));
 
-/** Counts as bars (the number written beside), `[label, count, dataset]` rows on one scale: `top`, or the largest. */
+/** `[label, count, dataset]` rows as bars on one scale. */
 export function bars(rows, attrs = {}, top = Math.max(1, ...rows.map(([, n]) => Number(n)).filter(Number.isFinite))) {
   const width = (n) => Math.min(100, (100 * Math.max(0, Number(n) || 0)) / top);
   return h("ul.capacity", attrs, rows.map(([label, count, dataset]) =>
@@ -130,21 +113,17 @@ export function bars(rows, attrs = {}, top = Math.max(1, ...rows.map(([, n]) => 
       h("span.count", String(count)))));
 }
 
-/** A secret the server shows this once (a token); one click selects it all. */
 export function shownOnce(heading, secret, id, ...more) {
   return h("div.token-box", { id: `${id}-box` }, h("strong", heading), h("code.secret.token", { id }, secret), ...more);
 }
 
-/** A labelled form field: `field("Name", h("input", {…}), "hint")`. */
 export function field(label, control, hint) {
   control.id ||= `f-${Math.random().toString(36).slice(2, 9)}`;
   return h("div.field", h("label", { for: control.id }, label), control, hint ? h("small.hint", hint) : null);
 }
 
-/** A textarea for JSON, read with `parseJson`. */
 export const jsonArea = (attrs) => h("textarea", { rows: 4, spellcheck: "false", autocomplete: "off", ...attrs });
 
-/** JSON a user typed: an "object" (empty text is `{}`) or a "list"; the error names the field. */
 export function parseJson(text, name, type = "object") {
   if (!text.trim()) return {};
   let value;
@@ -158,7 +137,7 @@ export function parseJson(text, name, type = "object") {
   return value;
 }
 
-/** Runs `action` for a button, disabled meanwhile; returns its result, or shows its error in `slot` and returns nothing. */
+/** `action()`'s result, `control` disabled meanwhile; its error to `slot`. */
 export async function busy(control, slot, action) {
   control.disabled = true;
   control.setAttribute("aria-busy", "true");
@@ -174,18 +153,13 @@ export async function busy(control, slot, action) {
   }
 }
 
-/** A form's `onsubmit`: runs `action()` for `button` (see `busy`), then `done(result)` if it succeeded. */
 export const sending = (button, slot, action, done) => async (event) => {
   event.preventDefault();
   const result = await busy(button, slot, action);
   if (result) await done?.(result);
 };
 
-/**
- * Asks before doing, in the page rather than a dialog: the question (or
- * fields), `yes` (runs `act`), Cancel (runs `close`), and the error.
- * `check()`, if given, says whether `yes` may be used yet.
- */
+/** Asks in the page: `yes` runs `act`, Cancel `close`; `check()`: may `yes` be used. */
 export function confirmBox({ question, yes, act, close, check, slot = errorSlot(), id, cancelId }) {
   const ready = () => check && (yes.disabled = !check());
   const onsubmit = async (event) => {
@@ -202,7 +176,7 @@ export function confirmBox({ question, yes, act, close, check, slot = errorSlot(
   return box;
 }
 
-/** `button` opens a hidden `confirmBox`; the focus goes to its field, or to Cancel: the safe choice. */
+/** `button` opens a `confirmBox`. */
 export function askFirst(button, options) {
   const box = confirmBox({ ...options, close: () => ((box.hidden = true), button.focus()) });
   box.hidden = true;
@@ -214,7 +188,12 @@ export function askFirst(button, options) {
   return box;
 }
 
-/** Runs `fn` `ms` after the last call (a burst of events makes one read), unless the page was left. */
+/** `askFirst` for what cannot be undone: `name()` must be typed first. */
+export function typedConfirm(button, name, what, yes, act) {
+  const typed = h("input", { id: `${button.id}-name`, autocomplete: "off" });
+  return askFirst(button, { id: `${button.id}-form`, question: field(`Type “${name()}” to ${what}`, typed), yes, check: () => typed.value === name(), act });
+}
+
 export function later(scope, ms, fn) {
   let timer = null;
   scope.onDispose(() => clearTimeout(timer));
@@ -225,11 +204,9 @@ export function later(scope, ms, fn) {
 }
 
 /**
- * A list kept live by `serverEvents`: `load()` draws it, `apply(event)` changes
- * it in place, or returns `false` when only a new read will do. Events heard
- * during the first read are applied after it. It is read again once the
- * subscription is live (it may start after that read), after a reconnect and
- * after missed events.
+ * A list live from `serverEvents`: `load()` draws it, `apply(event)` changes it
+ * or returns `false` (read again). Events during the first read apply after it;
+ * it is read again once subscribed, after a reconnect, after missed events.
  */
 export async function liveList(scope, subscription, load, apply) {
   const reload = later(scope, 150, load);

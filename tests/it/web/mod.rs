@@ -12,6 +12,7 @@ mod blueprints;
 mod deployments;
 mod providers;
 mod repositories;
+mod teams;
 
 #[tokio::test]
 async fn every_page_leads_to_sign_in_and_back_after_it() {
@@ -353,7 +354,7 @@ async fn the_shell_works_by_keyboard_and_fits_420_px() {
     browser.screenshot("overview-narrow").await;
     // Every navigation link is reachable by Tab, in order, after the skip link.
     let order = browser
-        .js("return [...document.querySelectorAll('a[href], button, input, select, textarea, [tabindex]')].filter(e => e.tabIndex >= 0).slice(0, 9).map(e => e.textContent.trim());")
+        .js("return [...document.querySelectorAll('a[href], button, input, select, textarea, [tabindex]')].filter(e => e.tabIndex >= 0).slice(0, 11).map(e => e.textContent.trim());")
         .await;
     assert_eq!(
         order,
@@ -366,6 +367,8 @@ async fn the_shell_works_by_keyboard_and_fits_420_px() {
             "Elements",
             "Blueprints",
             "Deployments",
+            "Projects",
+            "Users",
             "GraphQL"
         ])
     );

@@ -1,24 +1,16 @@
-// Blueprints: the list, and an editor for one blueprint's YAML with line
-// numbers. Saving asks the server to parse and check it; every problem it
-// names is listed with its path and marked at its line. A saved blueprint
-// shows what the server read from it: variables with their types, resources,
-// and warnings (resource types no provider serves).
+// Blueprints: the list and a YAML editor.
 
 import { gql } from "../api.js";
-import { navigate } from "../app.js";
-import { askFirst, busy, code, empty, errorBox, errorSlot, failed, field, h, link, muted, replace, table, time } from "../dom.js";
+import { allows, navigate, projectLink, projectsFor, roleIn } from "../app.js";
+import { askFirst, busy, code, empty, errorBox, errorSlot, failed, field, h, link, muted, note, replace, table, time } from "../dom.js";
 
 export const styles = "/ui/css/blueprints.css";
 
-const FIELDS = `id name description source updatedAt warnings
+const FIELDS = `id projectId name description source updatedAt warnings
   variables { name type default description }
   resources { key type provider dependsOn replicas strategy }`;
-const LIST = `query Blueprints($after: String) {
-  blueprints(first: 50, after: $after) {
-    totalCount pageInfo { hasNextPage endCursor }
-    nodes { id name description updatedAt warnings resources { key } variables { name type } }
-  }
-}`;
+const LIST = `query Blueprints($after: String) { blueprints(first: 50, after: $after) { totalCount pageInfo { hasNextPage endCursor }
+  nodes { id projectId name description updatedAt warnings resources { key } variables { name type } } } }`;
 const ONE = `query Blueprint($id: ID!) { blueprint(id: $id) { ${FIELDS} } }`;
 const CREATE = `mutation CreateBlueprint($input: CreateBlueprintInput!) { createBlueprint(input: $input) { ${FIELDS} } }`;
 const UPDATE = `mutation UpdateBlueprint($id: ID!, $input: UpdateBlueprintInput!) { updateBlueprint(id: $id, input: $input) { ${FIELDS} } }`;
@@ -34,13 +26,10 @@ resources:
     config: { command: sleep, args: ["3600"] }
 `;
 
-// What the page just did, for the page it goes to (a created blueprint and
-// its notice, or the name of a deleted one): saves one fetch, keeps the notice.
+// For the next page: a created blueprint, or a deleted one's name.
 let handoff = null;
 
-/** A cell named for tests (`data-field`) and, on a narrow screen, for readers (`data-label`). */
 const cell = (name, ...children) => h("td", { dataset: { field: name.toLowerCase().replace(/ /g, "-"), label: name } }, ...children);
-/** `a, b, c`, each as code, with what follows each (its type). */
 const codes = (items, after = () => null) => items.map((x, i) => [i ? ", " : "", code(x.name ?? x), after(x)]);
 
 export async function list(view, _params, scope) {
@@ -50,8 +39,8 @@ export async function list(view, _params, scope) {
   view.append(
     h("h1", "Blueprints"),
     notice,
-    h("div.toolbar", h("p.muted.grow", "A blueprint is YAML naming variables and resources; deploying it runs the resources as a DAG."),
-      h("a#new-blueprint.button", { href: "/blueprints/new" }, "New blueprint")),
+    h("div.toolbar", h("p.muted.grow", "YAML naming variables and resources; a deploy runs the resources as a DAG."),
+      projectsFor("DEVELOPER").length ? h("a#new-blueprint.button", { href: "/blueprints/new" }, "New blueprint") : null),
     body,
   );
   let rows = null;
@@ -86,11 +75,10 @@ function listRow(b) {
     cell("Updated", time(b.updatedAt)));
 }
 
-// A new blueprint or a saved one: the same editor.
 export { editor as create, editor as detail };
 
 async function editor(view, { id = null }, scope) {
-  let saved = null; // the blueprint as stored
+  let saved = null; // as stored
   let notice = null;
   if (handoff && handoff.id === id) ({ blueprint: saved, notice } = handoff);
   handoff = null;
@@ -104,6 +92,12 @@ async function editor(view, { id = null }, scope) {
     if (!scope.alive) return;
   }
 
+  // DEVELOPER edits, DEPLOYER deploys, VIEWER reads.
+  const role = saved ? roleIn(saved.projectId) : "DEVELOPER";
+  const mayEdit = allows(role, "DEVELOPER");
+  const projects = projectsFor("DEVELOPER");
+  if (!saved && !projects.length) return view.append(h("h1", "New blueprint"), note("You are DEVELOPER in no project.", { id: "bp-no-project" }));
+  const project = h("select#bp-project", { name: "project" }, projects.map((p) => h("option", { value: p.id }, p.name)));
   const heading = h("h1", saved ? saved.name : "New blueprint");
   const name = h("input#bp-name", { name: "name", required: true, maxlength: 128, autocomplete: "off", value: saved?.name ?? "" });
   const description = h("input#bp-description", { name: "description", autocomplete: "off", value: saved?.description ?? "" });
@@ -125,7 +119,7 @@ async function editor(view, { id = null }, scope) {
     const input = { name: name.value.trim(), description: description.value.trim(), source: source.area.value };
     const data = saved
       ? (await gql(UPDATE, { id: saved.id, input })).updateBlueprint
-      : (await gql(CREATE, { input: { ...input, description: input.description || null } })).createBlueprint;
+      : (await gql(CREATE, { input: { ...input, projectId: project.value, description: input.description || null } })).createBlueprint;
     const message = `Saved “${data.name}” at ${new Date().toLocaleTimeString()}.`;
     name.value = data.name;
     description.value = data.description ?? "";
@@ -146,7 +140,7 @@ async function editor(view, { id = null }, scope) {
     document.title = `${b.name} · Corbel`;
     replace(notices, message ? h("p#bp-saved.notice", message) : null);
     const ask = h("button#bp-delete.danger", { type: "button" }, "Delete");
-    replace(actions, h("a#bp-deploy.button.secondary", { href: `/deployments/new?blueprint=${encodeURIComponent(b.id)}`, title: "Deploys the saved version" }, "Deploy"), ask);
+    replace(actions, allows(role, "DEPLOYER") && h("a#bp-deploy.button.secondary", { href: `/deployments/new?blueprint=${encodeURIComponent(b.id)}`, title: "Deploys the saved version" }, "Deploy"), mayEdit && ask);
     replace(deleteArea, askFirst(ask, {
       id: "bp-delete-confirm",
       cancelId: "bp-delete-no",
@@ -168,26 +162,26 @@ async function editor(view, { id = null }, scope) {
     busy(saveButton, saveSlot, save);
   };
   const form = h("form#blueprint-form.card", { novalidate: true, onsubmit, oninput: markDirty },
-    h("div.bp-meta", field("Name", name), field("Description", description)),
+    h("div.bp-meta", field("Name", name), field("Description", description), saved ? null : field("Project", project)),
     h("div.field", h("label", { for: "bp-source" }, "Source (YAML)"), source.box,
       h("small#bp-source-hint.hint", "Tab inserts two spaces (Esc, then Tab, leaves the editor). Ctrl+S or ⌘S saves.")),
     h("div.toolbar", saveButton, dirtyNote, h("span.grow"), actions),
     saveSlot,
     deleteArea);
-  view.append(heading, h("p", link("/blueprints", "← All blueprints")), notices, form, parsed);
+  for (const el of [name, description, source.area]) el.readOnly = !mayEdit;
+  saveButton.hidden = saveButton.disabled = !mayEdit;
+  view.append(heading, h("p", link("/blueprints", "← All blueprints"), saved && [" · project ", projectLink(saved.projectId)]), notices, form, parsed);
   source.fit();
   if (saved) showSaved(notice);
   else source.area.focus();
 
-  // Ctrl/Cmd+S saves from anywhere on the page.
   const onKey = (event) => {
     if ((event.ctrlKey || event.metaKey) && !event.altKey && event.key.toLowerCase() === "s") {
       event.preventDefault();
       if (!saveButton.disabled) form.requestSubmit();
     }
   };
-  // Leaving with unsaved changes asks first: a reload or another site
-  // (beforeunload), and links inside the console (before the router sees them).
+  // Leaving unsaved changes asks first.
   const onUnload = (event) => dirty() && event.preventDefault();
   const onLeave = (event) => {
     const a = event.target.closest?.("a[href]");
@@ -207,13 +201,12 @@ async function editor(view, { id = null }, scope) {
   });
 }
 
-/** The parsed blueprint: variables with their types, resources, warnings. */
 function parsedView(b) {
   const variables = b.variables.map((v) =>
     h("tr", { dataset: { name: v.name } },
       h("td", code(v.name)),
       cell("Type", code(v.type)),
-      cell("Default", v.default === null || v.default === undefined ? muted("required at deploy") : code(JSON.stringify(v.default))),
+      cell("Default", v.default == null ? muted("required at deploy") : code(JSON.stringify(v.default))),
       cell("Description", v.description ?? muted())));
   const resources = b.resources.map((r) =>
     h("tr", { dataset: { key: r.key } },
@@ -224,13 +217,13 @@ function parsedView(b) {
       cell("Replicas", code(r.replicas)),
       cell("Strategy", r.strategy)));
   return [
-    h("p.muted", "Last saved ", time(b.updatedAt), ". What the server read from it:"),
+    h("p.muted", "Saved ", time(b.updatedAt), ". The server read:"),
     h("h2", "Variables"),
-    variables.length ? table(["Name", "Type", "Default", "Description"], variables, { id: "bp-variables" }) : empty("No variables: a deploy needs no values."),
+    variables.length ? table(["Name", "Type", "Default", "Description"], variables, { id: "bp-variables" }) : empty("No variables."),
     h("h2", "Resources"),
     resources.length
       ? table(["Key", "Type", "Provider", "Depends on", "Replicas", "Strategy"], resources, { id: "bp-resources" })
-      : empty("No resources yet: add some under `resources:`."),
+      : empty("No resources yet."),
     h("h2", "Warnings"),
     b.warnings.length
       ? h("ul#bp-warnings.bp-warnings", b.warnings.map((w) => h("li", w)))
@@ -238,11 +231,6 @@ function parsedView(b) {
   ];
 }
 
-/**
- * Where a save's error goes. A VALIDATION error lists every problem with its
- * path, its message and a button to its line, and marks the lines in the
- * editor's gutter; other errors are shown as they came.
- */
 function problemSlot(source) {
   const el = errorSlot();
   el.show = (error) => {
@@ -262,10 +250,7 @@ function problemSlot(source) {
   return el;
 }
 
-/**
- * `extensions.problems`: `{ path, message, line }` each. A problem without a
- * line whose message names one (a YAML parse error) is at that line.
- */
+/** A YAML error's line is in its message. */
 function problemsOf(error) {
   const list = error.extensions?.problems;
   return (Array.isArray(list) ? list : []).map((p) => {
@@ -275,18 +260,14 @@ function problemsOf(error) {
   });
 }
 
-/**
- * A textarea with a line-number gutter that scrolls with it, and bands behind
- * the text on the lines with problems. `mark(problems)` marks lines,
- * `goTo(line)` selects a line and scrolls to it.
- */
+/** A textarea with line numbers; `mark(problems)` bands their lines. */
 function codeEditor(text) {
   const numbers = h("div.bp-numbers");
   const bands = h("div.bp-bands-inner");
   const area = h("textarea#bp-source", { name: "source", wrap: "off", spellcheck: "false", autocapitalize: "off", autocomplete: "off", "aria-describedby": "bp-source-hint" });
   area.value = text;
   const box = h("div.bp-code", h("div.bp-gutter", { "aria-hidden": "true" }, numbers), h("div.bp-text", h("div.bp-bands", { "aria-hidden": "true" }, bands), area));
-  let marks = new Map(); // line -> the messages of its problems
+  let marks = new Map(); // line -> messages
   let escaped = false;
   const lines = () => area.value.split("\n");
   const lineHeight = () => parseFloat(getComputedStyle(area).lineHeight) || 19.5;
@@ -308,7 +289,7 @@ function codeEditor(text) {
   function follow() {
     numbers.style.transform = bands.style.transform = `translateY(${-area.scrollTop}px)`;
   }
-  // Tall enough for the text (10 to 32 lines); never shrinks what the user made taller.
+  // 10 to 32 lines; never shrinks.
   function fit() {
     const want = Math.min(Math.max(lines().length + 1, 10), 32) * lineHeight() + 14;
     if (area.offsetHeight && area.offsetHeight < want) area.style.height = `${want}px`;
@@ -324,7 +305,7 @@ function codeEditor(text) {
     escaped = event.key === "Escape";
     if (event.key !== "Tab" || event.shiftKey || event.ctrlKey || event.altKey || event.metaKey || leave) return;
     event.preventDefault();
-    // execCommand keeps the browser's undo history; setRangeText where it is gone.
+    // execCommand keeps the undo history.
     if (!document.execCommand?.("insertText", false, "  ")) {
       area.setRangeText("  ", area.selectionStart, area.selectionEnd, "end");
       area.dispatchEvent(new Event("input", { bubbles: true }));

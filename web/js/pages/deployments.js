@@ -1,14 +1,10 @@
-// Deployments: the list (filters kept in the URL), the deploy form generated
-// from a blueprint's variables (with a capacity preview), and one deployment:
-// its DAG and event log live from `deploymentEvents`, redeploy, lease and
-// destroy. The deployment is read again only when an event says something
-// changed that events do not carry. Nothing polls.
+// Deployments: list, deploy form, one deployment live. Nothing polls.
 
 import { gql } from "../api.js";
-import { navigate } from "../app.js";
+import { allows, navigate, projectLink, projectsFor, roleIn } from "../app.js";
 import {
-  askFirst, badge, bars, busy, empty, errorBox, errorSlot, facts, field, fill, h, invalid, json, jsonArea, later, link, liveList, note,
-  parseJson, replace, sending, table, time,
+  badge, bars, busy, empty, errorBox, errorSlot, facts, field, fill, h, invalid, json, jsonArea, later, link, liveList, note,
+  parseJson, replace, sending, table, time, typedConfirm,
 } from "../dom.js";
 import { drawDag, label } from "./dag.js";
 
@@ -18,12 +14,10 @@ const STATES = ["PENDING", "IN_PROGRESS", "COMPLETE", "FAILED", "DESTROYING", "D
 const words = (s) => s.toLowerCase().replace(/_/g, " ");
 const checked = (el) => [...el.querySelectorAll("input:checked")].map((i) => i.value);
 const option = (value, text, selected) => h("option", { value, selected }, text);
-const BLUEPRINTS = "query { blueprints(first: 500) { nodes { id name } } }";
-
-// The list.
+const BLUEPRINTS = "query { blueprints(first: 500) { nodes { id name projectId } } }";
 
 const LIST = `query Deployments($filter: DeploymentFilter!) { deployments(filter: $filter, first: 200) {
-  totalCount nodes { id name state phase blueprintId elementId createdAt expiresAt }
+  totalCount nodes { id name projectId state phase blueprintId elementId createdAt expiresAt }
 } }`;
 
 export async function list(view, { query }, scope) {
@@ -36,13 +30,12 @@ export async function list(view, { query }, scope) {
   const states = h("fieldset.states", h("legend", "State"), STATES.map((s) => h("label", box(s), " ", words(s))));
   const body = h("div#deployments");
   view.append(
-    h("div.toolbar", h("h1.grow", "Deployments"), h("a.button", { href: "/deployments/new" }, "Deploy a blueprint")),
+    h("div.toolbar", h("h1.grow", "Deployments"), projectsFor("DEPLOYER").length ? h("a#deploy-new.button", { href: "/deployments/new" }, "Deploy a blueprint") : null),
     h("form#deployment-filters.filters.card", { role: "search", onsubmit: (e) => (e.preventDefault(), apply(true)) }, states, field("Blueprint", blueprint), field("Search", search)),
     body,
   );
 
-  // The filters live in the URL: a change pushes it (typing replaces it);
-  // back and reload render the page again from it.
+  // In the URL (typing replaces it), for back and reload.
   function apply(push) {
     const q = new URLSearchParams();
     for (const s of checked(states)) q.append("state", s);
@@ -61,21 +54,18 @@ export async function list(view, { query }, scope) {
     if (nodes.length) {
       return [
         note(`${n} deployment${n === 1 ? "" : "s"}${n > nodes.length ? ` (the newest ${nodes.length} shown)` : ""}`),
-        table(["Name", "State", "Phase", "Blueprint", "Created", "Lease"], nodes.map((d) => row(d, names)), { id: "deployment-list" }),
+        table(["Name", "Project", "State", "Phase", "Blueprint", "Created", "Lease"], nodes.map((d) => row(d, names)), { id: "deployment-list" }),
       ];
     }
     return filter.states || filter.blueprintId || filter.search
       ? empty("No deployment matches these filters.")
-      : empty("No deployments yet. Choose a blueprint in", link("/blueprints", "Blueprints"), "and deploy it, or", link("/deployments/new", "deploy one here"), ".");
+      : empty("No deployments yet: deploy one of the", link("/blueprints", "blueprints"), ".");
   });
-  // Live: a deployment made, changing state or its lease anywhere reads the
-  // list again (serverEvents' DeploymentChanged), never on a timer.
   await liveList(scope, CHANGES, load, (e) => (e.__typename === "DeploymentChanged" ? false : undefined));
 }
 
 const CHANGES = `subscription DeploymentChanges { serverEvents { __typename ... on DeploymentChanged { deploymentId } } }`;
 
-/** Where a deployment came from: its blueprint, or an element's install. */
 const origin = (d, blueprint) =>
   d.blueprintId ? link(`/blueprints/${d.blueprintId}`, blueprint) : d.elementId ? link(`/elements/${d.elementId}`, "an element's install") : "—";
 
@@ -83,6 +73,7 @@ function row(d, names) {
   const cell = (label, value) => h("td", { dataset: { label } }, value);
   return h("tr", { dataset: { id: d.id } },
     h("td", link(`/deployments/${d.id}`, d.name)),
+    cell("Project", projectLink(d.projectId)),
     h("td", badge(d.state)),
     cell("Phase", d.phase ? words(d.phase) : "—"),
     cell("From", origin(d, names.get(d.blueprintId) ?? "(deleted)")),
@@ -90,18 +81,17 @@ function row(d, names) {
     cell("Lease", time(d.expiresAt)));
 }
 
-// The deploy form.
-
 const BLUEPRINT = `query Blueprint($id: ID!) { blueprint(id: $id) {
   id description warnings variables { name type default description } resources { key strategy }
 } }`;
 const DEPLOY = "mutation Deploy($input: DeployBlueprintInput!) { deployBlueprint(input: $input) { id } }";
 
 export async function create(view, { query }) {
-  const { blueprints } = await gql(BLUEPRINTS);
+  const mine = new Set(projectsFor("DEPLOYER").map((p) => p.id));
+  const nodes = (await gql(BLUEPRINTS)).blueprints.nodes.filter((b) => mine.has(b.projectId));
   view.append(h("h1", "Deploy a blueprint"));
-  if (!blueprints.nodes.length) return view.append(empty("There is no blueprint to deploy yet.", link("/blueprints/new", "Write one"), "first."));
-  const choose = h("select", { name: "blueprint" }, blueprints.nodes.map((b) => option(b.id, b.name, b.id === query.get("blueprint"))));
+  if (!nodes.length) return view.append(empty("No blueprint you may deploy."));
+  const choose = h("select", { name: "blueprint" }, nodes.map((b) => option(b.id, b.name, b.id === query.get("blueprint"))));
   const about = h("div");
   const variables = h("fieldset#variables");
   const name = h("input", { name: "name", required: true, autocomplete: "off", placeholder: "e.g. shop-staging" });
@@ -154,9 +144,8 @@ export async function create(view, { query }) {
   await show(choose.value);
 }
 
-/** A blueprint variable as a control of its type, its default filled in. */
 function variableField(v) {
-  const required = v.default === null || v.default === undefined;
+  const required = v.default == null;
   const structured = v.type === "list" || v.type === "object";
   const attrs = { name: `var-${v.name}`, dataset: { var: v.name, type: v.type }, required };
   const control =
@@ -171,7 +160,7 @@ function variableField(v) {
   return field(v.name, control, [v.description, structured ? `${v.type} (JSON)` : v.type, required ? "required" : null].filter(Boolean).join(" · "));
 }
 
-/** The form's variables; one left empty takes its default. */
+/** One left empty takes its default. */
 function readVariables(fieldset) {
   const out = {};
   for (const el of fieldset.querySelectorAll("[data-var]")) {
@@ -194,7 +183,6 @@ const CAPACITY = `query Capacity($id: ID!, $key: String!, $strategy: PlacementSt
   calculateCapacity(blueprintId: $id, resourceKey: $key, strategy: $strategy, variables: $variables) { node count }
 }`;
 
-/** Where a resource's replicas would go (or each node's room), as bars. */
 function capacityPreview(section, blueprint, variables) {
   if (!blueprint.resources.length) return;
   const resource = h("select", { name: "resource" }, blueprint.resources.map((r) => option(r.key, r.key)));
@@ -218,23 +206,19 @@ function capacityPreview(section, blueprint, variables) {
   strategy.value = blueprint.resources[0].strategy;
   replace(section,
     h("h2", "Capacity preview"),
-    h("p.hint", "Where a deploy would place a resource now, with the form's variables. Nothing is allocated."),
+    h("p.hint", "Where a deploy would place a resource now, with these variables; nothing is allocated."),
     h("div.toolbar", field("Resource", resource), field("Strategy", strategy), go),
     slot,
     result);
 }
 
-// One deployment.
-
-const FIELDS = `id name blueprintId elementId state phase onFailure error expiresAt createdAt updatedAt
+const FIELDS = `id name projectId blueprintId elementId state phase onFailure error expiresAt createdAt updatedAt
   nodes { id key replica type node state outputs error updatedAt provider { id name features } }`;
 const DEPLOYMENT = `query Deployment($id: ID!) { deployment(id: $id) { ${FIELDS} } }`;
-// The resources of the blueprint copy it runs: their `dependsOn` are the edges.
 const FIRST = `query Deployment($id: ID!) { deployment(id: $id) { ${FIELDS} resources { key type dependsOn } } }`;
 const EVENTS = `subscription Events($id: ID!) { deploymentEvents(id: $id) { id at kind nodeKey state message } }`;
 const LOG_ROWS = 1000;
 
-/** An ISO time as a `datetime-local` value. */
 function local(iso) {
   if (!iso) return "";
   const t = new Date(iso);
@@ -246,32 +230,27 @@ const failure = (error, id) => (error ? h("div.error", { id, role: "alert" }, h(
 export async function detail(view, { id }, scope) {
   let { deployment: d } = await gql(FIRST, { id });
   const { resources } = d;
+  // A VIEWER reads, a DEPLOYER acts.
+  const mayAct = allows(roleIn(d.projectId), "DEPLOYER");
 
-  // The header: name, live state, destroy (typing the name to confirm).
   let state = badge(d.state);
   const destroy = h("button#destroy.danger", { type: "button" }, "Destroy…");
   const setState = (s) => {
     const next = Object.assign(badge(s), { id: "deployment-state" });
     state.replaceWith(next);
     state = next;
-    destroy.hidden = s === "DESTROYED";
+    destroy.hidden = s === "DESTROYED" || !mayAct;
   };
-  const confirmName = h("input#destroy-name", { autocomplete: "off" });
-  const confirm = askFirst(destroy, {
-    id: "destroy-form",
-    question: field(`Type “${d.name}” to destroy its resources`, confirmName),
-    yes: h("button#destroy-confirm.danger", "Destroy every resource"),
-    check: () => confirmName.value === d.name,
-    act: async () => {
-      await gql("mutation Destroy($id: ID!) { destroyDeployment(id: $id) { id } }", { id });
-      confirm.hidden = true;
-    },
+  const confirm = typedConfirm(destroy, () => d.name, "destroy its resources", h("button#destroy-confirm.danger", "Destroy every resource"), async () => {
+    await gql("mutation Destroy($id: ID!) { destroyDeployment(id: $id) { id } }", { id });
+    confirm.hidden = true;
   });
 
   const summary = h("div#deployment-summary");
   const drawSummary = () => {
     setState(d.state);
     replace(summary, failure(d.error, "deployment-error"), facts([
+      ["Project", projectLink(d.projectId), "project"],
       ["Phase", h("span#deployment-phase", d.phase ? words(d.phase) : "settled")],
       ["From", origin(d, "its blueprint")],
       ["On failure", d.onFailure === "KEEP" ? "keep what was made" : "roll back"],
@@ -280,7 +259,6 @@ export async function detail(view, { id }, scope) {
     ], { class: "facts inline" }));
   };
 
-  // The lease: extend or remove.
   const leaseAt = h("input#lease-input", { type: "datetime-local", value: local(d.expiresAt) });
   const leaseSlot = errorSlot();
   const extend = h("button#extend.secondary", { type: "button" }, "Extend lease");
@@ -295,7 +273,6 @@ export async function detail(view, { id }, scope) {
   extend.onclick = () => setLease(extend, leaseAt.value ? new Date(leaseAt.value).toISOString() : undefined);
   unlease.onclick = () => setLease(unlease, null);
 
-  // The graph, and the panel of the node chosen in it.
   const dagBox = h("div#dag.dag");
   const panel = h("aside#node-panel.card", { "aria-live": "polite" });
   let selected = null;
@@ -319,12 +296,11 @@ export async function detail(view, { id }, scope) {
       logsSection(n));
   };
 
-  // Power (a provider with the `power` feature): the buttons that make sense
-  // in the node's state; the new state arrives as an event.
+  // The new state comes as an event.
   const powerSlot = errorSlot({ id: "power-error" });
   const POWER = "mutation Power($id: ID!, $key: String!, $replica: Int!, $action: PowerAction!) { powerResource(deploymentId: $id, key: $key, replica: $replica, action: $action) { state } }";
   const powerControls = (n) => {
-    if (!n.provider?.features?.includes("power") || !["COMPLETE", "SUSPENDED"].includes(n.state)) return null;
+    if (!mayAct || !n.provider?.features?.includes("power") || !["COMPLETE", "SUSPENDED"].includes(n.state)) return null;
     const actions = n.state === "COMPLETE" ? [["STOP", "Stop"], ["PAUSE", "Pause"], ["RESTART", "Restart"]] : [["START", "Start"], ["RESUME", "Resume"]];
     const buttons = actions.map(([action, text]) => {
       const button = h(`button#power-${action.toLowerCase()}.secondary`, { type: "button" }, text);
@@ -339,22 +315,19 @@ export async function detail(view, { id }, scope) {
     return h("div.power", h("h3", "Power"), h("div.actions", buttons), powerSlot);
   };
 
-  // Logs (a provider with the `data` feature), read when asked.
   const LOGS = "query NodeLogs($id: ID!) { resourceNode(id: $id) { logs(tail: 200) } }";
-  const logsRead = new Map(); // node id → the logs last read, kept across redraws
+  const logsRead = new Map(); // node id → logs
   const logsSection = (n) => {
     if (!n.provider?.features?.includes("data") || !["COMPLETE", "SUSPENDED"].includes(n.state)) return null;
-    const out = h("pre#node-logs.json", { hidden: !logsRead.has(n.id) }, logsRead.get(n.id) ?? "");
     const slot = errorSlot();
     const read = h("button#read-logs.secondary", { type: "button" }, "Show the last 200 lines");
     read.onclick = () =>
       busy(read, slot, async () => {
         const { resourceNode: r } = await gql(LOGS, { id: n.id });
         logsRead.set(n.id, r.logs || "(no output)");
-        out.textContent = logsRead.get(n.id);
-        out.hidden = false;
+        drawPanel(); // it may have been drawn again meanwhile
       });
-    return h("div.logs", h("h3", "Logs"), read, slot, out);
+    return h("div.logs", h("h3", "Logs"), read, slot, h("pre#node-logs.json", { hidden: !logsRead.has(n.id) }, logsRead.get(n.id)));
   };
   const drawGraph = () => {
     dag = drawDag(resources, d.nodes, (name) => {
@@ -367,7 +340,6 @@ export async function detail(view, { id }, scope) {
     drawPanel();
   };
 
-  // Redeploy the chosen resources (and what depends on them).
   const picks = h("div.picks");
   const drawPicks = () => {
     const was = checked(picks);
@@ -384,8 +356,7 @@ export async function detail(view, { id }, scope) {
       for (const box of picks.querySelectorAll("input:checked")) box.checked = false;
     });
 
-  // The event log: newest at the bottom, the last LOG_ROWS kept; rows are
-  // added in batches, so a replayed history lays out once.
+  // The last LOG_ROWS events, added in batches (a replay lays out once).
   const rows = h("tbody");
   const logBox = h("div.log-box", { tabindex: 0, "aria-label": "Event log" },
     table(["Time", "Kind", "Node", "State", "Message"], rows, { class: "list events", id: "event-log" }));
@@ -406,12 +377,12 @@ export async function detail(view, { id }, scope) {
     if (bottom) logBox.scrollTop = logBox.scrollHeight;
   };
 
-  view.append(
+  replace(view,
     h("div.toolbar", h("div.grow.title", h("h1", d.name), state), destroy),
     confirm,
     summary,
     h("div.dag-layout", dagBox, panel),
-    h("div.actions", h("section.card", h("h2", "Redeploy"),
+    mayAct && h("div.actions", h("section.card", h("h2", "Redeploy"),
         h("p.hint", "Destroys and deploys again the chosen resources and what depends on them."), picks, redeploy, redeploySlot),
       h("section.card.lease", h("h2", "Lease"), h("div.toolbar", field("Destroy at", leaseAt), extend, unlease), leaseSlot)),
     h("h2", "Events"),
@@ -422,10 +393,8 @@ export async function detail(view, { id }, scope) {
   drawGraph();
   drawPicks();
 
-  // An event applies when it is not older than what was read: the history
-  // replayed first does not repaint states the deployment has left, and an
-  // event that arrives while the deployment is read again is not lost.
-  const latest = new Map(); // node label, key, or "" (the deployment) -> its newest event
+  // An event older than what was read does not apply (a replay); one during a read is kept.
+  const latest = new Map(); // label, key or "" (the deployment) -> newest event
   const fresh = (e, since) => e && Date.parse(e.at) >= Date.parse(since);
   const nodeState = (n) => {
     const e = [latest.get(label(n)), latest.get(n.key)].filter((x) => fresh(x, n.updatedAt)).sort((a, b) => b.id - a.id)[0];
@@ -433,7 +402,6 @@ export async function detail(view, { id }, scope) {
   };
   const deploymentState = () => (fresh(latest.get(""), d.updatedAt) ? latest.get("").state : d.state);
 
-  // Reading the deployment again, one request at a time.
   let reading = false;
   let again = false;
   const refetch = later(scope, 100, read);
@@ -465,10 +433,9 @@ export async function detail(view, { id }, scope) {
   }
 
   let lastId = 0;
-  const askedFor = new Set(); // node keys not drawn that were read again for
+  const askedFor = new Set(); // keys not drawn, read again for
   scope.subscribe(EVENTS, { id }, {
     next: ({ deploymentEvents: e }) => {
-      // A reconnect replays the history: what was seen is skipped.
       if (Number(e.id) <= lastId) return;
       lastId = Number(e.id);
       liveSlot.clear();
@@ -481,7 +448,6 @@ export async function detail(view, { id }, scope) {
         return refetch();
       }
       if (e.kind !== "NODE" || !e.nodeKey || !e.state) return;
-      // `web[0]`, or `web` for all its replicas.
       latest.set(e.nodeKey, e);
       const mine = d.nodes.filter((n) => label(n) === e.nodeKey || n.key === e.nodeKey);
       for (const n of mine) dag.set(label(n), (n.state = nodeState(n)));
@@ -489,7 +455,7 @@ export async function detail(view, { id }, scope) {
         if (!askedFor.has(e.nodeKey)) refetch();
         askedFor.add(e.nodeKey);
       } else if ((e.state === "COMPLETE" || e.state === "FAILED") && mine.some((n) => fresh(e, n.updatedAt))) {
-        refetch(); // the node's new outputs or error
+        refetch(); // its outputs or error
       }
       if (mine.some((n) => label(n) === selected)) drawPanel();
     },

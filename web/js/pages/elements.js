@@ -1,16 +1,12 @@
-// Elements: a search (its terms in the URL, so reload and back keep them),
-// and one element's page: its versions, the install plan drawn as a tree
-// before installing, upgrade to a chosen version, uninstall, artifacts.
-
 import { gql } from "../api.js";
-import { navigate } from "../app.js";
+import { isAdmin, navigate } from "../app.js";
 import {
   askFirst, badge, busy, chips, code, empty, errorBox, errorSlot, facts, failed, field, fill, h, json, link, muted, note, replace, table, time,
 } from "../dom.js";
 
 export const styles = "/ui/css/elements.css";
 
-/** Compares versions (MAJOR.MINOR.PATCH[-suffix][+build]): a release beats its pre-releases. */
+/** Semver order: a release beats its pre-releases. */
 export function compareVersions(a, b) {
   const parse = (v) => {
     const [core, pre] = v.split("+")[0].split(/-(.*)/s);
@@ -38,10 +34,6 @@ const newestFirst = (a, b) => compareVersions(b.version, a.version);
 const installedMark = (installed) => (installed ? h("span.badge.state-active.mark", { dataset: { installed: "true" } }, "installed") : null);
 const UPGRADE = `mutation Upgrade($id: ID!, $to: ID!) { upgradeElement(id: $id, toId: $to) { id } }`;
 
-/**
- * Versions as chips: each a link (the one shown, `here`, in bold), its
- * repository's name when not `repository`, and whether it is installed.
- */
 function versionChips(versions, here, repository) {
   return chips(versions.map((v) => {
     const dataset = { version: v.version, installed: String(v.installed) };
@@ -53,8 +45,6 @@ function versionChips(versions, here, repository) {
     ];
   }));
 }
-
-// The search.
 
 const SEARCH = `query Elements($f: ElementFilter) {
   repositories(first: 500) { nodes { id name } }
@@ -108,7 +98,6 @@ function found(data, filter) {
     const repos = [...new Set(versions.map((v) => v.repository.name))];
     return h("tr", { dataset: { name, installed: String(versions.some((v) => v.installed)) } },
       h("td", link(`/elements/${versions[0].id}`, h("strong", name))),
-      // Each version's repository is named when they are not all the same.
       h("td", versionChips(versions, null, repos.length > 1 ? null : versions[0].repository.id)),
       h("td", repos.join(", ")));
   });
@@ -117,8 +106,6 @@ function found(data, filter) {
     table(["Name", "Versions", "Repository"], rows, { id: "elements" }),
   ];
 }
-
-// One element.
 
 const ELEMENT = `query Element($id: ID!) {
   element(id: $id) {
@@ -162,17 +149,18 @@ export async function detail(view, { id }, scope) {
     artifacts,
     manifest);
 
-  if (e.installed) installedActions(actions, e, versions);
+  // Changes are the server admins'.
+  if (!isAdmin()) actions.hidden = true;
+  else if (e.installed) installedActions(actions, e, versions);
   else installPreview(actions, e, versions, scope, () => navigate(`/elements/${id}`, { replace: true }));
 
-  // In a LAZY repository this fetches the manifest; it may fail on its own.
+  // A LAZY repository fetches the manifest now; that may fail.
   try {
     const { element } = await gql(MANIFEST, { id });
     if (!scope.alive) return;
     replace(manifest, h("h2", "Manifest"), json(element.manifest));
     const rows = element.artifacts.map((a) =>
       h("tr", { dataset: { urn: a.urn } },
-        // The browser sends the session cookie with the download.
         h("td", h("a", { href: a.url, download: a.fileName, "data-native": "" }, a.fileName)),
         h("td", a.category),
         h("td", code(a.urn))));
@@ -218,8 +206,6 @@ function installedActions(actions, e, versions) {
     confirm);
 }
 
-// The install preview.
-
 const PLAN = `query Plan($id: ID!) {
   resolveElement(id: $id) { elements { alreadyInstalled element { id name version manifest } } }
 }`;
@@ -232,7 +218,7 @@ async function installPreview(actions, e, versions, scope, reload) {
     if (await busy(install, slot, () => gql(`mutation Install($id: ID!) { installElement(id: $id) { id } }`, { id: e.id }))) reload();
   };
   const preview = h("div#resolve-preview", { "aria-busy": "true" }, note("Resolving…"));
-  let other = null; // another version is installed: upgrading it to this one
+  let other = null; // another version installed: upgrade it
   if (installed) {
     const upgradeSlot = errorSlot();
     const upgrade = h("button#upgrade-here.secondary", { type: "button" }, `Upgrade ${installed.version} to ${e.version}`);
@@ -258,7 +244,6 @@ async function installPreview(actions, e, versions, scope, reload) {
   }
 }
 
-/** What `requirements` says of each name: `{ name: constraints }`. */
 function requirementsOf(manifest) {
   const r = manifest?.requirements;
   return r && typeof r === "object" && !Array.isArray(r) ? r : {};
@@ -270,11 +255,7 @@ function constraintText(c) {
   return parts.length ? parts.join(", ") : "any version";
 }
 
-/**
- * The plan (install order) as a tree: the element at the root, and under each
- * element what its manifest requires, matched by name to the plan's elements.
- * A name required twice is drawn under each that requires it.
- */
+/** The plan as a tree: under each element what its manifest requires. */
 export function planTree(plan, rootId) {
   const byName = new Map(plan.map((p) => [p.element.name, p]));
   const root = plan.find((p) => p.element.id === rootId) ?? plan[plan.length - 1];

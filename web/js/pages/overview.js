@@ -1,8 +1,7 @@
-// The overview: how much there is, and what needs attention, each a link.
-// Read again when a provider, repository or deployment changes (serverEvents),
-// never polled.
+// Counts and what needs attention, read again on changes (never polled).
 
 import { gql } from "../api.js";
+import { isAdmin } from "../app.js";
 import { empty, fill, h, link, liveList, status, table } from "../dom.js";
 
 const QUERY = `query Overview {
@@ -55,6 +54,6 @@ function draw(data) {
     attention.length
       ? table(["Kind", "Name", "State"], attention, { id: "attention" })
       : empty("Nothing needs attention: every provider is connected, every repository synced, and no deployment failed or is running."),
-    data.providers.totalCount ? null : empty("No providers yet.", link("/providers/new", "Add a provider"), "to deploy resources."),
+    data.providers.totalCount || !isAdmin() ? null : empty("No providers yet.", link("/providers/new", "Add a provider"), "to deploy resources."),
   ];
 }

@@ -1,10 +1,5 @@
-// Providers: the list (statuses live from `serverEvents`), the create form
-// (the registration token shown once; secret values written, never read
-// back), and one provider: status and log live from `providerEvents`, facts,
-// metadata, nodes with their capacity, configuration, and its actions.
-
 import { gql } from "../api.js";
-import { navigate } from "../app.js";
+import { isAdmin, navigate } from "../app.js";
 import {
   badge, bars, busy, chips, code, confirmBox, empty, errorBox, errorSlot, facts, failed, field, fill, h, json, jsonArea,
   later, link, liveList, muted, note, parseJson, replace, sending, shownOnce, status, table, time,
@@ -18,8 +13,6 @@ const FIELDS = `id name gitUrl ref path config secretConfigKeys autoLoad status 
 const codes = (items, id, key) => chips(items.map((t) => [{ [key]: t }, code(t)]), { id });
 const card = (id, title, ...body) => h("section.card", { id }, h("h2", title), ...body);
 
-// The list.
-
 const LIST = `query Providers { providers(first: 100) {
   totalCount nodes { id name gitUrl ref path status statusMessage resourceTypes } } }`;
 const SERVER_EVENTS = `subscription ProviderStatuses { serverEvents {
@@ -28,12 +21,8 @@ const SERVER_EVENTS = `subscription ProviderStatuses { serverEvents {
 
 export async function list(view, _params, scope) {
   const body = h("div#providers");
-  view.append(
-    h("div.toolbar", h("h1.grow", "Providers"), h("a#add-provider.button", { href: "/providers/new" }, "Add a provider")),
-    note("Fetched from git, built and run by Corbel; statuses change here as they happen."),
-    body,
-  );
-  const cells = new Map(); // provider id -> its status cell, changed in place
+  view.append(h("div.toolbar", h("h1.grow", "Providers"), isAdmin() ? h("a#add-provider.button", { href: "/providers/new" }, "Add a provider") : null), body);
+  const cells = new Map(); // provider id -> its status cell
   const load = () => fill(body, scope, async () => providerTable((await gql(LIST)).providers, cells));
   await liveList(scope, SERVER_EVENTS, load, (e) => {
     if (e.__typename === "ProviderCreated" || e.__typename === "ProviderDeleted") return false;
@@ -47,7 +36,7 @@ export async function list(view, _params, scope) {
 function providerTable(providers, cells) {
   cells.clear();
   if (!providers.totalCount) {
-    return Object.assign(empty("No providers yet.", link("/providers/new", "Add a provider"), "from a git repository to deploy resources with it."), { id: "providers-empty" });
+    return Object.assign(isAdmin() ? empty("No providers yet.", link("/providers/new", "Add a provider"), "from a git repository to deploy resources with it.") : empty("No providers yet."), { id: "providers-empty" });
   }
   const rows = providers.nodes.map((p) => {
     const cell = h("td.status", status(p.status, p.statusMessage));
@@ -64,12 +53,9 @@ function providerTable(providers, cells) {
   ];
 }
 
-// Creating one.
-
 const CREATE = `mutation CreateProvider($input: CreateProviderInput!) {
   createProvider(input: $input) { token provider { id name status } } }`;
 
-/** Secret values are typed like a password and never filled in from the server. */
 const secretArea = (placeholder) => jsonArea({ name: "secretConfig", rows: 3, class: "secret-input", autocapitalize: "off", placeholder });
 
 export function create(view) {
@@ -116,7 +102,7 @@ function created(view, { token, provider }) {
   replace(view,
     h("h1", `Provider ${provider.name} created`),
     h("section#provider-created.card.form", { dataset: { id: provider.id } },
-      h("p", provider.status === "UNLOADED" ? "It is not loaded: load it from its page." : "It is loading: open it to watch it connect."),
+      h("p", provider.status === "UNLOADED" ? "Not loaded: load it from its page." : "Loading: open it to watch it connect."),
       tokenBox(token, "provider-token"),
       h("div.toolbar",
         h("a#open-provider.button", { href: `/providers/${provider.id}` }, `Open ${provider.name}`),
@@ -125,11 +111,8 @@ function created(view, { token, provider }) {
 
 const tokenBox = (token, id, ...more) =>
   shownOnce("Registration token, shown this once", token, id,
-    h("p.hint", "Corbel keeps only its hash: copy it now to run this provider outside Corbel (as ",
-      code("CORBEL_PROVIDER_TOKEN"), "). One Corbel loads itself needs nothing from you."),
+    h("p.hint", "Kept only hashed: copy it to run the provider outside Corbel (", code("CORBEL_PROVIDER_TOKEN"), ")."),
     ...more);
-
-// One provider.
 
 const PROVIDER = `query Provider($id: ID!) { provider(id: $id) { ${FIELDS} } }`;
 const NODES = `query ProviderNodes($id: ID!) { provider(id: $id) { id nodes { name capacity labels } } }`;
@@ -151,15 +134,17 @@ export async function detail(view, { id }, scope) {
   }
   if (!scope.alive) return;
 
+  // Actions, log and live status: server admins'.
+  const admin = isAdmin();
   let state = provider.status;
-  const buttons = actions(id, () => provider);
+  const buttons = admin ? actions(id, () => provider) : null;
   const badgeSlot = h("span#provider-status-slot");
   const message = h("p#provider-message.muted");
   const showStatus = (s, text) => {
     state = s;
     replace(badgeSlot, Object.assign(badge(s), { id: "provider-status" }));
     message.textContent = text ?? "";
-    buttons.setStatus(s);
+    buttons?.setStatus(s);
   };
   showStatus(state, provider.statusMessage);
   const [factsBox, about, configView] = [h("div"), h("div"), h("div#provider-config")];
@@ -175,7 +160,7 @@ export async function detail(view, { id }, scope) {
   };
   draw(provider);
 
-  // Nodes are asked of the provider itself: only while it is connected.
+  // Nodes are asked while it is connected.
   let nodesAsked = false;
   async function loadNodes() {
     nodesAsked = true;
@@ -193,11 +178,9 @@ export async function detail(view, { id }, scope) {
   if (state === "CONNECTED") loadNodes();
   else notConnected();
 
-  // Facts (commit, metadata, restarts) change with the status: read again.
   const refresh = later(scope, 150, () => gql(PROVIDER, { id }).then((d) => scope.alive && draw(d.provider), () => {}));
 
-  // The log: the last 200 lines, then each line as it comes. Lines arriving
-  // while the 200 load are held, and added after without those they hold.
+  // The last 200 lines, then each as it comes (held while the 200 load).
   let mode = "waiting";
   let held = [];
   const key = (l) => `${l.at}|${l.stream}|${l.line}`;
@@ -233,7 +216,7 @@ export async function detail(view, { id }, scope) {
     live.dataset.live = on ? "on" : "off";
     live.textContent = text;
   };
-  scope.subscribe(EVENTS, { id }, {
+  if (admin) scope.subscribe(EVENTS, { id }, {
     next: ({ providerEvents: e }) => {
       if (e.status) {
         const was = state;
@@ -246,8 +229,7 @@ export async function detail(view, { id }, scope) {
         if (mode === "live") addLine(e.log);
         else held.push(e.log);
       }
-      // The first event (the status now) after starting or reconnecting, or
-      // events missed: read the log again.
+      // (Re)started or events missed: read the log again.
       if (mode === "waiting" || e.missed) {
         setLive(true, "live");
         loadLogs();
@@ -261,21 +243,20 @@ export async function detail(view, { id }, scope) {
     },
   });
 
-  const editor = configEditor(id, () => provider, (p) => {
+  const editor = admin && configEditor(id, () => provider, (p) => {
     draw(p);
     if (state === "CONNECTED") loadNodes();
   });
-  view.append(
+  replace(view,
     h("div.toolbar", h("h1", provider.name), badgeSlot),
     message,
     buttons,
     h("div.provider-grid", h("div.col", card("provider-facts", "Source", factsBox), card("provider-nodes-card", "Nodes", nodes)),
       h("div.col", card("provider-metadata", "Metadata", about), card("provider-config-card", "Configuration", configView, editor))),
-    h("section.card.log-card", h("div.toolbar", h("h2.grow", "Log"), live), logBox),
+    admin ? h("section.card.log-card", h("div.toolbar", h("h2.grow", "Log"), live), logBox) : note("The log and live status are for server admins.", { id: "provider-log-note" }),
   );
 }
 
-// Not an error: a provider that is not connected has no nodes to tell.
 const calm = (text) => note(text, { dataset: { code: "PROVIDER_UNAVAILABLE" } });
 
 function sourceFacts(p) {
@@ -293,7 +274,7 @@ function sourceFacts(p) {
 
 function metadata(p) {
   const m = p.metadata;
-  // Announced at registration; until then, what corbel-provider.yaml says.
+  // As registered, else corbel-provider.yaml.
   const types = p.resourceTypes.length ? p.resourceTypes : m?.resourceTypes ?? [];
   const features = p.features.length ? p.features : m?.features ?? [];
   return [
@@ -313,7 +294,6 @@ function metadata(p) {
 
 function drawNodes(el, list) {
   if (!list.length) return replace(el, empty("The provider reports no nodes."));
-  // One scale for every node's bars: the largest count of any.
   const top = Math.max(1, ...list.flatMap((n) => Object.values(n.capacity).map(Number).filter(Number.isFinite)));
   replace(el, list.map((n) => h("div.node", { dataset: { node: n.name } },
     h("div.node-head", h("strong", n.name),
@@ -368,7 +348,6 @@ function configEditor(id, current, saved) {
   return h("div.config-edit", open, form);
 }
 
-/** Load, Unload, Rotate token and Delete, each with its error by it. */
 function actions(id, current) {
   const panel = h("div.action-panel");
   const slots = { load: errorSlot({ id: "load-error" }), unload: errorSlot({ id: "unload-error" }) };
@@ -379,7 +358,6 @@ function actions(id, current) {
   };
   const button = (name, cls, label, onclick) => h("button", { type: "button", id: name, class: cls, onclick: (event) => (reset(), onclick(event.currentTarget)) }, label);
   const run = (name, cls, label, mutation) => button(name, cls, label, (b) => busy(b, slots[name], () => gql(mutation, { id })));
-  // Rotate and Delete ask first, in the panel under the buttons.
   const ask = (name, cls, label, question, yes, act) => button(name, cls, label, () => {
     replace(panel, confirmBox({ question: question(), yes, act, close: reset, slot: errorSlot({ id: `${name}-error` }) }));
     yes.focus();
@@ -404,7 +382,6 @@ function actions(id, current) {
     });
   const el = h("div.provider-actions",
     h("div.toolbar", { role: "group", "aria-label": "Actions" }, load, unload, rotate, remove), panel, h("div.action-errors", slots.load, slots.unload));
-  // The likely next step stands out: Load while stopped, Unload while loaded.
   el.setStatus = (s) => {
     const stopped = s === "UNLOADED" || s === "FAILED";
     load.classList.toggle("secondary", !stopped);

@@ -1,9 +1,5 @@
-// Repositories: the list (rows updated in place from `serverEvents`), the
-// form that adds one, and one repository's page: its sync live from
-// `repositoryEvents`, refresh, invalid elements, its elements, settings, delete.
-
 import { ApiError, gql } from "../api.js";
-import { navigate } from "../app.js";
+import { isAdmin, navigate } from "../app.js";
 import {
   askFirst, busy, chips, code, empty, errorBox, errorSlot, facts, failed, field, fill, h, invalid, later, link, liveList,
   replace, sending, status, table, time,
@@ -16,12 +12,8 @@ const ROW = `id name status statusMessage invalidElementCount progress { seen st
 const FULL = `${ROW} syncMode priority refreshIntervalSeconds nextRefreshAt createdAt`;
 const ONE = `query Repository($id: ID!) { repository(id: $id) { ${FULL} } }`;
 
-/**
- * A query answered over the page's socket after the subscriptions opened
- * before it: the server starts them in the order it got them, so no event
- * falls between what the query read and the first event heard (over HTTP
- * the query could be answered before the subscription exists).
- */
+// A query over the socket after the subscriptions before it (started in
+// order): no event falls between what it read and the first event.
 function afterSubscribing(scope, query, variables) {
   return new Promise((resolve, reject) => {
     let data = null;
@@ -33,7 +25,6 @@ function afterSubscribing(scope, query, variables) {
   });
 }
 
-/** `[kind, where]` of a driver. */
 function describe(d) {
   const kind = { HttpDriver: "http", LocalDriver: "local", ProviderDriver: "provider" }[d?.__typename] ?? "migration";
   return [kind, d?.url ?? d?.path ?? d?.providerId ?? ""];
@@ -44,24 +35,21 @@ function driverText(driver) {
   return h("span.repo-driver", h("span.badge.kind", kind), " ", code(where));
 }
 
-/** What a sync event says, from a repository read. */
 const syncOf = (r) => ({ status: r.status, message: r.statusMessage, seen: r.progress.seen, stored: r.progress.stored, invalid: r.invalidElementCount });
-
-// The list.
 
 const LIST = `query Repositories { repositories(first: 500) { nodes { ${ROW} } } }`;
 const SYNCS = `subscription RepositoryRows { serverEvents { __typename ... on RepositorySync { repositoryId status message seen stored invalid } } }`;
 
 export async function list(view, _params, scope) {
   const body = h("div#repositories-body");
-  view.append(h("div.toolbar", h("h1.grow", "Repositories"), h("a#add-repository.button", { href: "/repositories/new" }, "Add a repository")), body);
-  const rows = new Map(); // repository id -> update(sync, lastSyncedAt) of its row
+  view.append(h("div.toolbar", h("h1.grow", "Repositories"), isAdmin() ? h("a#add-repository.button", { href: "/repositories/new" }, "Add a repository") : null), body);
+  const rows = new Map(); // id -> update(sync, lastSyncedAt)
   const load = () => fill(body, scope, async () => {
     const { nodes } = (await gql(LIST)).repositories;
     rows.clear();
     return nodes.length
       ? table(["Name", "Driver", "Status", "Seen / stored", "Invalid", "Last synced"], nodes.map(row), { id: "repositories" })
-      : empty("No repositories yet.", link("/repositories/new", "Add one"), "to mirror elements from an http server, a directory on the server or a provider.");
+      : isAdmin() ? empty("No repositories yet.", link("/repositories/new", "Add one"), "to mirror elements from an http server, a directory on the server or a provider.") : empty("No repositories yet.");
   });
 
   function row(repo) {
@@ -82,21 +70,15 @@ export async function list(view, _params, scope) {
     const update = rows.get(e.repositoryId);
     if (!update) return false; // a repository added since
     update(e);
-    // The event has no time: the row's last sync is read once it ended (or
-    // the row keeps what the event said).
+    // The event has no time: the row's last sync is read once it ended.
     if (e.status !== "SYNCING") gql(ONE, { id: e.repositoryId }).then(({ repository: r }) => scope.alive && update(syncOf(r), r.lastSyncedAt), () => {});
   });
 }
 
-// The form, for adding one and for its settings.
-
 const PROVIDERS = `query RepositoryProviders { providers(first: 500) { nodes { id name status features metadata { features } } } }`;
-const WHERE = { http: "url", local: "path", provider: "providerId" }; // what each driver is given
+const WHERE = { http: "url", local: "path", provider: "providerId" };
 
-/**
- * `save(input)` gets the fields as `CreateRepositoryInput`, the driver only
- * when it was edited (the URL shown hides credentials, so it is not sent back).
- */
+// The driver is sent only if edited (the URL shown hides credentials).
 function repositoryForm(id, repo, label, save) {
   const [kind, where] = repo ? describe(repo.driver) : ["http", ""];
   const options = (pairs, now) => pairs.map(([v, t]) => h("option", { value: v, selected: v === now }, t));
@@ -111,8 +93,8 @@ function repositoryForm(id, repo, label, save) {
   const priority = h("input", { name: "priority", type: "number", step: 1, value: repo?.priority ?? 0 });
   const interval = h("input", { name: "refreshIntervalSeconds", type: "number", min: 0, step: 1, value: repo?.refreshIntervalSeconds ?? 3600 });
   const parts = {
-    http: field("URL", url, "Where inventory.json is; credentials in it are never shown again."),
-    local: field("Path", path, "Absolute path of a directory of YAML manifests on the server."),
+    http: field("URL", url, "Where inventory.json is; credentials in it are not shown again."),
+    local: field("Path", path, "Absolute path of a directory of YAML manifests."),
     provider: h("div", field("Provider", provider), noProvider),
   };
   const show = () => Object.entries(parts).forEach(([k, el]) => (el.hidden = k !== driver.value));
@@ -162,8 +144,6 @@ export function create(view) {
   form.querySelector("input").focus();
 }
 
-// One repository.
-
 const REFRESH = `mutation Refresh($id: ID!, $refetch: Boolean!) { refreshRepository(id: $id, refetchManifests: $refetch) { ${FULL} } }`;
 const UPDATE = `mutation UpdateRepository($id: ID!, $i: UpdateRepositoryInput!) { updateRepository(id: $id, input: $i) { ${FULL} } }`;
 const INVALID = `query Invalid($id: ID!) { repository(id: $id) {
@@ -184,15 +164,17 @@ export async function detail(view, { id }, scope) {
   const invalidTitle = h("h2", "Invalid elements");
   const invalidBox = h("div");
   const settings = h("details#settings.card", h("summary", "Edit settings"));
+  // Changes are the server admins'.
+  const admin = isAdmin();
   const sync = h("section#sync.card", h("h2", "Sync"), state, progress,
     h("div.bar", { title: "stored and invalid, of seen" }, bar),
-    h("div.toolbar", refresh, h("label.check", refetch, "Refetch every manifest")),
-    h("small.hint", "Refetch reads every manifest again, for sources that change manifests but not their inventory entry."),
+    admin && [h("div.toolbar", refresh, h("label.check", refetch, "Refetch every manifest")),
+      h("small.hint", "Reads every manifest again, for sources that change one but not the inventory.")],
     refreshSlot);
 
-  let heard = 0; // events heard so far
-  let last = null; // the last of them
-  let current = null; // the repository as last read
+  let heard = 0;
+  let last = null;
+  let current = null; // as last read
 
   function showSync(e) {
     replace(state, status(e.status, e.message));
@@ -230,7 +212,6 @@ export async function detail(view, { id }, scope) {
       if (scope.alive && heard === before) draw(r);
     }));
 
-  // The settings form is made from the repository as it is when opened.
   settings.addEventListener("toggle", () => {
     settings.querySelector("form")?.remove();
     if (!settings.open || !current) return;
@@ -253,7 +234,7 @@ export async function detail(view, { id }, scope) {
         h("td", n.message)));
     invalidTitle.textContent = `Invalid elements (${totalCount})`;
     return [
-      rows.length ? table(["Path", "Element", "What is wrong"], rows) : h("p.muted", "Every entry of the last sync was a valid element."),
+      rows.length ? table(["Path", "Element", "What is wrong"], rows) : h("p.muted", "None in the last sync."),
       totalCount > rows.length ? h("p.muted", `and ${totalCount - rows.length} more`) : null,
     ];
   });
@@ -283,7 +264,7 @@ export async function detail(view, { id }, scope) {
     },
   });
 
-  view.append(
+  replace(view,
     heading,
     sync,
     h("section.card", h("h2", "Facts"), factsBox),
@@ -292,11 +273,9 @@ export async function detail(view, { id }, scope) {
       h("div.toolbar", h("h2.grow", "Elements"), link(`/elements?repositoryId=${encodeURIComponent(id)}`, "Open in Elements")),
       h("form", { role: "search", onsubmit: (e) => (e.preventDefault(), loadElements()) }, search),
       found),
-    settings,
-    h("section#danger", del, confirm),
+    admin && [settings, h("section#danger", del, confirm)],
   );
 
-  // After a sync ends: what it changed.
   async function settled() {
     try {
       const { repository } = await gql(ONE, { id });
@@ -322,8 +301,7 @@ export async function detail(view, { id }, scope) {
   } catch (error) {
     return failed(view, "Repository", error, "/repositories", "All repositories");
   }
-  // An event heard before this answer may be newer than what it read; a
-  // sync's end heard then is applied again (this answer drew over it).
+  // An event heard before this answer may be newer than it: applied again.
   const early = last;
   draw(repo);
   if (early && early.status !== repo.status) {
