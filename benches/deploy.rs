@@ -213,24 +213,26 @@ async fn run(bin: &Path) {
     .await
     .expect("state");
     for node in rows::nodes_of(&db, id).await.expect("nodes") {
-        rows::begin_call(
-            &db,
-            &node,
-            fixture,
-            "DEPLOY",
-            rows::NodeChange {
+        let call = rows::CallStart {
+            entry: Uuid::now_v7(),
+            deployment_id: node.deployment_id,
+            node_id: node.id,
+            provider_id: fixture,
+            intent: "DEPLOY".into(),
+            change: rows::NodeChange {
                 state: "IN_PROGRESS".into(),
                 ..Default::default()
             },
-            rows::NewEvent {
-                kind: "NODE".into(),
-                node_key: Some(node.key.clone()),
-                state: Some("IN_PROGRESS".into()),
-                message: "deploying".into(),
-            },
-        )
-        .await
-        .expect("journal entry");
+        };
+        let event = rows::NewEvent {
+            kind: "NODE".into(),
+            node_key: Some(node.key.clone()),
+            state: Some("IN_PROGRESS".into()),
+            message: "deploying".into(),
+        };
+        rows::begin_call_in(&db, &call, event)
+            .await
+            .expect("journal entry");
     }
     assert_eq!(
         deployments.queries().journal_len().await.expect("journal"),

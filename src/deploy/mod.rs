@@ -32,6 +32,7 @@ mod settings;
 mod step;
 pub mod strategy;
 pub mod template;
+mod writer;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -267,8 +268,8 @@ struct Inner {
     /// never both take the last room on a node. Single-node: replicas would
     /// need a database lock here.
     placing: tokio::sync::Mutex<()>,
-    /// See [`runs::EVENT_ORDER_STRIPES`].
-    event_order: Vec<tokio::sync::Mutex<()>>,
+    /// The journal's and the events' writes, committed in groups.
+    writer: writer::Writer,
     /// Told whenever a deployment's lock is released.
     released: tokio::sync::Notify,
     tasks: TaskTracker,
@@ -285,15 +286,13 @@ impl Deployments {
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
+                writer: writer::Writer::spawn(db.clone(), bus.clone()),
                 db,
                 providers,
                 bus,
                 settings,
                 busy: Mutex::default(),
                 placing: tokio::sync::Mutex::new(()),
-                event_order: (0..runs::EVENT_ORDER_STRIPES)
-                    .map(|_| tokio::sync::Mutex::new(()))
-                    .collect(),
                 released: tokio::sync::Notify::new(),
                 tasks: TaskTracker::new(),
                 stopping,

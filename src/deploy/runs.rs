@@ -9,17 +9,11 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::blueprints::check_name;
-use super::queries::to_event;
 use super::{
     DeployError, Deployment, DeploymentState, Deployments, EventKind, Inner, NewDeployment,
     NodeState, Phase, REPLACED, blueprint,
 };
 use crate::store::deployments as rows;
-
-/// Locks that keep each deployment's events in order: an event's row and its
-/// publication happen under its deployment's stripe, so ids grow in the order
-/// events are published and committed.
-pub(super) const EVENT_ORDER_STRIPES: usize = 64;
 
 /// How long a request on a settled deployment waits for the run that settled
 /// it to let go of its lock.
@@ -288,13 +282,6 @@ impl<'a> Runs<'a> {
         self.change(id, state, None, error, None).await
     }
 
-    /// Holds the stripe that orders `id`'s events while one is stored and
-    /// published.
-    pub(super) async fn event_order(&self, id: Uuid) -> tokio::sync::MutexGuard<'a, ()> {
-        let stripe = (id.as_u128() % EVENT_ORDER_STRIPES as u128) as usize;
-        self.0.inner.event_order[stripe].lock().await
-    }
-
     /// Stores an event in the history and publishes it. A failure to store is
     /// logged: the work it describes has already happened.
     pub(super) async fn record(
@@ -311,21 +298,12 @@ impl<'a> Runs<'a> {
             state: state.map(str::to_owned),
             message,
         };
-        let _order = self.event_order(id).await;
-        match rows::insert_event(&self.0.inner.db, id, event).await {
-            Ok(row) => self.publish(row),
-            Err(e) => {
-                tracing::error!(deployment.id = %id, error = %e, "cannot store a deployment event")
-            }
-        }
-    }
-
-    /// Publishes an event already stored.
-    pub(super) fn publish(&self, row: rows::EventRow) {
-        let id = row.deployment_id;
-        match to_event(row) {
-            Ok(event) => self.0.inner.bus.publish(event),
-            Err(e) => tracing::error!(deployment.id = %id, error = %e, "bad event row"),
+        let write = super::writer::Write::Event {
+            deployment: id,
+            event,
+        };
+        if let Err(e) = self.0.inner.writer.write(write).await {
+            tracing::error!(deployment.id = %id, error = %e, "cannot store a deployment event")
         }
     }
 }

@@ -16,9 +16,9 @@
 use std::fmt;
 
 use serde_json::Value;
-use tokio::sync::mpsc;
 use uuid::Uuid;
 
+use super::writer::Write;
 use super::{Deployments, EventKind, Intent, NodeState};
 use crate::provider::{ProviderError, ProviderStatus, ResourceCall, ResourceProgress};
 use crate::store::deployments::{self as rows, NodeChange, NodeRow};
@@ -235,18 +235,24 @@ impl Steps<'_> {
                 "destroying",
             ),
         };
-        let _order = self.0.runs().event_order(node.deployment_id).await;
-        let (entry, event) = rows::begin_call(
-            &self.0.inner.db,
-            node,
-            provider,
-            call.intent().as_str(),
+        let entry = Uuid::now_v7();
+        let call = rows::CallStart {
+            entry,
+            deployment_id: node.deployment_id,
+            node_id: node.id,
+            provider_id: provider,
+            intent: call.intent().as_str().to_owned(),
             change,
-            node_change_event(node, state, message),
-        )
-        .await
-        .map_err(|e| StepError::Store(format!("cannot journal the call: {e}")))?;
-        self.0.runs().publish(event);
+        };
+        self.0
+            .inner
+            .writer
+            .write(Write::Begin {
+                call,
+                event: node_change_event(node, state, message),
+            })
+            .await
+            .map_err(|e| StepError::Store(format!("cannot journal the call: {e}")))?;
         Ok(entry)
     }
 
@@ -301,10 +307,17 @@ impl Steps<'_> {
         change: NodeChange,
         event: Option<rows::NewEvent>,
     ) -> Result<(), crate::store::DbErr> {
-        let _order = self.0.runs().event_order(node.deployment_id).await;
-        let stored = rows::finish_call(&self.0.inner.db, node, entry, change, event).await?;
-        stored.into_iter().for_each(|e| self.0.runs().publish(e));
-        Ok(())
+        self.0
+            .inner
+            .writer
+            .write(Write::Finish {
+                deployment: node.deployment_id,
+                node: node.id,
+                entry,
+                change,
+                event,
+            })
+            .await
     }
 
     /// Makes the call, recording its progress and log events before its
@@ -315,35 +328,29 @@ impl Steps<'_> {
         provider: Uuid,
         call: &Call,
     ) -> Result<Value, ProviderError> {
-        let (tx, mut rx) = mpsc::unbounded_channel::<ResourceProgress>();
-        let recorder = {
-            let this = self.0.clone();
-            let node = node.clone();
-            tokio::spawn(async move {
-                while let Some(p) = rx.recv().await {
-                    let (kind, message) = match p {
-                        ResourceProgress::Progress { percent, message } => {
-                            (EventKind::Progress, format!("{percent}% {message}"))
-                        }
-                        ResourceProgress::Log(line) => (EventKind::Log, line),
-                    };
-                    this.runs()
-                        .record(
-                            node.deployment_id,
-                            kind,
-                            Some(&node_label(&node)),
-                            None,
-                            message,
-                        )
-                        .await;
-                }
-            })
-        };
+        // Queued as they come, not awaited: the result, queued after them,
+        // commits after them, and the step waits for that.
+        let writer = self.0.inner.writer.clone();
+        let (deployment, label) = (node.deployment_id, node_label(node));
         let progress = move |p| {
-            let _ = tx.send(p);
+            let (kind, message) = match p {
+                ResourceProgress::Progress { percent, message } => {
+                    (EventKind::Progress, format!("{percent}% {message}"))
+                }
+                ResourceProgress::Log(line) => (EventKind::Log, line),
+            };
+            writer.queue(Write::Event {
+                deployment,
+                event: rows::NewEvent {
+                    kind: kind.as_str().to_owned(),
+                    node_key: Some(label.clone()),
+                    state: None,
+                    message,
+                },
+            });
         };
         let providers = &self.0.inner.providers;
-        let result = match call {
+        match call {
             Call::Deploy {
                 config,
                 dependency_outputs,
@@ -367,9 +374,7 @@ impl Steps<'_> {
                     .await
                     .map(|()| serde_json::json!({}))
             }
-        };
-        let _ = recorder.await;
-        result
+        }
     }
 
     /// Marks a node failed, with an event.

@@ -517,7 +517,7 @@ pub async fn provider_holders(
 }
 
 /// A node's new state, with what else changes with it.
-#[derive(Default)]
+#[derive(Clone, Debug, Default)]
 pub struct NodeChange {
     pub state: String,
     pub config: Option<String>,
@@ -560,6 +560,7 @@ pub async fn change_node(
 // ---- the journal ----
 
 /// An event to store with a state change, in the same transaction.
+#[derive(Clone, Debug)]
 pub struct NewEvent {
     pub kind: String,
     pub node_key: Option<String>,
@@ -567,7 +568,7 @@ pub struct NewEvent {
     pub message: String,
 }
 
-async fn insert_event_in(
+pub async fn insert_event_in(
     db: &impl ConnectionTrait,
     deployment_id: Uuid,
     event: NewEvent,
@@ -589,54 +590,58 @@ async fn insert_event_in(
 /// event saying so, in one transaction. Returns the entry's id and the event.
 /// Older entries of the node go: the new call supersedes them (calls are
 /// idempotent per resource, and the new one settles whatever they left).
-pub async fn begin_call(
-    db: &DatabaseConnection,
-    node: &NodeRow,
-    provider_id: Uuid,
-    intent: &str,
-    change: NodeChange,
+///
+/// Run inside the caller's transaction (the engine's writer batches them).
+pub async fn begin_call_in(
+    txn: &impl ConnectionTrait,
+    call: &CallStart,
     event: NewEvent,
-) -> Result<(Uuid, EventRow), DbErr> {
-    let txn = db.begin().await?;
-    change_node(&txn, node.id, change).await?;
+) -> Result<EventRow, DbErr> {
+    change_node(txn, call.node_id, call.change.clone()).await?;
     journal::Entity::delete_many()
-        .filter(journal::Column::NodeId.eq(node.id))
-        .exec(&txn)
+        .filter(journal::Column::NodeId.eq(call.node_id))
+        .exec(txn)
         .await?;
-    let id = Uuid::now_v7();
     journal::ActiveModel {
-        id: Set(id),
-        deployment_id: Set(node.deployment_id),
-        node_id: Set(node.id),
-        provider_id: Set(provider_id),
-        intent: Set(intent.to_owned()),
+        id: Set(call.entry),
+        deployment_id: Set(call.deployment_id),
+        node_id: Set(call.node_id),
+        provider_id: Set(call.provider_id),
+        intent: Set(call.intent.clone()),
         created_at: Set(Utc::now()),
     }
-    .insert(&txn)
+    .insert(txn)
     .await?;
-    let event = insert_event_in(&txn, node.deployment_id, event).await?;
-    txn.commit().await?;
-    Ok((id, event))
+    insert_event_in(txn, call.deployment_id, event).await
 }
 
-/// The call's result, the end of its journal entry, and the event saying so,
-/// in one transaction.
-pub async fn finish_call(
-    db: &DatabaseConnection,
-    node: &NodeRow,
+/// A call about to be made: its journal entry (`entry`) and the node's change.
+#[derive(Clone, Debug)]
+pub struct CallStart {
+    pub entry: Uuid,
+    pub deployment_id: Uuid,
+    pub node_id: Uuid,
+    pub provider_id: Uuid,
+    pub intent: String,
+    pub change: NodeChange,
+}
+
+/// The call's result, the end of its journal entry, and the event saying so.
+/// Run inside the caller's transaction.
+pub async fn finish_call_in(
+    txn: &impl ConnectionTrait,
+    deployment_id: Uuid,
+    node_id: Uuid,
     entry: Uuid,
     change: NodeChange,
     event: Option<NewEvent>,
 ) -> Result<Option<EventRow>, DbErr> {
-    let txn = db.begin().await?;
-    change_node(&txn, node.id, change).await?;
-    journal::Entity::delete_by_id(entry).exec(&txn).await?;
-    let event = match event {
-        Some(event) => Some(insert_event_in(&txn, node.deployment_id, event).await?),
-        None => None,
-    };
-    txn.commit().await?;
-    Ok(event)
+    change_node(txn, node_id, change).await?;
+    journal::Entity::delete_by_id(entry).exec(txn).await?;
+    match event {
+        Some(event) => Ok(Some(insert_event_in(txn, deployment_id, event).await?)),
+        None => Ok(None),
+    }
 }
 
 /// Deletes a journal entry whose call needs no change to its node.
