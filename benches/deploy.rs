@@ -162,28 +162,43 @@ async fn run(bin: &Path) {
     }
     let bare = started.elapsed() / calls;
 
+    // `DEPLOY_BENCH=deep` runs the chains alone (for a profile).
+    let only_deep = std::env::var("DEPLOY_BENCH").as_deref() == Ok("deep");
+
     // 1. Wide.
     let mut wide = String::from("resources:\n");
     for i in 0..WIDE {
         wide.push_str(&format!("  r{i}: {{ type: fixture.v1.noop }}\n"));
     }
-    let (wide_time, _) = deploy_timed(&deployments, "wide", &wide).await;
+    let (wide_time, _) = if only_deep {
+        (Duration::MAX, Uuid::nil())
+    } else {
+        deploy_timed(&deployments, "wide", &wide).await
+    };
     println!(
         "{WIDE} independent no-op resources: {:.2} s, {:.0} resources/s (16 provider calls in flight)",
         wide_time.as_secs_f64(),
         WIDE as f64 / wide_time.as_secs_f64()
     );
 
-    // 2. Deep.
-    let mut deep = String::from("resources:\n  c0: { type: fixture.v1.noop }\n");
-    for i in 1..DEEP {
-        deep.push_str(&format!(
-            "  c{i}: {{ type: fixture.v1.noop, depends_on: [c{}] }}\n",
-            i - 1
-        ));
-    }
-    let (deep_time, _) = deploy_timed(&deployments, "deep", &deep).await;
+    // 2. Deep. The whole deploy of a 100-deep chain, then the cost of one
+    // more link: chains of DEEP / 2 and DEEP * 3 / 2, whose difference holds
+    // no fixed cost (planning, the run's start and end).
+    let chain = |n: usize| {
+        let mut source = String::from("resources:\n  c0: { type: fixture.v1.noop }\n");
+        for i in 1..n {
+            source.push_str(&format!(
+                "  c{i}: {{ type: fixture.v1.noop, depends_on: [c{}] }}\n",
+                i - 1
+            ));
+        }
+        source
+    };
+    let (deep_time, _) = deploy_timed(&deployments, "deep", &chain(DEEP)).await;
     let per = deep_time / DEEP as u32;
+    let (short, _) = deploy_timed(&deployments, "deep-short", &chain(DEEP / 2)).await;
+    let (long, _) = deploy_timed(&deployments, "deep-long", &chain(DEEP * 3 / 2)).await;
+    let link = long.saturating_sub(short) / DEEP as u32;
     println!(
         "{DEEP}-deep chain: {:.2} s, {:.0} resources/s; {:.2} ms per resource against {:.3} ms for the bare provider call: engine overhead {:.2} ms per resource",
         deep_time.as_secs_f64(),
@@ -192,6 +207,18 @@ async fn run(bin: &Path) {
         bare.as_secs_f64() * 1e3,
         (per.saturating_sub(bare)).as_secs_f64() * 1e3,
     );
+    println!(
+        "one more link of a chain ({} vs {} deep): {:.2} ms, engine overhead {:.2} ms per resource; the rest of the {DEEP}-deep figure is the deploy's fixed cost ({:.0} ms)",
+        DEEP * 3 / 2,
+        DEEP / 2,
+        link.as_secs_f64() * 1e3,
+        link.saturating_sub(bare).as_secs_f64() * 1e3,
+        deep_time.saturating_sub(link * DEEP as u32).as_secs_f64() * 1e3,
+    );
+
+    if only_deep {
+        return;
+    }
 
     // 3. Recovery of a journal of 1,000 entries.
     let mut source = String::from("resources:\n");

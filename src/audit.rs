@@ -16,7 +16,8 @@ use uuid::Uuid;
 
 use crate::events::Bus;
 use crate::store::Db;
-use crate::store::audit::{self as rows, AuditQuery, AuditRow};
+use crate::store::audit::{self as rows, AuditRow};
+pub use crate::store::audit::{AuditQuery, OutcomeFilter};
 
 /// One recorded mutation.
 #[derive(Clone, Debug)]
@@ -75,7 +76,6 @@ impl Entry {
     /// Whether `query` selects this entry (for the live feed, as the store
     /// does for the log).
     pub fn matches(&self, query: &AuditQuery) -> bool {
-        use rows::OutcomeFilter;
         query.user_id.is_none_or(|id| self.user_id == Some(id))
             && query.username.as_ref().is_none_or(|name| {
                 self.username

@@ -27,9 +27,8 @@ use uuid::Uuid;
 
 use super::pagination::{DEFAULT_PAGE, MAX_PAGE, Page, Totals};
 use super::{ApiError, Caller, ClientAddress, parse_id, state};
-use crate::audit::{self as domain, Audit, hide_secrets};
+use crate::audit::{self as domain, Audit, AuditQuery, OutcomeFilter, hide_secrets};
 use crate::events::Delivery;
-use crate::store::audit::{AuditQuery, OutcomeFilter};
 
 /// One recorded mutation.
 pub struct AuditEntry(domain::Entry);

@@ -27,6 +27,7 @@ use super::runs::Lock;
 use super::schedule::{self, Direction, Schedule};
 use super::step::StepError;
 use super::template;
+use super::writer::Committed;
 use super::{
     DEPLOYED, DeploymentState, Deployments, EventKind, NodeState, OnFailure, Phase, REPLACED,
 };
@@ -297,8 +298,11 @@ impl Executor<'_> {
         let units: Vec<usize> = pending.iter().map(Vec::len).collect();
         let mut schedule = Schedule::new(&graph.depends_on, &units, Direction::Deploy);
         let limit = Arc::new(Semaphore::new(self.0.inner.settings.concurrency.max(1)));
-        let mut running: JoinSet<(usize, i32, Result<Value, StepError>)> = JoinSet::new();
+        let mut running: JoinSet<(usize, i32, Result<(Value, Committed), StepError>)> =
+            JoinSet::new();
         let mut run = RunState::default();
+        // Results queued to the writer; all durable before the phase ends.
+        let mut committing = Vec::new();
         loop {
             while !self.0.inner.stopping.is_cancelled()
                 && let Some((key, _)) = schedule.start_next()
@@ -355,7 +359,8 @@ impl Executor<'_> {
                 }
             };
             match result {
-                Ok(out) => {
+                Ok((out, committed)) => {
+                    committing.push(committed);
                     if replica == 0 {
                         outputs.insert(graph.keys[key].clone(), out);
                     }
@@ -372,6 +377,11 @@ impl Executor<'_> {
                             .await;
                     }
                 }
+            }
+        }
+        for committed in committing {
+            if let Err(e) = committed.wait().await {
+                run.failed(format!("cannot store a result: {e}"));
             }
         }
         run.end(&schedule, &graph, self.0.inner.stopping.is_cancelled())

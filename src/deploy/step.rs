@@ -1,8 +1,12 @@
 //! One step: one provider call for one resource node, journaled.
 //!
-//! [`Steps::journaled_call`] owns both transactions around the call:
-//! before it, the node's new state, the journal entry and the event; after
-//! it, the result, the entry's end and the event. A call whose outcome is lost
+//! [`Steps::journaled_call`] owns both writes around the call: before it,
+//! the node's new state, the journal entry and the event, durable before the
+//! call is made; after it, the result, the entry's end and the event, queued
+//! to the writer and returned as a [`Committed`] to wait on. A deploy's
+//! dependents may start before the result is durable: their own entries are
+//! queued after it, so the writer commits it with them or before, and their
+//! calls start only once theirs are durable. A call whose outcome is lost
 //! (the provider went away or hung past the deadline) is made again once the
 //! provider is back: `DeployResource` and `DestroyResource` are idempotent per
 //! resource id (the protocol's contract), so a retry settles whatever the lost
@@ -18,7 +22,7 @@ use std::fmt;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::writer::Write;
+use super::writer::{Committed, Write};
 use super::{Deployments, EventKind, Intent, NodeState};
 use crate::provider::{ProviderError, ProviderStatus, ResourceCall, ResourceProgress};
 use crate::store::deployments::{self as rows, NodeChange, NodeRow};
@@ -89,14 +93,15 @@ impl Call {
 pub(super) struct Steps<'a>(pub(super) &'a Deployments);
 
 impl Steps<'_> {
-    /// Deploys one node; returns its outputs.
+    /// Deploys one node; returns its outputs, and the write of its result to
+    /// wait on before the run ends.
     pub(super) async fn deploy_node(
         &self,
         node: NodeRow,
         config: Value,
         dependency_outputs: Vec<(String, Value)>,
         operation: Uuid,
-    ) -> Result<Value, StepError> {
+    ) -> Result<(Value, Committed), StepError> {
         let Some(provider) = node.provider_id else {
             let error = "no provider was chosen for it".to_owned();
             self.fail_node(&node, &error).await;
@@ -122,10 +127,10 @@ impl Steps<'_> {
             NodeState::ToDeploy | NodeState::Tainted | NodeState::Waiting | NodeState::Destroyed
         ) || node.run_id.is_none();
         match node.provider_id.filter(|_| !never_created) {
-            Some(provider) => self
-                .journaled_call(&node, provider, Call::Destroy)
-                .await
-                .map(drop),
+            Some(provider) => {
+                let (_, committed) = self.journaled_call(&node, provider, Call::Destroy).await?;
+                committed.wait().await.map_err(store_error)
+            }
             None => rows::change_node(&self.0.inner.db, node.id, destroyed())
                 .await
                 .map_err(|e| StepError::Store(format!("cannot store the node: {e}"))),
@@ -139,7 +144,7 @@ impl Steps<'_> {
         node: &NodeRow,
         provider: Uuid,
         call: Call,
-    ) -> Result<Value, StepError> {
+    ) -> Result<(Value, Committed), StepError> {
         let intent = call.intent();
         let attempts = match intent {
             Intent::Deploy => DEPLOY_ATTEMPTS,
@@ -164,9 +169,9 @@ impl Steps<'_> {
                     };
                     match self.call_provider(node, provider, &call).await {
                         Ok(outputs) => {
-                            self.finish(node, entry, intent, &outputs).await?;
+                            let committed = self.finish(node, entry, intent, &outputs);
                             crate::telemetry::record_deploy_step(intent.as_str(), "complete");
-                            return Ok(outputs);
+                            return Ok((outputs, committed));
                         }
                         Err(ProviderError::Failed { message, .. }) => {
                             self.finish_failed(node, entry, &message).await;
@@ -256,14 +261,8 @@ impl Steps<'_> {
         Ok(entry)
     }
 
-    /// The transaction after a call that succeeded.
-    async fn finish(
-        &self,
-        node: &NodeRow,
-        entry: Uuid,
-        intent: Intent,
-        outputs: &Value,
-    ) -> Result<(), StepError> {
+    /// The write after a call that succeeded, queued.
+    fn finish(&self, node: &NodeRow, entry: Uuid, intent: Intent, outputs: &Value) -> Committed {
         let (change, state, message) = match intent {
             Intent::Deploy => (
                 NodeChange {
@@ -276,14 +275,13 @@ impl Steps<'_> {
             ),
             Intent::Destroy => (destroyed(), NodeState::Destroyed, "destroyed"),
         };
-        self.finish_call(
-            node,
+        self.0.inner.writer.submit(Write::Finish {
+            deployment: node.deployment_id,
+            node: node.id,
             entry,
             change,
-            Some(node_change_event(node, state, message)),
-        )
-        .await
-        .map_err(|e| StepError::Store(format!("cannot store the result: {e}")))
+            event: Some(node_change_event(node, state, message)),
+        })
     }
 
     async fn finish_failed(&self, node: &NodeRow, entry: Uuid, error: &str) {
@@ -498,4 +496,8 @@ pub(super) fn node_change_event(node: &NodeRow, state: NodeState, message: &str)
 /// `web[2]`: a node as events name it.
 pub(super) fn node_label(node: &NodeRow) -> String {
     format!("{}[{}]", node.key, node.replica)
+}
+
+fn store_error(e: crate::store::DbErr) -> StepError {
+    StepError::Store(format!("cannot store the result: {e}"))
 }

@@ -16,34 +16,18 @@
 //! stored history and then follows the bus misses nothing and sees nothing
 //! twice.
 
-use sea_orm::{ConnectionTrait, DbErr, TransactionTrait};
 use tokio::sync::{mpsc, oneshot};
-use uuid::Uuid;
 
 use super::DeploymentEvent;
 use super::queries::to_event;
 use crate::events::Bus;
-use crate::store::Db;
-use crate::store::deployments::{self as rows, CallStart, EventRow, NewEvent, NodeChange};
+use crate::store::deployments::{self as rows, EventRow};
+use crate::store::{Db, DbErr};
 
 /// Most writes one transaction takes.
 pub(super) const MAX_GROUP: usize = 256;
 
-/// One write.
-pub(super) enum Write {
-    /// A deployment event on its own.
-    Event { deployment: Uuid, event: NewEvent },
-    /// The journal entry and node change before a call, with its event.
-    Begin { call: CallStart, event: NewEvent },
-    /// A call's result and the end of its entry, with its event.
-    Finish {
-        deployment: Uuid,
-        node: Uuid,
-        entry: Uuid,
-        change: NodeChange,
-        event: Option<NewEvent>,
-    },
-}
+pub(super) use rows::GroupWrite as Write;
 
 struct Job {
     write: Write,
@@ -66,14 +50,15 @@ impl Writer {
     /// Commits `write` (with whatever else is queued) and publishes its
     /// event; answers once it is durable.
     pub(super) async fn write(&self, write: Write) -> Result<(), DbErr> {
+        self.submit(write).wait().await
+    }
+
+    /// Queues `write` and returns at once; [`Committed::wait`] answers once it
+    /// is durable. Anything queued after it commits with it or later.
+    pub(super) fn submit(&self, write: Write) -> Committed {
         let (done, answer) = oneshot::channel();
-        self.jobs
-            .send(Job { write, done })
-            .map_err(|_| DbErr::Custom("the deployment writer has stopped".into()))?;
-        answer
-            .await
-            .map_err(|_| DbErr::Custom("the deployment writer has stopped".into()))?
-            .map_err(DbErr::Custom)
+        let queued = self.jobs.send(Job { write, done }).is_ok();
+        Committed { answer, queued }
     }
 
     /// Queues `write` without waiting for it: it commits before anything
@@ -84,6 +69,26 @@ impl Writer {
         if self.jobs.send(Job { write, done }).is_err() {
             tracing::error!("the deployment writer has stopped: an event is lost");
         }
+    }
+}
+
+/// A write queued by [`Writer::submit`].
+pub(super) struct Committed {
+    answer: oneshot::Receiver<Result<(), String>>,
+    queued: bool,
+}
+
+impl Committed {
+    /// Once the write is durable; its error if it failed.
+    pub(super) async fn wait(self) -> Result<(), DbErr> {
+        let stopped = || DbErr::Custom("the deployment writer has stopped".into());
+        if !self.queued {
+            return Err(stopped());
+        }
+        self.answer
+            .await
+            .map_err(|_| stopped())?
+            .map_err(DbErr::Custom)
     }
 }
 
@@ -130,43 +135,8 @@ async fn run(db: Db, bus: Bus<DeploymentEvent>, mut queue: mpsc::UnboundedReceiv
 
 /// Writes `jobs` in one transaction; the event each stored, in order.
 async fn commit(db: &Db, jobs: &[Job]) -> Result<Vec<Option<EventRow>>, DbErr> {
-    let txn = db.begin().await?;
-    let mut events = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        events.push(apply(&txn, &job.write).await?);
-    }
-    txn.commit().await?;
-    Ok(events)
-}
-
-async fn apply(txn: &impl ConnectionTrait, write: &Write) -> Result<Option<EventRow>, DbErr> {
-    match write {
-        Write::Event { deployment, event } => {
-            rows::insert_event_in(txn, *deployment, event.clone())
-                .await
-                .map(Some)
-        }
-        Write::Begin { call, event } => rows::begin_call_in(txn, call, event.clone())
-            .await
-            .map(Some),
-        Write::Finish {
-            deployment,
-            node,
-            entry,
-            change,
-            event,
-        } => {
-            rows::finish_call_in(
-                txn,
-                *deployment,
-                *node,
-                *entry,
-                change.clone(),
-                event.clone(),
-            )
-            .await
-        }
-    }
+    let writes: Vec<&Write> = jobs.iter().map(|job| &job.write).collect();
+    rows::commit_group(db, &writes).await
 }
 
 fn publish(bus: &Bus<DeploymentEvent>, row: Option<EventRow>) {

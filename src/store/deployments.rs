@@ -615,6 +615,62 @@ pub async fn begin_call_in(
     insert_event_in(txn, call.deployment_id, event).await
 }
 
+/// One of the engine's hot writes (see `deploy::writer`).
+#[derive(Clone, Debug)]
+pub enum GroupWrite {
+    /// A deployment event on its own.
+    Event { deployment: Uuid, event: NewEvent },
+    /// The journal entry and node change before a call, with its event.
+    Begin { call: CallStart, event: NewEvent },
+    /// A call's result and the end of its entry, with its event.
+    Finish {
+        deployment: Uuid,
+        node: Uuid,
+        entry: Uuid,
+        change: NodeChange,
+        event: Option<NewEvent>,
+    },
+}
+
+/// Commits `writes` in one transaction; the event each stored, in order.
+pub async fn commit_group(
+    db: &DatabaseConnection,
+    writes: &[&GroupWrite],
+) -> Result<Vec<Option<EventRow>>, DbErr> {
+    let txn = db.begin().await?;
+    let mut events = Vec::new();
+    for write in writes {
+        let event = match write {
+            GroupWrite::Event { deployment, event } => {
+                Some(insert_event_in(&txn, *deployment, event.clone()).await?)
+            }
+            GroupWrite::Begin { call, event } => {
+                Some(begin_call_in(&txn, call, event.clone()).await?)
+            }
+            GroupWrite::Finish {
+                deployment,
+                node,
+                entry,
+                change,
+                event,
+            } => {
+                finish_call_in(
+                    &txn,
+                    *deployment,
+                    *node,
+                    *entry,
+                    change.clone(),
+                    event.clone(),
+                )
+                .await?
+            }
+        };
+        events.push(event);
+    }
+    txn.commit().await?;
+    Ok(events)
+}
+
 /// A call about to be made: its journal entry (`entry`) and the node's change.
 #[derive(Clone, Debug)]
 pub struct CallStart {
