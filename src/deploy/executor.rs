@@ -298,8 +298,7 @@ impl Executor<'_> {
         let units: Vec<usize> = pending.iter().map(Vec::len).collect();
         let mut schedule = Schedule::new(&graph.depends_on, &units, Direction::Deploy);
         let limit = Arc::new(Semaphore::new(self.0.inner.settings.concurrency.max(1)));
-        let mut running: JoinSet<(usize, i32, Result<(Value, Committed), StepError>)> =
-            JoinSet::new();
+        let mut running: JoinSet<(usize, i32, Deployed)> = JoinSet::new();
         let mut run = RunState::default();
         // Results queued to the writer; all durable before the phase ends.
         let mut committing = Vec::new();
@@ -595,6 +594,10 @@ impl Executor<'_> {
         Ok((bp, variables, quantities))
     }
 }
+
+/// What a deploy task gives back: its outputs and its result's write, or
+/// why it failed.
+type Deployed = Result<(Value, Committed), StepError>;
 
 /// Each node's state, typed: unknown text is a corrupt row.
 fn node_states(nodes: &[NodeRow]) -> Result<Vec<NodeState>, Stopped> {
