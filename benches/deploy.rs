@@ -5,13 +5,15 @@
 //! provider, on SQLite:
 //! 1. a blueprint of 1,000 independent resources: resources per second;
 //! 2. a 100-deep chain: resources per second, and the engine's overhead per
-//!    resource against the bare provider call measured in the same run;
+//!    resource against the bare provider call measured in the same run; and
+//!    the cost of one more link (a 150-deep chain against a 50-deep one),
+//!    which holds none of a deploy's fixed cost;
 //! 3. recovery of a journal of 1,000 entries (the state a crash mid-deploy
 //!    leaves: nodes `IN_PROGRESS` with their entries): time until the journal
 //!    is empty and the deployment complete.
 //!
-//! Run with `cargo bench --bench deploy`. It builds the fixture in release
-//! mode first. Placement figures are in `cargo bench --bench placement`.
+//! Run with `cargo bench --bench deploy` (`DEPLOY_BENCH=deep` for the chains
+//! alone). It builds the fixture in release mode first. Placement figures are in `cargo bench --bench placement`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -287,7 +289,7 @@ async fn run(bin: &Path) {
     }
     let recovered = started.elapsed();
     println!(
-        "recover a journal of {JOURNAL} entries (inspect, adopt, resume): {:.2} s, {:.2} ms per entry",
+        "recover a journal of {JOURNAL} entries (each deploy made again, resumed): {:.2} s, {:.2} ms per entry",
         recovered.as_secs_f64(),
         recovered.as_secs_f64() * 1e3 / JOURNAL as f64
     );
