@@ -71,7 +71,8 @@ export async function list(view, _params, scope) {
     if (!update) return false; // a repository added since
     update(e);
     // The event has no time: the row's last sync is read once it ended.
-    if (e.status !== "SYNCING") gql(ONE, { id: e.repositoryId }).then(({ repository: r }) => scope.alive && update(syncOf(r), r.lastSyncedAt), () => {});
+    // A reply read after a newer sync began (replies may cross) is left to that sync's events.
+    if (e.status !== "SYNCING") gql(ONE, { id: e.repositoryId }).then(({ repository: r }) => scope.alive && r.status === e.status && update(syncOf(r), r.lastSyncedAt), () => {});
   });
 }
 
