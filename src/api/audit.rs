@@ -25,7 +25,7 @@ use chrono::{DateTime, Utc};
 use futures_util::{Stream, StreamExt};
 use uuid::Uuid;
 
-use super::pagination::{DEFAULT_PAGE, MAX_PAGE, Page, Totals};
+use super::pagination::{Page, Totals, page_size};
 use super::{ApiError, Caller, ClientAddress, parse_id, state};
 use crate::audit::{self as domain, Audit, AuditQuery, OutcomeFilter, hide_secrets};
 use crate::events::Delivery;
@@ -149,15 +149,7 @@ pub(super) async fn page(
     first: Option<i32>,
     after: Option<String>,
 ) -> Result<Page<AuditEntry>, ApiError> {
-    let limit = match first {
-        None => DEFAULT_PAGE,
-        Some(n) if (0..=MAX_PAGE).contains(&n) => n,
-        Some(n) => {
-            return Err(ApiError::validation(format!(
-                "`first` must be between 0 and {MAX_PAGE}, not {n}"
-            )));
-        }
-    } as u64;
+    let limit = page_size(first)?;
     let before = after
         .map(|cursor| {
             cursor

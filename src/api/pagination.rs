@@ -26,15 +26,7 @@ pub type Page<T> = Connection<String, T, Totals, EmptyFields>;
 /// The window (`offset`, `limit`) a `first`/`after` pair asks for, so a store
 /// query can fetch just that page.
 pub fn window(first: Option<i32>, after: Option<String>) -> Result<(u64, u64), ApiError> {
-    let first = match first {
-        None => DEFAULT_PAGE,
-        Some(n) if (0..=MAX_PAGE).contains(&n) => n,
-        Some(n) => {
-            return Err(ApiError::validation(format!(
-                "`first` must be between 0 and {MAX_PAGE}, not {n}"
-            )));
-        }
-    } as u64;
+    let first = page_size(first)?;
     let offset = match after {
         None => 0,
         Some(cursor) => cursor
@@ -43,6 +35,18 @@ pub fn window(first: Option<i32>, after: Option<String>) -> Result<(u64, u64), A
             .map_err(|_| ApiError::validation("`after` is not a cursor from this list"))?,
     };
     Ok((offset, first))
+}
+
+/// How many items `first` asks for: [`DEFAULT_PAGE`] when not given,
+/// `VALIDATION` outside 0 to [`MAX_PAGE`].
+pub fn page_size(first: Option<i32>) -> Result<u64, ApiError> {
+    match first {
+        None => Ok(DEFAULT_PAGE as u64),
+        Some(n) if (0..=MAX_PAGE).contains(&n) => Ok(n as u64),
+        Some(n) => Err(ApiError::validation(format!(
+            "`first` must be between 0 and {MAX_PAGE}, not {n}"
+        ))),
+    }
 }
 
 /// A page fetched at `offset` out of `total`, as a connection.

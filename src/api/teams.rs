@@ -108,15 +108,11 @@ impl Project {
         first: Option<i32>,
         after: Option<String>,
     ) -> Result<super::pagination::Page<super::audit::AuditEntry>, ApiError> {
-        if access(ctx).await?.role_in(self.0.id) != Some(domain::ProjectRole::Admin) {
-            return Err(ApiError::new(
-                ErrorCode::Forbidden,
-                format!(
-                    "the audit log of project `{}` is for its ADMINs",
-                    self.0.name
-                ),
-            ));
-        }
+        access(ctx).await?.require(
+            Some(self.0.id),
+            domain::ProjectRole::Admin,
+            &format!("project {}", self.0.id),
+        )?;
         let mut query = filter.unwrap_or_default().query()?;
         query.project_ids = Some(vec![self.0.id]);
         super::audit::page(ctx, query, first, after).await

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use crate::support::deployments::{deploy, settled, with_process_provider};
 use crate::support::websocket::{connect, next_json, send};
 use crate::support::{ADMIN_TOKEN, TestApp, data, error_code};
-use crate::teams::{ONE_SERVICE, PASSWORD, login, member, project, user};
+use crate::teams::{PASSWORD, login, member, project, svc_blueprint, user};
 
 const ENTRY: &str = "id at userId username projectId action arguments outcome error durationMs";
 
@@ -77,17 +77,7 @@ async fn every_mutation_is_recorded_with_who_where_and_how_it_ended() {
     let eve = user(&app, "eve", "USER").await;
     let alpha = project(&app, &ann, "alpha").await;
     member(&app, &ann, &alpha, "bob", "VIEWER").await;
-    let made = app
-        .gql_as(
-            Some(&ann),
-            "mutation($p: ID!, $s: String!) { createBlueprint(input: { projectId: $p, name: \"svc\", source: $s }) { id } }",
-            json!({ "p": alpha, "s": ONE_SERVICE }),
-        )
-        .await;
-    let blueprint = data(&made)["createBlueprint"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let blueprint = svc_blueprint(&app, &ann, &alpha).await;
     let running = deploy(&app, &blueprint, "running", json!({})).await;
     settled(&app, &running, &["COMPLETE"]).await;
 
@@ -170,7 +160,7 @@ async fn every_mutation_is_recorded_with_who_where_and_how_it_ended() {
             .unwrap_or_else(|| panic!("{action} in {anns:?}"));
         assert_eq!(entry["projectId"], alpha.as_str(), "{entry}");
         assert_eq!(entry["outcome"], "OK", "{entry}");
-        assert!(entry["durationMs"].as_f64().unwrap() >= 0.0);
+        assert!(entry["durationMs"].is_number(), "{entry}");
     }
 
     // The failures, and in one project: the refusals name it.

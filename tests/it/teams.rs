@@ -65,6 +65,27 @@ pub(crate) async fn member(app: &TestApp, token: &str, project: &str, name: &str
     assert_eq!(data(&body)["setProjectMember"]["role"], role, "{body}");
 }
 
+/// Makes the blueprint `svc` (one process service) in `project` as `token`;
+/// its id.
+pub(crate) async fn svc_blueprint(app: &TestApp, token: &str, project: &str) -> String {
+    let made = app
+        .gql_as(
+            Some(token),
+            "mutation($p: ID!, $s: String!) { createBlueprint(input: { projectId: $p, name: \"svc\", source: $s }) { id projectId } }",
+            json!({ "p": project, "s": ONE_SERVICE }),
+        )
+        .await;
+    assert_eq!(
+        data(&made)["createBlueprint"]["projectId"],
+        project,
+        "{made}"
+    );
+    data(&made)["createBlueprint"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 pub(crate) const ONE_SERVICE: &str = "resources:\n  svc:\n    type: process.v1.service\n    config: { command: sleep, args: [\"300\"] }\n";
 
 #[tokio::test]
@@ -213,18 +234,7 @@ async fn members_see_their_projects_and_an_outsider_is_told_nothing_exists() {
     project(&app, &outsider, "beta").await;
     member(&app, &owner, &alpha, "viewer", "VIEWER").await;
 
-    let made = app
-        .gql_as(
-            Some(&owner),
-            "mutation($p: ID!, $s: String!) { createBlueprint(input: { projectId: $p, name: \"svc\", source: $s }) { id projectId } }",
-            json!({ "p": alpha, "s": ONE_SERVICE }),
-        )
-        .await;
-    let blueprint = data(&made)["createBlueprint"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    assert_eq!(data(&made)["createBlueprint"]["projectId"], alpha);
+    let blueprint = svc_blueprint(&app, &owner, &alpha).await;
     let body = app
         .gql_as(
             Some(&owner),
@@ -322,15 +332,7 @@ async fn members_see_their_projects_and_an_outsider_is_told_nothing_exists() {
         )
         .await;
     assert_eq!(error_code(&refused), Some("CONFLICT"), "{refused}");
-    let body = app
-        .gql_as(
-            Some(&owner),
-            "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
-            json!({ "id": deployment }),
-        )
-        .await;
-    data(&body);
-    settled(&app, &deployment, &["DESTROYED"]).await;
+    destroy_all(&app, &owner, std::slice::from_ref(&deployment)).await;
 }
 
 /// The kinds of caller the matrix asks as.
@@ -777,30 +779,13 @@ async fn every_root_field_answers_every_caller_as_the_policy_says() {
     tokens.insert(Caller::Anonymous, None);
 
     // The things the operations name, in project alpha.
-    let made = app
-        .gql_as(
-            Some(&owner),
-            "mutation($p: ID!, $s: String!) { createBlueprint(input: { projectId: $p, name: \"svc\", source: $s }) { id } }",
-            json!({ "p": alpha, "s": ONE_SERVICE }),
-        )
-        .await;
-    let blueprint = data(&made)["createBlueprint"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let blueprint = svc_blueprint(&app, &owner, &alpha).await;
     let running = deploy(&app, &blueprint, "running", json!({})).await;
     let done = settled(&app, &running, &["COMPLETE", "FAILED"]).await;
     assert_eq!(done.state, "COMPLETE", "{done:?}");
     let gone = deploy(&app, &blueprint, "gone", json!({})).await;
     settled(&app, &gone, &["COMPLETE"]).await;
-    let body = app
-        .gql(
-            "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
-            json!({ "id": gone }),
-        )
-        .await;
-    data(&body);
-    settled(&app, &gone, &["DESTROYED"]).await;
+    destroy_all(&app, ADMIN_TOKEN, std::slice::from_ref(&gone)).await;
     let fixture = Fixture {
         project: alpha.clone(),
         blueprint: blueprint.clone(),
@@ -1186,17 +1171,7 @@ async fn race_for_the_last_room(input: Value, refusal: &str) -> Raced {
         )
         .await;
     data(&limited);
-    let made = app
-        .gql_as(
-            Some(&owner),
-            "mutation($p: ID!, $s: String!) { createBlueprint(input: { projectId: $p, name: \"svc\", source: $s }) { id } }",
-            json!({ "p": alpha, "s": ONE_SERVICE }),
-        )
-        .await;
-    let blueprint = data(&made)["createBlueprint"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let blueprint = svc_blueprint(&app, &owner, &alpha).await;
 
     let racing = (0..20).map(|i| {
         let (app, owner, blueprint) = (&app, &owner, &blueprint);
@@ -1248,7 +1223,7 @@ struct Raced {
     _repo: crate::support::provider_repos::ProviderRepo,
 }
 
-async fn destroy_all(app: &TestApp, token: &str, ids: &[String]) {
+pub(crate) async fn destroy_all(app: &TestApp, token: &str, ids: &[String]) {
     for id in ids {
         let body = app
             .gql_as(
@@ -1273,17 +1248,7 @@ async fn a_subscription_ends_when_its_reader_leaves_the_project() {
     let viewer = user(&app, "viewer", "USER").await;
     let alpha = project(&app, &owner, "alpha").await;
     member(&app, &owner, &alpha, "viewer", "VIEWER").await;
-    let made = app
-        .gql_as(
-            Some(&owner),
-            "mutation($p: ID!, $s: String!) { createBlueprint(input: { projectId: $p, name: \"svc\", source: $s }) { id } }",
-            json!({ "p": alpha, "s": ONE_SERVICE }),
-        )
-        .await;
-    let blueprint = data(&made)["createBlueprint"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let blueprint = svc_blueprint(&app, &owner, &alpha).await;
     let deployment = deploy(&app, &blueprint, "one", json!({})).await;
     settled(&app, &deployment, &["COMPLETE"]).await;
 
@@ -1320,15 +1285,7 @@ async fn a_subscription_ends_when_its_reader_leaves_the_project() {
         )
         .await;
     assert_eq!(error_code(&again), Some("NOT_FOUND"), "{again}");
-    let body = app
-        .gql_as(
-            Some(&owner),
-            "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
-            json!({ "id": deployment }),
-        )
-        .await;
-    data(&body);
-    settled(&app, &deployment, &["DESTROYED"]).await;
+    destroy_all(&app, &owner, std::slice::from_ref(&deployment)).await;
 }
 
 /// Subscribes as `token` and returns the socket with its first answer.

@@ -1,24 +1,29 @@
 // The shell: who is signed in and may do what, the navigation, the router.
+// Pages (`pages/`, loaded when first visited) export `list`, `create`,
+// `detail` (`(main, params, scope)`) or `render`.
 
 import { gql, onUnauthenticated, subscribe } from "./api.js";
 import { errorBox, h, link, muted, replace } from "./dom.js";
 
-// `/x`, `/x/new` (not elements), `/x/:id` of each section, as src/web.rs answers.
+// A section's list (`/x`), new one (`/x/new`, not elements) and detail
+// (`/x/:id`); src/web.rs answers the same paths.
 const pages = new Map([["", "overview"], ["sign-in", "signin"], ["account", "account"]]);
 const sections = ["providers", "repositories", "elements", "blueprints", "deployments", "projects", "users"];
 
 const nav = () => [["/", "Overview"], ...sections.filter((s) => s !== "users" || isAdmin()).map((s) => [`/${s}`, s[0].toUpperCase() + s.slice(1)])];
 
-/** The signed-in user with their memberships, or null; read at each page. */
+/** The signed-in user (`{ id, username, role, memberships }`) or null, read again at each page. */
 export let me = null;
 
 const RANKS = ["VIEWER", "DEPLOYER", "DEVELOPER", "ADMIN"];
 export const isAdmin = () => me?.role === "ADMIN";
+/** Whether a project role (or null) allows what `need` does. */
 export const allows = (role, need) => RANKS.indexOf(role) >= RANKS.indexOf(need);
 const membership = (id) => me?.memberships.find((m) => m.project.id === id);
-/** A server admin's is ADMIN. */
+/** The user's role in a project (a server admin's is ADMIN), or null. */
 export const roleIn = (id) => membership(id)?.role ?? null;
 export const projectLink = (id) => (membership(id) ? link(`/projects/${id}`, membership(id).project.name) : muted());
+/** The projects (`{ id, name }`) where the role allows `need`. */
 export const projectsFor = (need) => (me?.memberships ?? []).filter((m) => allows(m.role, need)).map((m) => m.project);
 
 function match(path) {
@@ -29,13 +34,14 @@ function match(path) {
   return id === "new" && first !== "elements" ? { module: first, view: "create" } : { module: first, view: "detail", id: decodeURIComponent(id) };
 }
 
+/** Goes to `path` without reloading. */
 export function navigate(path, { replace: replaceState = false } = {}) {
   if (replaceState) history.replaceState(null, "", path);
   else history.pushState(null, "", path);
   show();
 }
 
-// A page's subscriptions and timers end when it is left.
+// Everything a page started (subscriptions, timers) ends when it is left.
 let scope = null;
 class Scope {
   constructor() {
@@ -75,7 +81,6 @@ async function signOut() {
   try {
     await gql("mutation { logout }");
   } catch {
-    // signed out either way
   }
   me = null;
   navigate("/sign-in");
@@ -92,6 +97,7 @@ async function loadMe() {
   }
 }
 
+/** After `login`: reads who, goes to `next`. */
 export async function signedIn(next) {
   await loadMe();
   navigate(next && next.startsWith("/") && !next.startsWith("//") ? next : "/", { replace: true });
@@ -129,7 +135,7 @@ async function show() {
     if (mine.alive) {
       main.removeAttribute("aria-busy");
       document.body.dataset.ready = route?.module ?? "none";
-      // For benches/console.rs.
+      // The first page is drawn and its controls work (benches/console.rs).
       if (!performance.getEntriesByName("console-ready").length) performance.mark("console-ready");
       const heading = main.querySelector("h1");
       document.title = heading ? `${heading.textContent} · Corbel` : "Corbel";
@@ -137,6 +143,7 @@ async function show() {
   }
 }
 
+/** A page's stylesheet (`export const styles`), added once. */
 function stylesheet(href) {
   if (document.querySelector(`link[href="${href}"]`)) return;
   document.head.append(h("link", { rel: "stylesheet", href }));

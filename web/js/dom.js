@@ -1,5 +1,6 @@
+// DOM helpers: every page shows errors, states, lists and confirmations one way.
 
-/** `h("a#id.class", { href, onclick, dataset }, ...children)`; null/false attributes and children skipped. */
+/** `h("a#id.class", { href, onclick, dataset }, ...children)`; attributes optional, null/false ones and children skipped. */
 export function h(tag, attrs, ...children) {
   if (attrs?.constructor !== Object) {
     children.unshift(attrs);
@@ -12,7 +13,7 @@ export function h(tag, attrs, ...children) {
     else el.classList.add(mark.slice(1));
   }
   for (const [key, value] of Object.entries(attrs)) {
-    if (value == null || value === false) continue;
+    if (value === null || value === undefined || value === false) continue;
     if (key.startsWith("on") && typeof value === "function") el.addEventListener(key.slice(2), value);
     else if (key === "dataset") Object.assign(el.dataset, value);
     else if (key === "class") el.classList.add(...String(value).split(" ").filter(Boolean));
@@ -24,14 +25,14 @@ export function h(tag, attrs, ...children) {
 
 export function svg(tag, attrs = {}, ...children) {
   const el = document.createElementNS("http://www.w3.org/2000/svg", tag);
-  for (const [key, value] of Object.entries(attrs)) if (value != null) el.setAttribute(key, String(value));
+  for (const [key, value] of Object.entries(attrs)) if (value !== null && value !== undefined) el.setAttribute(key, String(value));
   append(el, children);
   return el;
 }
 
 function append(el, children) {
   for (const child of children.flat(Infinity)) {
-    if (child != null && child !== false) el.append(child instanceof Node ? child : String(child));
+    if (child !== null && child !== undefined && child !== false) el.append(child instanceof Node ? child : String(child));
   }
 }
 
@@ -47,9 +48,10 @@ export const muted = (text = "—") => h("span.muted", text);
 export const note = (text, attrs) => h("p.muted", attrs, text);
 export const json = (value) => h("pre.json", JSON.stringify(value, null, 2));
 
+/** The page's own check, failing like the server's. */
 export const invalid = (message) => Object.assign(new Error(message), { code: "VALIDATION" });
 
-/** An error where the user acted, with the dependents a refusal names. */
+/** An error where the user acted (`role=alert`), its code, and the dependents a refusal names. */
 export function errorBox(error) {
   const code = error?.code ?? "ERROR";
   const dependents = error?.extensions?.dependents ?? [];
@@ -57,6 +59,7 @@ export function errorBox(error) {
     dependents.length ? h("p", "Needed by: ", dependents.map((d) => d.name ?? d).join(", ")) : null);
 }
 
+/** A place for an operation's error: `slot.show(e)`, `slot.clear()`. */
 export function errorSlot(attrs = {}) {
   const el = h("div.error-slot", { "aria-live": "polite", ...attrs });
   el.show = (error) => replace(el, errorBox(error));
@@ -64,7 +67,7 @@ export function errorSlot(attrs = {}) {
   return el;
 }
 
-/** Fills `el` with `draw()`'s result or error: the last fill only, while the page lives. */
+/** Fills `el` with what `draw()` resolves to, or its error: the last fill only, not once the page was left. */
 export async function fill(el, scope, draw) {
   const mine = (el.fills = (el.fills ?? 0) + 1);
   let content;
@@ -76,8 +79,10 @@ export async function fill(el, scope, draw) {
   if (scope.alive && el.fills === mine) replace(el, content);
 }
 
+/** A page that could not be read: title, error, a way back. */
 export const failed = (view, title, error, href, back) => replace(view, h("h1", title), errorBox(error), h("p", link(href, back)));
 
+/** A state (`FAILED`…) as a coloured badge with the word. */
 export function badge(state) {
   const s = state ?? "UNKNOWN";
   return h("span", { class: `badge state-${s.toLowerCase()}`, dataset: { state: s } }, s);
@@ -85,26 +90,30 @@ export function badge(state) {
 
 export const status = (state, message) => [badge(state), message ? h("small.hint", message) : null];
 
+/** Local time; the exact value on hover. */
 export const time = (iso) => (iso ? h("time", { datetime: iso, title: iso }, new Date(iso).toLocaleString()) : muted());
 
-/** `empty("None yet.", link(…), "to add one.")`, spaced. */
+/** What an empty list says, parts spaced: `empty("None yet.", link(…), "to add one.")`. */
 export function empty(...parts) {
   return h("p.empty", parts.map((part, i) => (i && !/^[.,:;]/.test(part.textContent ?? part) ? [" ", part] : part)));
 }
 
+/** `dl.facts` of `[term, value, data-field]` rows; null rows are left out. */
 export function facts(rows, attrs = {}) {
   return h("dl.facts", attrs, rows.filter(Boolean).map(([term, value, field]) =>
     h("div", h("dt", term), h("dd", { dataset: field ? { field } : null }, value))));
 }
 
+/** `table.list`; `rows` are `<tr>`s, or a `<tbody>` filled later. */
 export function table(heads, rows, attrs = {}) {
   const body = rows instanceof HTMLTableSectionElement ? rows : h("tbody", rows);
   return h("table.list", attrs, h("thead", h("tr", heads.map((t) => h("th", { scope: "col" }, t)))), body);
 }
 
+/** Small boxes, `[dataset, ...children]` each. */
 export const chips = (items, attrs = {}) => h("ul.chips", attrs, items.map(([dataset, ...children]) => h("li", { dataset }, children)));
 
-/** `[label, count, dataset]` rows as bars on one scale. */
+/** `[label, count, dataset]` rows as bars on one scale (`top`, or the largest). */
 export function bars(rows, attrs = {}, top = Math.max(1, ...rows.map(([, n]) => Number(n)).filter(Number.isFinite))) {
   const width = (n) => Math.min(100, (100 * Math.max(0, Number(n) || 0)) / top);
   return h("ul.capacity", attrs, rows.map(([label, count, dataset]) =>
@@ -113,10 +122,12 @@ export function bars(rows, attrs = {}, top = Math.max(1, ...rows.map(([, n]) => 
       h("span.count", String(count)))));
 }
 
+/** A secret shown this once (a token); a click selects it. */
 export function shownOnce(heading, secret, id, ...more) {
   return h("div.token-box", { id: `${id}-box` }, h("strong", heading), h("code.secret.token", { id }, secret), ...more);
 }
 
+/** `field("Name", h("input"), "hint")`: a labelled field. */
 export function field(label, control, hint) {
   control.id ||= `f-${Math.random().toString(36).slice(2, 9)}`;
   return h("div.field", h("label", { for: control.id }, label), control, hint ? h("small.hint", hint) : null);
@@ -124,6 +135,7 @@ export function field(label, control, hint) {
 
 export const jsonArea = (attrs) => h("textarea", { rows: 4, spellcheck: "false", autocomplete: "off", ...attrs });
 
+/** JSON typed: an "object" (empty is `{}`) or a "list"; the error names the field. */
 export function parseJson(text, name, type = "object") {
   if (!text.trim()) return {};
   let value;
@@ -137,7 +149,7 @@ export function parseJson(text, name, type = "object") {
   return value;
 }
 
-/** `action()`'s result, `control` disabled meanwhile; its error to `slot`. */
+/** Runs `action` for a button, disabled meanwhile: its result, or its error shown in `slot`. */
 export async function busy(control, slot, action) {
   control.disabled = true;
   control.setAttribute("aria-busy", "true");
@@ -153,13 +165,14 @@ export async function busy(control, slot, action) {
   }
 }
 
+/** A form's `onsubmit`: `busy(button, slot, action)`, then `done(result)`. */
 export const sending = (button, slot, action, done) => async (event) => {
   event.preventDefault();
   const result = await busy(button, slot, action);
   if (result) await done?.(result);
 };
 
-/** Asks in the page: `yes` runs `act`, Cancel `close`; `check()`: may `yes` be used. */
+/** Asks in the page: the question (or fields), `yes` (`act`), Cancel (`close`); `check()`: may `yes` be used. */
 export function confirmBox({ question, yes, act, close, check, slot = errorSlot(), id, cancelId }) {
   const ready = () => check && (yes.disabled = !check());
   const onsubmit = async (event) => {
@@ -176,7 +189,7 @@ export function confirmBox({ question, yes, act, close, check, slot = errorSlot(
   return box;
 }
 
-/** `button` opens a `confirmBox`. */
+/** `button` opens a hidden `confirmBox`, focus on its field or on Cancel. */
 export function askFirst(button, options) {
   const box = confirmBox({ ...options, close: () => ((box.hidden = true), button.focus()) });
   box.hidden = true;
@@ -194,6 +207,7 @@ export function typedConfirm(button, name, what, yes, act) {
   return askFirst(button, { id: `${button.id}-form`, question: field(`Type “${name()}” to ${what}`, typed), yes, check: () => typed.value === name(), act });
 }
 
+/** Runs `fn` `ms` after the last call, unless the page was left. */
 export function later(scope, ms, fn) {
   let timer = null;
   scope.onDispose(() => clearTimeout(timer));

@@ -1,4 +1,7 @@
-// GraphiQL with the console's session cookie (or a token in its headers).
+// Starts the vendored GraphiQL against this server: queries over POST
+// /graphql, subscriptions over /graphql/ws (graphql-transport-ws). The session
+// cookie goes with both, so a signed-in console user needs no token here; a
+// script's token can be set in GraphiQL's headers editor instead.
 "use strict";
 {
   const wsClient = graphqlWs.createClient({ url: `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/graphql/ws`, lazy: true });

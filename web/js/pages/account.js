@@ -1,3 +1,6 @@
+// The signed-in user's account: password and API tokens (a token's secret
+// is shown once, when it is made).
+
 import { gql } from "../api.js";
 import { me } from "../app.js";
 import { busy, code, empty, errorSlot, facts, field, fill, h, replace, sending, shownOnce, table, time } from "../dom.js";

@@ -1,4 +1,8 @@
-// Resources as a layered SVG graph (barycentre order, replicas grouped).
+// A deployment's resources as a layered graph (SVG): each resource key one
+// layer after the longest chain of its dependencies, ordered in its layer by
+// the barycentre of its neighbours (fewer crossings), its replicas stacked in
+// a group, edges from dependency to dependent. A node's state is written in
+// its box as well as coloured.
 
 import { svg } from "../dom.js";
 
@@ -11,8 +15,10 @@ const PAD = 18;
 const INSET = 8; // a group's frame around its replicas
 const HEAD = 20; // a group's title
 
+/** `web[0]`: a node as events name it. */
 export const label = (n) => `${n.key}[${n.replica}]`;
 
+/** Keys by layer (longest path from the roots), ordered to cross less. */
 export function layers(resources, nodes) {
   const keys = [...new Set([...resources.map((r) => r.key), ...nodes.map((n) => n.key)])];
   const deps = new Map(keys.map((k) => [k, []]));
@@ -42,6 +48,7 @@ export function layers(resources, nodes) {
       index();
     }
   };
+  // Barycentre passes: down by dependencies, up by dependents, down again.
   index();
   pass(1, layered.length, 1, deps);
   pass(layered.length - 2, -1, -1, dependents);
@@ -51,6 +58,11 @@ export function layers(resources, nodes) {
 
 const short = (text, max) => (text.length > max ? `${text.slice(0, max - 1)}…` : text);
 
+/**
+ * The graph as an `<svg>`: `resources` give the keys, types and edges,
+ * `nodes` the boxes; `onSelect(label)` runs on click, Enter or Space.
+ * Returns `{ el, set(label or key, state) → drawn?, select(label) }`.
+ */
 export function drawDag(resources, nodes, onSelect) {
   const { layers: byLayer, deps } = layers(resources, nodes);
   const typeOf = new Map(resources.map((r) => [r.key, r.type]));
@@ -63,7 +75,7 @@ export function drawDag(resources, nodes, onSelect) {
   };
   const columns = byLayer.map((l) => l.reduce((sum, k) => sum + height(k) + GAP_GROUP, -GAP_GROUP));
   const tallest = Math.max(H, ...columns);
-  const boxes = new Map(); // key -> its frame
+  const boxes = new Map(); // key -> its box (a group's frame, or its one node)
   byLayer.forEach((l, i) => {
     let y = PAD + (tallest - columns[i]) / 2;
     for (const k of l) {
@@ -72,6 +84,7 @@ export function drawDag(resources, nodes, onSelect) {
       y += height(k) + GAP_GROUP;
     }
   });
+  // Group frames reach INSET past their column, inside PAD.
   const width = PAD * 2 + Math.max(1, byLayer.length) * (W + GAP_X) - GAP_X;
   const tall = tallest + 2 * PAD;
   const arrow = svg("marker", { id: "dag-arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" },

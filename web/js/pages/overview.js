@@ -1,4 +1,5 @@
-// Counts and what needs attention, read again on changes (never polled).
+// The overview: counts and what needs attention, read again when a provider,
+// repository or deployment changes (never polled).
 
 import { gql } from "../api.js";
 import { isAdmin } from "../app.js";

@@ -1,4 +1,5 @@
-// Sign-in, or on a first start the admin's password.
+// Sign-in: username and password (the session is an HttpOnly cookie), and,
+// on a first start, setting the admin's password with the token printed then.
 
 import { gql } from "../api.js";
 import { signedIn } from "../app.js";
@@ -19,6 +20,7 @@ export async function render(view, { query }) {
   const form = h("form#sign-in.card.narrow", { onsubmit: sending(submit, slot, login, () => signedIn(next)) },
     h("h1", "Sign in to Corbel"), field("Username", username), field("Password", password), slot, submit);
 
+  // First start: the admin has no password yet, only the token Corbel printed.
   const token = input("token", { type: "password", autocomplete: "off" });
   const firstUser = input("admin", { value: "admin", autocomplete: "username" });
   const newPassword = input("new-password", { type: "password", autocomplete: "new-password", minlength: 8 });
