@@ -2,18 +2,25 @@
 //! assert).
 //!
 //! Through `corbel-provider-fixture` (no-op deploys), loaded from git like any
-//! provider, on SQLite:
+//! provider, with the engine in this process, on SQLite:
 //! 1. a blueprint of 1,000 independent resources: resources per second;
 //! 2. a 100-deep chain: resources per second, and the engine's overhead per
 //!    resource against the bare provider call measured in the same run; and
 //!    the cost of one more link (a 150-deep chain against a 50-deep one),
 //!    which holds none of a deploy's fixed cost;
-//! 3. recovery of a journal of 1,000 entries (the state a crash mid-deploy
-//!    leaves: nodes `IN_PROGRESS` with their entries): time until the journal
-//!    is empty and the deployment complete.
+//! 3. a 10,000-resource DAG (layers of 50-150, each resource depending on up
+//!    to three of the layer before): deploy and destroy times, and the peak
+//!    RSS of this process over both;
+//! 4. recovery of journals of 1,000 and 10,000 entries (the state a crash
+//!    mid-deploy leaves: nodes `IN_PROGRESS` with their entries): time until
+//!    the journal is empty and the deployment complete.
 //!
-//! Run with `cargo bench --bench deploy` (`DEPLOY_BENCH=deep` for the chains
-//! alone). It builds the fixture in release mode first. Placement figures are in `cargo bench --bench placement`.
+//! Then again on PostgreSQL when `CORBEL_BENCH_POSTGRES_URL` names a server
+//! (a fresh database is made on it).
+//!
+//! Run with `cargo bench --bench deploy` (`DEPLOY_BENCH=deep`, `big` or
+//! `recovery` for one part alone). It builds the fixture in release mode
+//! first. Placement figures are in `cargo bench --bench placement`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -34,6 +41,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const WIDE: usize = 1_000;
 const DEEP: usize = 100;
 const JOURNAL: usize = 1_000;
+const BIG: usize = 10_000;
 
 fn main() {
     let bin = build_fixture();
@@ -90,215 +98,396 @@ fn fixture_repo(root: &Path, bin: &Path) -> String {
     format!("file://{}", work.display())
 }
 
-async fn run(bin: &Path) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let config = Config::for_data_dir(dir.path().join("data"));
-    let db = corbel::store::connect(&config.database().expect("database"))
-        .await
-        .expect("store");
-    corbel::store::migrate(&db).await.expect("migrations");
-    let stopping = CancellationToken::new();
-    let providers = Providers::new(
-        db.clone(),
-        config.provider_settings().expect("settings"),
-        corbel::seal::SecretKey::generate(),
-        Bus::new(4096, stopping.clone()),
-        stopping.clone(),
-    );
-    let registry_stop = CancellationToken::new();
-    let registry = tokio::spawn(
-        corbel::provider::serve_registry(providers.clone(), registry_stop.clone())
-            .await
-            .expect("registry"),
-    );
-    let deployments = Deployments::new(
-        db.clone(),
-        providers.clone(),
-        Bus::new(65_536, stopping.clone()),
-        DeploySettings::default(),
-        stopping.clone(),
-    );
+/// The engine on one database, with the fixture connected.
+struct Bench {
+    _dir: tempfile::TempDir,
+    db: corbel::store::Db,
+    providers: Providers,
+    deployments: Deployments,
+    fixture: Uuid,
+    registry: tokio::task::JoinHandle<()>,
+    registry_stop: CancellationToken,
+    stopping: CancellationToken,
+}
 
-    let (fixture, _) = providers
-        .create(NewProvider {
-            name: "fixture".into(),
-            git_url: fixture_repo(dir.path(), bin),
-            git_ref: String::new(),
-            path: String::new(),
-            config: json!({ "capacity": 1_000_000 }),
-            secret_config: json!({}),
-            auto_load: true,
-        })
-        .await
-        .expect("create fixture");
-    let fixture = fixture.id;
-    let wait = Instant::now();
-    while providers.get(fixture).await.expect("get").status != ProviderStatus::Connected {
-        assert!(
-            wait.elapsed() < Duration::from_secs(60),
-            "fixture did not connect"
+impl Bench {
+    /// On SQLite in a temporary data dir, or on `postgres` (a fresh database).
+    async fn start(bin: &Path, postgres: Option<String>) -> Bench {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut config = Config::for_data_dir(dir.path().join("data"));
+        config.database_url = postgres.map(corbel::secret::Secret::new);
+        let db = corbel::store::connect(&config.database().expect("database"))
+            .await
+            .expect("store");
+        corbel::store::migrate(&db).await.expect("migrations");
+        let stopping = CancellationToken::new();
+        let providers = Providers::new(
+            db.clone(),
+            config.provider_settings().expect("settings"),
+            corbel::seal::SecretKey::generate(),
+            Bus::new(4096, stopping.clone()),
+            stopping.clone(),
         );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-
-    // The bare provider call, for the overhead figure.
-    let calls = 2_000;
-    let started = Instant::now();
-    for n in 0..calls {
-        providers
-            .deploy(
-                fixture,
-                ResourceCall {
-                    key: "r".into(),
-                    resource_type: "fixture.v1.noop".into(),
-                    config: json!({}),
-                    resource_id: format!("bare-{n}"),
-                    deployment_id: None,
-                    node: Some("n1".into()),
-                    dependency_outputs: Vec::new(),
-                },
-                |_| {},
-            )
+        let registry_stop = CancellationToken::new();
+        let registry = tokio::spawn(
+            corbel::provider::serve_registry(providers.clone(), registry_stop.clone())
+                .await
+                .expect("registry"),
+        );
+        let deployments = Deployments::new(
+            db.clone(),
+            providers.clone(),
+            Bus::new(65_536, stopping.clone()),
+            DeploySettings::default(),
+            stopping.clone(),
+        );
+        let (fixture, _) = providers
+            .create(NewProvider {
+                name: "fixture".into(),
+                git_url: fixture_repo(dir.path(), bin),
+                git_ref: String::new(),
+                path: String::new(),
+                config: json!({ "capacity": 1_000_000 }),
+                secret_config: json!({}),
+                auto_load: true,
+            })
             .await
-            .expect("bare deploy");
-    }
-    let bare = started.elapsed() / calls;
-
-    // `DEPLOY_BENCH=deep` runs the chains alone (for a profile).
-    let only_deep = std::env::var("DEPLOY_BENCH").as_deref() == Ok("deep");
-
-    // 1. Wide.
-    let mut wide = String::from("resources:\n");
-    for i in 0..WIDE {
-        wide.push_str(&format!("  r{i}: {{ type: fixture.v1.noop }}\n"));
-    }
-    let (wide_time, _) = if only_deep {
-        (Duration::MAX, Uuid::nil())
-    } else {
-        deploy_timed(&deployments, "wide", &wide).await
-    };
-    println!(
-        "{WIDE} independent no-op resources: {:.2} s, {:.0} resources/s (16 provider calls in flight)",
-        wide_time.as_secs_f64(),
-        WIDE as f64 / wide_time.as_secs_f64()
-    );
-
-    // 2. Deep. The whole deploy of a 100-deep chain, then the cost of one
-    // more link: chains of DEEP / 2 and DEEP * 3 / 2, whose difference holds
-    // no fixed cost (planning, the run's start and end).
-    let chain = |n: usize| {
-        let mut source = String::from("resources:\n  c0: { type: fixture.v1.noop }\n");
-        for i in 1..n {
-            source.push_str(&format!(
-                "  c{i}: {{ type: fixture.v1.noop, depends_on: [c{}] }}\n",
-                i - 1
-            ));
+            .expect("create fixture");
+        let fixture = fixture.id;
+        let wait = Instant::now();
+        while providers.get(fixture).await.expect("get").status != ProviderStatus::Connected {
+            assert!(
+                wait.elapsed() < Duration::from_secs(60),
+                "fixture did not connect"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        source
-    };
-    let (deep_time, _) = deploy_timed(&deployments, "deep", &chain(DEEP)).await;
-    let per = deep_time / DEEP as u32;
-    let (short, _) = deploy_timed(&deployments, "deep-short", &chain(DEEP / 2)).await;
-    let (long, _) = deploy_timed(&deployments, "deep-long", &chain(DEEP * 3 / 2)).await;
-    let link = long.saturating_sub(short) / DEEP as u32;
-    println!(
-        "{DEEP}-deep chain: {:.2} s, {:.0} resources/s; {:.2} ms per resource against {:.3} ms for the bare provider call: engine overhead {:.2} ms per resource",
-        deep_time.as_secs_f64(),
-        DEEP as f64 / deep_time.as_secs_f64(),
-        per.as_secs_f64() * 1e3,
-        bare.as_secs_f64() * 1e3,
-        (per.saturating_sub(bare)).as_secs_f64() * 1e3,
-    );
-    println!(
-        "one more link of a chain ({} vs {} deep): {:.2} ms, engine overhead {:.2} ms per resource; the rest of the {DEEP}-deep figure is the deploy's fixed cost ({:.0} ms)",
-        DEEP * 3 / 2,
-        DEEP / 2,
-        link.as_secs_f64() * 1e3,
-        link.saturating_sub(bare).as_secs_f64() * 1e3,
-        deep_time.saturating_sub(link * DEEP as u32).as_secs_f64() * 1e3,
-    );
-
-    if only_deep {
-        return;
+        Bench {
+            _dir: dir,
+            db,
+            providers,
+            deployments,
+            fixture,
+            registry,
+            registry_stop,
+            stopping,
+        }
     }
 
-    // 3. Recovery of a journal of 1,000 entries.
-    let mut source = String::from("resources:\n");
-    for i in 0..JOURNAL {
-        source.push_str(&format!("  j{i}: {{ type: fixture.v1.noop }}\n"));
+    async fn stop(self) {
+        self.deployments.shutdown(Duration::from_secs(10)).await;
+        self.providers.shutdown().await;
+        self.registry_stop.cancel();
+        let _ = self.registry.await;
+        self.stopping.cancel();
     }
-    let (_, id) = deploy_timed(&deployments, "journal", &source).await;
-    // What a crash leaves: every node announced IN_PROGRESS with its entry.
-    rows::change_deployment(
-        &db,
-        id,
-        rows::DeploymentChange {
-            state: DeploymentState::InProgress.as_str(),
-            phase: Some("DEPLOY"),
-            error: None,
-            operation_id: None,
-        },
-    )
-    .await
-    .expect("state");
-    for node in rows::nodes_of(&db, id).await.expect("nodes") {
-        let call = rows::CallStart {
-            entry: Uuid::now_v7(),
-            deployment_id: node.deployment_id,
-            node_id: node.id,
-            provider_id: fixture,
-            intent: "DEPLOY".into(),
-            change: rows::NodeChange {
-                state: "IN_PROGRESS".into(),
-                ..Default::default()
+
+    /// The bare provider call, for the overhead figure.
+    async fn bare_call(&self) -> Duration {
+        let calls = 2_000;
+        let started = Instant::now();
+        for n in 0..calls {
+            self.providers
+                .deploy(
+                    self.fixture,
+                    ResourceCall {
+                        key: "r".into(),
+                        resource_type: "fixture.v1.noop".into(),
+                        config: json!({}),
+                        resource_id: format!("bare-{n}"),
+                        deployment_id: None,
+                        node: Some("n1".into()),
+                        dependency_outputs: Vec::new(),
+                    },
+                    |_| {},
+                )
+                .await
+                .expect("bare deploy");
+        }
+        started.elapsed() / calls
+    }
+
+    /// 1. Wide.
+    async fn wide(&self, name: &str) {
+        let mut wide = String::from("resources:\n");
+        for i in 0..WIDE {
+            wide.push_str(&format!("  r{i}: {{ type: fixture.v1.noop }}\n"));
+        }
+        let (wide_time, _) = deploy_timed(&self.deployments, name, &wide).await;
+        println!(
+            "{WIDE} independent no-op resources: {:.2} s, {:.0} resources/s (16 provider calls in flight)",
+            wide_time.as_secs_f64(),
+            WIDE as f64 / wide_time.as_secs_f64()
+        );
+    }
+
+    /// 2. Deep. The whole deploy of a 100-deep chain, then the cost of one
+    /// more link: chains of DEEP / 2 and DEEP * 3 / 2, whose difference holds
+    /// no fixed cost (planning, the run's start and end).
+    async fn deep(&self, bare: Duration) {
+        let chain = |n: usize| {
+            let mut source = String::from("resources:\n  c0: { type: fixture.v1.noop }\n");
+            for i in 1..n {
+                source.push_str(&format!(
+                    "  c{i}: {{ type: fixture.v1.noop, depends_on: [c{}] }}\n",
+                    i - 1
+                ));
+            }
+            source
+        };
+        let deployments = &self.deployments;
+        let (deep_time, _) = deploy_timed(deployments, "deep", &chain(DEEP)).await;
+        let per = deep_time / DEEP as u32;
+        let (short, _) = deploy_timed(deployments, "deep-short", &chain(DEEP / 2)).await;
+        let (long, _) = deploy_timed(deployments, "deep-long", &chain(DEEP * 3 / 2)).await;
+        let link = long.saturating_sub(short) / DEEP as u32;
+        println!(
+            "{DEEP}-deep chain: {:.2} s, {:.0} resources/s; {:.2} ms per resource against {:.3} ms for the bare provider call: engine overhead {:.2} ms per resource",
+            deep_time.as_secs_f64(),
+            DEEP as f64 / deep_time.as_secs_f64(),
+            per.as_secs_f64() * 1e3,
+            bare.as_secs_f64() * 1e3,
+            (per.saturating_sub(bare)).as_secs_f64() * 1e3,
+        );
+        println!(
+            "one more link of a chain ({} vs {} deep): {:.2} ms, engine overhead {:.2} ms per resource; the rest of the {DEEP}-deep figure is the deploy's fixed cost ({:.0} ms)",
+            DEEP * 3 / 2,
+            DEEP / 2,
+            link.as_secs_f64() * 1e3,
+            link.saturating_sub(bare).as_secs_f64() * 1e3,
+            deep_time.saturating_sub(link * DEEP as u32).as_secs_f64() * 1e3,
+        );
+    }
+
+    /// 3. A mixed DAG of `BIG` resources: layers of varying width, each
+    /// resource depending on up to three of the layer before (fan-in and
+    /// fan-out), with independent ones among them. Deploy, then destroy; the
+    /// process's peak RSS over both (the engine runs in this process).
+    async fn big(&self) {
+        let mut source = String::from("resources:\n");
+        let mut previous: Vec<String> = Vec::new();
+        let (mut made, mut layer) = (0, 0);
+        while made < BIG {
+            let width = (50 + (layer * 37) % 101).min(BIG - made);
+            let mut this = Vec::with_capacity(width);
+            for k in 0..width {
+                let key = format!("l{layer}n{k}");
+                let picks: Vec<&String> = match (previous.len(), k % 5) {
+                    (0, _) | (_, 0) => Vec::new(),
+                    (p, 1) => vec![&previous[k % p]],
+                    (p, _) => {
+                        let mut picks = vec![&previous[k % p], &previous[(k * 7 + 3) % p]];
+                        if k % 3 == 0 {
+                            picks.push(&previous[(k * 13 + 1) % p]);
+                        }
+                        picks.dedup();
+                        picks
+                    }
+                };
+                let depends: Vec<&str> = picks.iter().map(|s| s.as_str()).collect();
+                source.push_str(&format!(
+                    "  {key}: {{ type: fixture.v1.noop, depends_on: [{}] }}\n",
+                    depends.join(", ")
+                ));
+                this.push(key);
+            }
+            made += width;
+            layer += 1;
+            previous = this;
+        }
+        reset_peak_rss();
+        let rss_before = status_kib("VmRSS:");
+        let (deployed, id) = deploy_timed(&self.deployments, "big", &source).await;
+        let started = Instant::now();
+        self.deployments.runs().destroy(id).await.expect("destroy");
+        wait_for(&self.deployments, id, DeploymentState::Destroyed).await;
+        let destroyed = started.elapsed();
+        println!(
+            "{BIG}-resource DAG ({layer} layers, 0-3 dependencies each): deploy {:.2} s ({:.0} resources/s), destroy {:.2} s ({:.0} resources/s); RSS {:.0} MiB before, peak {:.0} MiB (this process: the engine and its database)",
+            deployed.as_secs_f64(),
+            BIG as f64 / deployed.as_secs_f64(),
+            destroyed.as_secs_f64(),
+            BIG as f64 / destroyed.as_secs_f64(),
+            rss_before as f64 / 1024.0,
+            status_kib("VmHWM:") as f64 / 1024.0,
+        );
+    }
+
+    /// 4. Recovery of a journal of `entries`: the state a crash mid-deploy
+    /// leaves (every node announced IN_PROGRESS with its entry).
+    async fn recovery(&self, entries: usize) {
+        let mut source = String::from("resources:\n");
+        for i in 0..entries {
+            source.push_str(&format!("  j{i}: {{ type: fixture.v1.noop }}\n"));
+        }
+        let name = format!("journal-{entries}");
+        let (_, id) = deploy_timed(&self.deployments, &name, &source).await;
+        let db = &self.db;
+        rows::change_deployment(
+            db,
+            id,
+            rows::DeploymentChange {
+                state: DeploymentState::InProgress.as_str(),
+                phase: Some("DEPLOY"),
+                error: None,
+                operation_id: None,
             },
-        };
-        let event = rows::NewEvent {
-            kind: "NODE".into(),
-            node_key: Some(node.key.clone()),
-            state: Some("IN_PROGRESS".into()),
-            message: "deploying".into(),
-        };
-        rows::begin_call_in(&db, &call, event)
-            .await
-            .expect("journal entry");
-    }
-    assert_eq!(
-        deployments.queries().journal_len().await.expect("journal"),
-        JOURNAL as u64
-    );
-    let started = Instant::now();
-    deployments.recovery().recover().await.expect("recover");
-    loop {
-        let empty = deployments.queries().journal_len().await.expect("journal") == 0;
-        let state = deployments
-            .queries()
-            .get(id)
-            .await
-            .expect("deployment")
-            .state;
-        if empty && state == DeploymentState::Complete {
-            break;
+        )
+        .await
+        .expect("state");
+        let txn = sea_orm::TransactionTrait::begin(db).await.expect("begin");
+        for node in rows::nodes_of(db, id).await.expect("nodes") {
+            let call = rows::CallStart {
+                entry: Uuid::now_v7(),
+                deployment_id: node.deployment_id,
+                node_id: node.id,
+                provider_id: self.fixture,
+                intent: "DEPLOY".into(),
+                change: rows::NodeChange {
+                    state: "IN_PROGRESS".into(),
+                    ..Default::default()
+                },
+            };
+            let event = rows::NewEvent {
+                kind: "NODE".into(),
+                node_key: Some(node.key.clone()),
+                state: Some("IN_PROGRESS".into()),
+                message: "deploying".into(),
+            };
+            rows::begin_call_in(&txn, &call, event)
+                .await
+                .expect("journal entry");
         }
-        assert!(state != DeploymentState::Failed, "recovery failed");
+        txn.commit().await.expect("commit");
+        let queries = self.deployments.queries();
+        assert_eq!(
+            queries.journal_len().await.expect("journal"),
+            entries as u64
+        );
+        let started = Instant::now();
+        self.deployments
+            .recovery()
+            .recover()
+            .await
+            .expect("recover");
+        loop {
+            let empty = queries.journal_len().await.expect("journal") == 0;
+            let state = queries.get(id).await.expect("deployment").state;
+            if empty && state == DeploymentState::Complete {
+                break;
+            }
+            assert!(state != DeploymentState::Failed, "recovery failed");
+            assert!(
+                started.elapsed() < Duration::from_secs(300),
+                "recovery took too long"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let recovered = started.elapsed();
+        println!(
+            "recover a journal of {entries} entries (each deploy made again, resumed): {:.2} s, {:.3} ms per entry",
+            recovered.as_secs_f64(),
+            recovered.as_secs_f64() * 1e3 / entries as f64
+        );
+    }
+}
+
+async fn run(bin: &Path) {
+    // `DEPLOY_BENCH=deep` runs the chains alone (for a profile); `big` the
+    // 10,000-resource DAG alone; `recovery` the journals alone.
+    let only = std::env::var("DEPLOY_BENCH").unwrap_or_default();
+    let bench = Bench::start(bin, None).await;
+    println!("on SQLite:");
+    let bare = bench.bare_call().await;
+    if only.is_empty() {
+        bench.wide("wide").await;
+    }
+    if only.is_empty() || only == "deep" {
+        bench.deep(bare).await;
+    }
+    if only.is_empty() || only == "big" {
+        bench.big().await;
+    }
+    if only.is_empty() || only == "recovery" {
+        bench.recovery(JOURNAL).await;
+        bench.recovery(BIG).await;
+    }
+    bench.stop().await;
+
+    // PostgreSQL when a server is given (`scripts/test.sh` starts one).
+    let Ok(server) = std::env::var("CORBEL_BENCH_POSTGRES_URL") else {
+        println!(
+            "(set CORBEL_BENCH_POSTGRES_URL=postgres://user:pass@host/db for the PostgreSQL figures)"
+        );
+        return;
+    };
+    let bench = Bench::start(bin, Some(fresh_postgres_database(&server).await)).await;
+    println!("on PostgreSQL:");
+    let bare = bench.bare_call().await;
+    if only.is_empty() {
+        bench.wide("wide").await;
+    }
+    if only.is_empty() || only == "deep" {
+        bench.deep(bare).await;
+    }
+    if only.is_empty() || only == "big" {
+        bench.big().await;
+    }
+    if only.is_empty() || only == "recovery" {
+        bench.recovery(BIG).await;
+    }
+    bench.stop().await;
+}
+
+/// Creates `corbel_bench_<random>` on the server and returns its URL.
+async fn fresh_postgres_database(server: &str) -> String {
+    use sea_orm::{ConnectionTrait, Database};
+    let name = format!("corbel_bench_{}", Uuid::new_v4().simple());
+    let admin = Database::connect(server).await.expect("PostgreSQL");
+    admin
+        .execute_unprepared(&format!("CREATE DATABASE \"{name}\""))
+        .await
+        .expect("create the bench database");
+    admin.close().await.ok();
+    let mut url = url::Url::parse(server).expect("postgres URL");
+    url.set_path(&format!("/{name}"));
+    url.to_string()
+}
+
+/// Forgets the process's peak RSS, so `VmHWM` is the peak from here on.
+fn reset_peak_rss() {
+    std::fs::write("/proc/self/clear_refs", "5").expect("reset the peak RSS");
+}
+
+/// `field` of `/proc/self/status`, in KiB.
+fn status_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .expect("proc status")
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} in /proc status"))
+}
+
+/// Polls until the deployment is in `state`.
+async fn wait_for(deployments: &Deployments, id: Uuid, state: DeploymentState) {
+    let started = Instant::now();
+    loop {
+        let now = deployments.queries().get(id).await.expect("deployment");
+        if now.state == state {
+            return;
+        }
         assert!(
-            started.elapsed() < Duration::from_secs(300),
-            "recovery took too long"
+            now.state != DeploymentState::Failed,
+            "failed: {:?}",
+            now.error
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "not {state:?} after 10 minutes"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let recovered = started.elapsed();
-    println!(
-        "recover a journal of {JOURNAL} entries (each deploy made again, resumed): {:.2} s, {:.2} ms per entry",
-        recovered.as_secs_f64(),
-        recovered.as_secs_f64() * 1e3 / JOURNAL as f64
-    );
-
-    deployments.shutdown(Duration::from_secs(10)).await;
-    providers.shutdown().await;
-    registry_stop.cancel();
-    let _ = registry.await;
-    stopping.cancel();
 }
 
 /// Creates the blueprint, deploys it and waits until it is complete.

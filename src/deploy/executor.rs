@@ -25,9 +25,9 @@ use super::blueprint::{self, Blueprint};
 use super::plan::Quantities;
 use super::runs::Lock;
 use super::schedule::{self, Direction, Schedule};
-use super::step::StepError;
+use super::step::{Begun, StepError};
 use super::template;
-use super::writer::Committed;
+use super::writer::Write;
 use super::{
     DEPLOYED, DeploymentState, Deployments, EventKind, NodeState, OnFailure, Phase, REPLACED,
 };
@@ -302,11 +302,20 @@ impl Executor<'_> {
         let mut run = RunState::default();
         // Results queued to the writer; all durable before the phase ends.
         let mut committing = Vec::new();
+        // Results of the steps that ended since the last turn, to queue.
+        let mut results: Vec<Write> = Vec::new();
         loop {
+            // The results, then the entries of the steps they let start that
+            // can call at once (a permit free, the provider connected), in
+            // one send: one commit per link of a chain. A step that must wait
+            // writes its own entry once it may call.
+            let finished = results.len();
+            let mut writes = std::mem::take(&mut results);
+            let mut starts = Vec::new();
             while !self.0.inner.stopping.is_cancelled()
                 && let Some((key, _)) = schedule.start_next()
             {
-                let resource = bp.resource(&graph.keys[key]);
+                let resource = Graph::resource(bp, key);
                 let dependency_outputs: Vec<(String, Value)> = resource
                     .into_iter()
                     .flat_map(|r| &r.depends_on)
@@ -324,56 +333,95 @@ impl Executor<'_> {
                     None => Err("the resource is not in the blueprint".to_owned()),
                 };
                 for node in &pending[key] {
-                    let this = self.0.clone();
-                    let node = node.clone();
-                    let rendered = rendered.clone();
-                    let limit = limit.clone();
-                    let dependency_outputs = dependency_outputs.clone();
-                    running.spawn(async move {
-                        let replica = node.replica;
-                        let result = match rendered {
-                            Ok(config) => {
-                                let _permit = limit.acquire_owned().await;
-                                this.steps()
-                                    .deploy_node(node, config, dependency_outputs, operation)
-                                    .await
-                            }
-                            Err(error) => {
-                                this.steps().fail_node(&node, &error).await;
-                                Err(StepError::Invalid(error))
-                            }
-                        };
-                        (key, replica, result)
-                    });
+                    let early = match (&rendered, node.provider_id) {
+                        (Ok(config), Some(provider))
+                            if self.0.inner.providers.is_connected(provider) =>
+                        {
+                            limit.clone().try_acquire_owned().ok().map(|permit| {
+                                let (entry, write) = self.0.steps().begin_deploy(
+                                    node,
+                                    provider,
+                                    config.clone(),
+                                    operation,
+                                );
+                                writes.push(write);
+                                (entry, permit)
+                            })
+                        }
+                        _ => None,
+                    };
+                    starts.push((
+                        key,
+                        node.clone(),
+                        rendered.clone(),
+                        dependency_outputs.clone(),
+                        early,
+                    ));
                 }
+            }
+            let mut queued = self.0.inner.writer.submit_all(writes).into_iter();
+            committing.extend(queued.by_ref().take(finished));
+            for (key, node, rendered, dependency_outputs, early) in starts {
+                let this = self.0.clone();
+                let limit = limit.clone();
+                let early = early.map(|(entry, permit)| {
+                    let committed = queued.next().expect("one send per entry");
+                    (Begun { entry, committed }, permit)
+                });
+                running.spawn(async move {
+                    let replica = node.replica;
+                    let result = match rendered {
+                        Ok(config) => {
+                            let (begun, _permit) = match early {
+                                Some((begun, permit)) => (Some(begun), Ok(permit)),
+                                None => (None, limit.acquire_owned().await),
+                            };
+                            this.steps()
+                                .deploy_node(node, config, dependency_outputs, operation, begun)
+                                .await
+                        }
+                        Err(error) => {
+                            this.steps().fail_node(&node, &error).await;
+                            Err(StepError::Invalid(error))
+                        }
+                    };
+                    (key, replica, result)
+                });
             }
             let Some(joined) = running.join_next().await else {
                 break;
             };
-            let (key, replica, result) = match joined {
-                Ok(done) => done,
-                Err(e) => {
-                    run.failed(format!("a resource task failed: {e}"));
-                    continue;
-                }
-            };
-            match result {
-                Ok((out, committed)) => {
-                    committing.push(committed);
-                    if replica == 0 {
-                        outputs.insert(graph.keys[key].clone(), out);
+            // Every step that has ended, so their results share a send.
+            let mut ended = vec![joined];
+            while let Some(more) = running.try_join_next() {
+                ended.push(more);
+            }
+            for joined in ended {
+                let (key, replica, result) = match joined {
+                    Ok(done) => done,
+                    Err(e) => {
+                        run.failed(format!("a resource task failed: {e}"));
+                        continue;
                     }
-                    schedule.finish(key, true);
-                }
-                Err(StepError::Stopping) => {
-                    run.interrupted = true;
-                    schedule.finish(key, false);
-                }
-                Err(error) => {
-                    run.failed(format!("{}[{replica}]: {error}", graph.keys[key]));
-                    for blocked in schedule.finish(key, false) {
-                        self.taint(&pending[blocked], &graph.keys[blocked], &graph.keys[key])
-                            .await;
+                };
+                match result {
+                    Ok((out, finish)) => {
+                        results.push(finish);
+                        if replica == 0 {
+                            outputs.insert(graph.keys[key].clone(), out);
+                        }
+                        schedule.finish(key, true);
+                    }
+                    Err(StepError::Stopping) => {
+                        run.interrupted = true;
+                        schedule.finish(key, false);
+                    }
+                    Err(error) => {
+                        run.failed(format!("{}[{replica}]: {error}", graph.keys[key]));
+                        for blocked in schedule.finish(key, false) {
+                            self.taint(&pending[blocked], &graph.keys[blocked], &graph.keys[key])
+                                .await;
+                        }
                     }
                 }
             }
@@ -597,7 +645,7 @@ impl Executor<'_> {
 
 /// What a deploy task gives back: its outputs and its result's write, or
 /// why it failed.
-type Deployed = Result<(Value, Committed), StepError>;
+type Deployed = Result<(Value, Write), StepError>;
 
 /// Each node's state, typed: unknown text is a corrupt row.
 fn node_states(nodes: &[NodeRow]) -> Result<Vec<NodeState>, Stopped> {
@@ -662,20 +710,20 @@ struct Graph {
 impl Graph {
     fn new(bp: &Blueprint, nodes: &[NodeRow]) -> Graph {
         let mut keys: Vec<String> = bp.resources.iter().map(|r| r.key.clone()).collect();
-        for node in nodes {
-            if bp.resource(&node.key).is_none() && !keys.contains(&node.key) {
-                keys.push(node.key.clone());
-            }
-        }
-        let index: HashMap<String, usize> = keys
+        let mut index: HashMap<String, usize> = keys
             .iter()
             .enumerate()
             .map(|(i, k)| (k.clone(), i))
             .collect();
-        let depends_on = keys
-            .iter()
+        for node in nodes {
+            if !index.contains_key(&node.key) {
+                index.insert(node.key.clone(), keys.len());
+                keys.push(node.key.clone());
+            }
+        }
+        let depends_on = (0..keys.len())
             .map(|key| {
-                bp.resource(key)
+                Graph::resource(bp, key)
                     .into_iter()
                     .flat_map(|r| &r.depends_on)
                     .filter_map(|d| index.get(d).copied())
@@ -687,6 +735,12 @@ impl Graph {
             index,
             depends_on,
         }
+    }
+
+    /// The blueprint's resource at key index `key` (the blueprint's keys come
+    /// first, in its order); `None` for a key only nodes name.
+    fn resource(bp: &Blueprint, key: usize) -> Option<&blueprint::Resource> {
+        bp.resources.get(key)
     }
 
     /// `nodes` grouped by key index.

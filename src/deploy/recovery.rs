@@ -5,8 +5,10 @@
 //! again (`DeployResource` is idempotent: the provider adopts and finishes
 //! what the lost call began); otherwise the resource is inspected through its
 //! provider and destroyed if it exists, per the intent and the node's state. Deployments the previous process left under way are then
-//! resumed as what they were doing: deploying, rolling back or destroying. The
-//! same settling runs, in the background, for a call a run gave up on.
+//! resumed as what they were doing: deploying, rolling back or destroying.
+//! A deployment's entries are settled side by side (as many provider calls at
+//! once as a run makes), their writes committed together. The same settling
+//! runs, in the background, for a call a run gave up on.
 //!
 //! The lease: `extend` sets a deployment's `expiresAt`; the reaper destroys
 //! deployments whose lease has passed.
@@ -16,16 +18,19 @@
 //!
 //! Never runs a DAG itself: a resumed deployment is handed to `executor`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
+
+use futures_util::StreamExt;
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::runs::Lock;
 use super::step::{destroyed, node_change_event, resource_call};
+use super::writer::Write;
 use super::{DeployError, Deployment, DeploymentState, Deployments, Intent, NodeState, Phase};
-use crate::store::deployments::{self as rows, JournalRow, NodeChange};
+use crate::store::deployments::{self as rows, JournalRow, NodeChange, NodeRow};
 
 /// How long one wait for a provider lasts before the stop signal is checked
 /// again.
@@ -194,39 +199,78 @@ impl Recovery<'_> {
     /// Settles every journal entry of a deployment, waiting for providers as
     /// long as it takes. Returns `false` when the server is stopping first.
     async fn settle_entries(&self, id: Uuid) -> bool {
-        let entries = match rows::journal_of(&self.0.inner.db, id).await {
+        let mut entries = match rows::journal_of(&self.0.inner.db, id).await {
             Ok(entries) => entries,
             Err(e) => {
                 tracing::error!(deployment.id = %id, error = %e, "cannot read the journal");
                 return true;
             }
         };
-        for entry in entries {
-            loop {
-                if self.0.inner.stopping.is_cancelled() {
-                    return false;
-                }
-                if !self
-                    .0
-                    .inner
-                    .providers
-                    .wait_connected(entry.provider_id, WAIT_STEP)
-                    .await
-                {
-                    continue;
-                }
-                match self.settle_entry(&entry).await {
-                    Ok(()) => break,
-                    Err(e) => {
-                        tracing::warn!(deployment.id = %id, error = %e, "cannot settle a journal entry yet; trying again");
-                        if !self.pause().await {
-                            return false;
-                        }
-                    }
-                }
+        while !entries.is_empty() {
+            if self.0.inner.stopping.is_cancelled() {
+                return false;
+            }
+            entries = self.settle_many(id, entries).await;
+            if !entries.is_empty() && !self.pause().await {
+                return false;
             }
         }
         true
+    }
+
+    /// Settles `entries` (all of deployment `id`) side by side, as many
+    /// provider calls at once as a run makes, their writes queued in one
+    /// send; returns those not settled yet (their provider not connected
+    /// after a wait step, or an error, logged), to try again.
+    async fn settle_many(&self, id: Uuid, entries: Vec<JournalRow>) -> Vec<JournalRow> {
+        let inner = &self.0.inner;
+        let nodes: HashMap<Uuid, NodeRow> = match rows::nodes_of(&inner.db, id).await {
+            Ok(nodes) => nodes.into_iter().map(|n| (n.id, n)).collect(),
+            Err(e) => {
+                tracing::warn!(deployment.id = %id, error = %e, "cannot read the nodes; trying again");
+                return entries;
+            }
+        };
+        let mut connected = HashMap::new();
+        for provider in entries.iter().map(|e| e.provider_id) {
+            if let std::collections::hash_map::Entry::Vacant(slot) = connected.entry(provider) {
+                slot.insert(inner.providers.wait_connected(provider, WAIT_STEP).await);
+            }
+        }
+        let (ready, mut left): (Vec<JournalRow>, Vec<JournalRow>) =
+            entries.into_iter().partition(|e| connected[&e.provider_id]);
+        let settled: Vec<(JournalRow, Result<Option<Write>, String>)> =
+            futures_util::stream::iter(ready)
+                .map(|entry| async {
+                    let outcome = match nodes.get(&entry.node_id) {
+                        // The node is gone, and its entry with it.
+                        None => Ok(None),
+                        Some(node) => self.settle_with(&entry, node).await,
+                    };
+                    (entry, outcome)
+                })
+                .buffer_unordered(inner.settings.concurrency.max(1))
+                .collect()
+                .await;
+        let mut writes = Vec::new();
+        for (entry, outcome) in settled {
+            match outcome {
+                Ok(Some(write)) => writes.push((entry, write)),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(deployment.id = %id, error = %e, "cannot settle a journal entry yet; trying again");
+                    left.push(entry);
+                }
+            }
+        }
+        let (entries, writes): (Vec<JournalRow>, Vec<Write>) = writes.into_iter().unzip();
+        for (entry, committed) in entries.into_iter().zip(inner.writer.submit_all(writes)) {
+            if let Err(e) = committed.wait().await {
+                tracing::warn!(deployment.id = %id, error = %e, "cannot settle a journal entry yet; trying again");
+                left.push(entry);
+            }
+        }
+        left
     }
 
     /// In the background: settles the entries a run left (calls it gave up
@@ -244,23 +288,11 @@ impl Recovery<'_> {
                         Vec::new()
                     }
                 };
-                let providers: BTreeSet<Uuid> = entries.iter().map(|e| e.provider_id).collect();
-                let mut connected = true;
-                for provider in providers {
-                    connected &= this.inner.providers.wait_connected(provider, WAIT_STEP).await;
-                }
                 // A run holding the lock supersedes or settles what it meets.
-                if connected && let Ok(_lock) = this.runs().lock(id, "settle") {
-                    let mut settled = true;
-                    for entry in &entries {
-                        if let Err(e) = this.recovery().settle_entry(entry).await {
-                            tracing::warn!(deployment.id = %id, error = %e, "cannot settle a journal entry yet; trying again");
-                            settled = false;
-                        }
-                    }
-                    if settled {
-                        continue;
-                    }
+                if let Ok(_lock) = this.runs().lock(id, "settle")
+                    && this.recovery().settle_many(id, entries).await.is_empty()
+                {
+                    continue;
                 }
                 if !this.recovery().pause().await {
                     return;
@@ -277,16 +309,16 @@ impl Recovery<'_> {
         }
     }
 
-    /// Inspects the entry's resource and makes its node tell the truth.
-    async fn settle_entry(&self, entry: &JournalRow) -> Result<(), String> {
+    /// Inspects the entry's resource and makes its node tell the truth:
+    /// returns the write that does (the node's change and the entry's end),
+    /// for the caller to queue, or `None` when nothing is left to write.
+    async fn settle_with(
+        &self,
+        entry: &JournalRow,
+        node: &NodeRow,
+    ) -> Result<Option<Write>, String> {
         let db = &self.0.inner.db;
-        let Some(node) = rows::find_node(db, entry.node_id)
-            .await
-            .map_err(|e| e.to_string())?
-        else {
-            return Ok(()); // the node is gone, and its entry with it
-        };
-        let call = resource_call(&node);
+        let call = resource_call(node);
         let intent = entry
             .intent
             .parse::<Intent>()
@@ -343,19 +375,21 @@ impl Recovery<'_> {
             rows::drop_entry(db, entry.id)
                 .await
                 .map_err(|e| e.to_string())?;
-            return Ok(());
+            return Ok(None);
         };
         let new_state = change
             .state
             .parse::<NodeState>()
             .map_err(|e| DeployError::from(e).to_string())?;
         let event = (new_state != state)
-            .then(|| node_change_event(&node, new_state, "settled after a lost call"));
-        self.0
-            .steps()
-            .finish_call(&node, entry.id, change, event)
-            .await
-            .map_err(|e| e.to_string())
+            .then(|| node_change_event(node, new_state, "settled after a lost call"));
+        Ok(Some(Write::Finish {
+            deployment: node.deployment_id,
+            node: node.id,
+            entry: entry.id,
+            change,
+            event,
+        }))
     }
 
     /// Destroys deployments whose lease has passed, until the server stops.

@@ -2,11 +2,12 @@
 //!
 //! [`Steps::journaled_call`] owns both writes around the call: before it,
 //! the node's new state, the journal entry and the event, durable before the
-//! call is made; after it, the result, the entry's end and the event, queued
-//! to the writer and returned as a [`Committed`] to wait on. A deploy's
-//! dependents may start before the result is durable: their own entries are
-//! queued after it, so the writer commits it with them or before, and their
-//! calls start only once theirs are durable. A call whose outcome is lost
+//! call is made; after it, the result, the entry's end and the event, returned
+//! as a [`Write`] for the caller to queue. The executor queues a deploy's
+//! result in one send with the entries of the dependents it lets start
+//! ([`Steps::begin_deploy`], handed back as a [`Begun`]), so one commit
+//! serves a chain's link; a dependent's call still starts only once its
+//! entry is durable, and the result it follows commits with it or before. A call whose outcome is lost
 //! (the provider went away or hung past the deadline) is made again once the
 //! provider is back: `DeployResource` and `DestroyResource` are idempotent per
 //! resource id (the protocol's contract), so a retry settles whatever the lost
@@ -88,20 +89,29 @@ impl Call {
     }
 }
 
+/// A call's journal entry, queued by the caller; the step waits for it to
+/// be durable before making the call.
+pub(super) struct Begun {
+    pub(super) entry: Uuid,
+    pub(super) committed: Committed,
+}
+
 /// The steps part of [`Deployments`].
 #[derive(Clone, Copy)]
 pub(super) struct Steps<'a>(pub(super) &'a Deployments);
 
 impl Steps<'_> {
-    /// Deploys one node; returns its outputs, and the write of its result to
-    /// wait on before the run ends.
+    /// Deploys one node; returns its outputs, and the write of its result for
+    /// the caller to queue. `begun` is the call's entry when the caller
+    /// queued it (see [`Steps::begin_deploy`]); else the step writes it.
     pub(super) async fn deploy_node(
         &self,
         node: NodeRow,
         config: Value,
         dependency_outputs: Vec<(String, Value)>,
         operation: Uuid,
-    ) -> Result<(Value, Committed), StepError> {
+        begun: Option<Begun>,
+    ) -> Result<(Value, Write), StepError> {
         let Some(provider) = node.provider_id else {
             let error = "no provider was chosen for it".to_owned();
             self.fail_node(&node, &error).await;
@@ -112,7 +122,7 @@ impl Steps<'_> {
             dependency_outputs,
             operation,
         };
-        self.journaled_call(&node, provider, call).await
+        self.journaled_call(&node, provider, call, begun).await
     }
 
     /// Destroys one node's resource. A node that never reached its provider
@@ -128,8 +138,10 @@ impl Steps<'_> {
         ) || node.run_id.is_none();
         match node.provider_id.filter(|_| !never_created) {
             Some(provider) => {
-                let (_, committed) = self.journaled_call(&node, provider, Call::Destroy).await?;
-                committed.wait().await.map_err(store_error)
+                let (_, finish) = self
+                    .journaled_call(&node, provider, Call::Destroy, None)
+                    .await?;
+                self.0.inner.writer.write(finish).await.map_err(store_error)
             }
             None => rows::change_node(&self.0.inner.db, node.id, destroyed())
                 .await
@@ -144,7 +156,8 @@ impl Steps<'_> {
         node: &NodeRow,
         provider: Uuid,
         call: Call,
-    ) -> Result<(Value, Committed), StepError> {
+        mut begun: Option<Begun>,
+    ) -> Result<(Value, Write), StepError> {
         let intent = call.intent();
         let attempts = match intent {
             Intent::Deploy => DEPLOY_ATTEMPTS,
@@ -156,7 +169,22 @@ impl Steps<'_> {
             if self.0.inner.stopping.is_cancelled() {
                 return Err(StepError::Stopping);
             }
-            let error = match self.provider_ready(provider).await {
+            // An entry the caller queued: the provider was connected then.
+            let ready = match begun.take() {
+                Some(Begun {
+                    entry: queued,
+                    committed,
+                }) => {
+                    committed
+                        .wait()
+                        .await
+                        .map_err(|e| StepError::Store(format!("cannot journal the call: {e}")))?;
+                    entry = Some(queued);
+                    Ok(())
+                }
+                None => self.provider_ready(provider).await,
+            };
+            let error = match ready {
                 Err(_) if self.0.inner.stopping.is_cancelled() => return Err(StepError::Stopping),
                 Err(not_ready) if !not_ready.coming => {
                     return Err(self.give_up(node, entry, not_ready.message).await);
@@ -169,9 +197,9 @@ impl Steps<'_> {
                     };
                     match self.call_provider(node, provider, &call).await {
                         Ok(outputs) => {
-                            let committed = self.finish(node, entry, intent, &outputs);
+                            let finish = self.finish(node, entry, intent, &outputs);
                             crate::telemetry::record_deploy_step(intent.as_str(), "complete");
-                            return Ok((outputs, committed));
+                            return Ok((outputs, finish));
                         }
                         Err(ProviderError::Failed { message, .. }) => {
                             self.finish_failed(node, entry, &message).await;
@@ -217,6 +245,35 @@ impl Steps<'_> {
 
     /// The transaction before a call.
     async fn begin(&self, node: &NodeRow, provider: Uuid, call: &Call) -> Result<Uuid, StepError> {
+        let (entry, write) = self.begin_write(node, provider, call);
+        self.0
+            .inner
+            .writer
+            .write(write)
+            .await
+            .map_err(|e| StepError::Store(format!("cannot journal the call: {e}")))?;
+        Ok(entry)
+    }
+
+    /// The write that journals a deploy call, for the caller to queue with
+    /// others: its entry goes to [`Steps::deploy_node`] as a [`Begun`].
+    pub(super) fn begin_deploy(
+        &self,
+        node: &NodeRow,
+        provider: Uuid,
+        config: Value,
+        operation: Uuid,
+    ) -> (Uuid, Write) {
+        let call = Call::Deploy {
+            config,
+            dependency_outputs: Vec::new(),
+            operation,
+        };
+        self.begin_write(node, provider, &call)
+    }
+
+    /// The node's change, the journal entry and the event before a call.
+    fn begin_write(&self, node: &NodeRow, provider: Uuid, call: &Call) -> (Uuid, Write) {
         let (change, state, message) = match call {
             Call::Deploy {
                 config, operation, ..
@@ -249,20 +306,15 @@ impl Steps<'_> {
             intent: call.intent().as_str().to_owned(),
             change,
         };
-        self.0
-            .inner
-            .writer
-            .write(Write::Begin {
-                call,
-                event: node_change_event(node, state, message),
-            })
-            .await
-            .map_err(|e| StepError::Store(format!("cannot journal the call: {e}")))?;
-        Ok(entry)
+        let write = Write::Begin {
+            call,
+            event: node_change_event(node, state, message),
+        };
+        (entry, write)
     }
 
-    /// The write after a call that succeeded, queued.
-    fn finish(&self, node: &NodeRow, entry: Uuid, intent: Intent, outputs: &Value) -> Committed {
+    /// The write after a call that succeeded, for the caller to queue.
+    fn finish(&self, node: &NodeRow, entry: Uuid, intent: Intent, outputs: &Value) -> Write {
         let (change, state, message) = match intent {
             Intent::Deploy => (
                 NodeChange {
@@ -275,13 +327,13 @@ impl Steps<'_> {
             ),
             Intent::Destroy => (destroyed(), NodeState::Destroyed, "destroyed"),
         };
-        self.0.inner.writer.submit(Write::Finish {
+        Write::Finish {
             deployment: node.deployment_id,
             node: node.id,
             entry,
             change,
             event: Some(node_change_event(node, state, message)),
-        })
+        }
     }
 
     async fn finish_failed(&self, node: &NodeRow, entry: Uuid, error: &str) {
@@ -298,7 +350,7 @@ impl Steps<'_> {
 
     /// Stores a call's result, ends its journal entry and publishes the event,
     /// in order with the deployment's other events.
-    pub(super) async fn finish_call(
+    async fn finish_call(
         &self,
         node: &NodeRow,
         entry: Uuid,

@@ -24,7 +24,7 @@ use crate::events::Bus;
 use crate::store::deployments::{self as rows, EventRow};
 use crate::store::{Db, DbErr};
 
-/// Most writes one transaction takes.
+/// Most sends one transaction takes (a send may hold several writes).
 pub(super) const MAX_GROUP: usize = 256;
 
 pub(super) use rows::GroupWrite as Write;
@@ -37,7 +37,8 @@ struct Job {
 /// The handle; the task ends when the last handle is dropped.
 #[derive(Clone)]
 pub(super) struct Writer {
-    jobs: mpsc::UnboundedSender<Job>,
+    /// Jobs sent together commit in one transaction.
+    jobs: mpsc::UnboundedSender<Vec<Job>>,
 }
 
 impl Writer {
@@ -57,8 +58,38 @@ impl Writer {
     /// is durable. Anything queued after it commits with it or later.
     pub(super) fn submit(&self, write: Write) -> Committed {
         let (done, answer) = oneshot::channel();
-        let queued = self.jobs.send(Job { write, done }).is_ok();
+        let queued = self.jobs.send(vec![Job { write, done }]).is_ok();
         Committed { answer, queued }
+    }
+
+    /// Queues `writes` to commit in one transaction, in this order (a call's
+    /// result with the entries of the dependents it let start: one commit
+    /// for a chain's link, not two); each answers as [`Writer::submit`].
+    pub(super) fn submit_all(&self, writes: Vec<Write>) -> Vec<Committed> {
+        if writes.is_empty() {
+            return Vec::new();
+        }
+        let (jobs, committed): (Vec<Job>, Vec<Committed>) = writes
+            .into_iter()
+            .map(|write| {
+                let (done, answer) = oneshot::channel();
+                (Job { write, done }, answer)
+            })
+            .map(|(job, answer)| {
+                (
+                    job,
+                    Committed {
+                        answer,
+                        queued: true,
+                    },
+                )
+            })
+            .unzip();
+        let queued = self.jobs.send(jobs).is_ok();
+        committed
+            .into_iter()
+            .map(|c| Committed { queued, ..c })
+            .collect()
     }
 
     /// Queues `write` without waiting for it: it commits before anything
@@ -66,7 +97,7 @@ impl Writer {
     /// which the call's result, queued next, waits behind.
     pub(super) fn queue(&self, write: Write) {
         let (done, _) = oneshot::channel();
-        if self.jobs.send(Job { write, done }).is_err() {
+        if self.jobs.send(vec![Job { write, done }]).is_err() {
             tracing::error!("the deployment writer has stopped: an event is lost");
         }
     }
@@ -99,9 +130,11 @@ fn answer(job: Job, answer: Result<(), String>) {
     }
 }
 
-async fn run(db: Db, bus: Bus<DeploymentEvent>, mut queue: mpsc::UnboundedReceiver<Job>) {
+async fn run(db: Db, bus: Bus<DeploymentEvent>, mut queue: mpsc::UnboundedReceiver<Vec<Job>>) {
+    let mut batches = Vec::with_capacity(MAX_GROUP);
     let mut group = Vec::with_capacity(MAX_GROUP);
-    while queue.recv_many(&mut group, MAX_GROUP).await > 0 {
+    while queue.recv_many(&mut batches, MAX_GROUP).await > 0 {
+        group.extend(batches.drain(..).flatten());
         let size = group.len();
         metrics::histogram!("corbel_deploy_write_group_size").record(size as f64);
         match commit(&db, &group).await {

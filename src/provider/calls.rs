@@ -349,6 +349,12 @@ impl Calls {
     }
 
     /// Waits until the provider is connected (or `limit` passes).
+    pub fn is_connected(&self, id: Uuid) -> bool {
+        self.slots
+            .existing(id)
+            .is_some_and(|slot| slot.link().is_some())
+    }
+
     pub async fn wait_connected(&self, id: Uuid, limit: Duration) -> bool {
         let slot = self.slots.slot(id);
         let mut watch = slot.watch();

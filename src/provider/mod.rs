@@ -474,6 +474,11 @@ impl Providers {
             .await
     }
 
+    /// Whether the provider is connected now.
+    pub fn is_connected(&self, id: Uuid) -> bool {
+        self.inner.calls.is_connected(id)
+    }
+
     /// Waits until the provider is connected (or `limit` passes).
     pub async fn wait_connected(&self, id: Uuid, limit: Duration) -> bool {
         self.inner.calls.wait_connected(id, limit).await
