@@ -130,7 +130,8 @@ fn cpu_seconds(server: &common::Server) -> f64 {
         .1
         .split_whitespace()
         .collect();
-    // utime and stime are fields 14 and 15: 12 and 13 after the state.
+    // utime and stime are fields 14 and 15 of the file: the 12th and 13th
+    // after the command (the state is the 1st).
     let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
     // SAFETY: sysconf has no preconditions.
     ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
