@@ -1,11 +1,15 @@
 //! Repository sync figures (a benchmark: it prints, it does not assert).
 //!
-//! A LAZY repository of 100,000 element versions (10,000 names × 10) served by a
-//! real nginx, synced by the real `corbel serve` binary on SQLite: time from
+//! A LAZY repository of element versions (names × 10 versions) served by a real
+//! nginx, synced by the real `corbel serve` binary on SQLite: time from
 //! `createRepository` to ACTIVE and the server's peak RSS; then a refresh where
-//! 1% of the entries changed. Needs nginx (`scripts/test.sh` installs it).
+//! 1% of the entries changed. Each size runs on a server and data directory of
+//! its own, so each peak RSS is that size's. Needs nginx (`scripts/test.sh`
+//! installs it).
 //!
-//! Run with `cargo bench --bench sync`.
+//! Run with `cargo bench --bench sync`: 100,000 versions, then 1,000,000.
+//! `SYNC_BENCH_VERSIONS=100000` (a comma-separated list) runs other sizes;
+//! `SYNC_BENCH_BIN=path/to/corbel` measures another build (an older one, say).
 
 mod common;
 #[path = "../tests/it/nginx.rs"]
@@ -16,22 +20,34 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-const NAMES: usize = 10_000;
 const VERSIONS: usize = 10;
 const TOKEN: &str = "cbl_bench_admin_token_0123456789";
 
 fn main() {
+    let sizes: Vec<usize> = std::env::var("SYNC_BENCH_VERSIONS")
+        .unwrap_or_else(|_| "100000,1000000".to_owned())
+        .split(',')
+        .map(|n| n.trim().parse().expect("SYNC_BENCH_VERSIONS: numbers"))
+        .collect();
+    for versions in sizes {
+        run(versions.div_ceil(VERSIONS).max(1));
+    }
+}
+
+/// One size: a fresh server syncs `names` × 10 versions, then refreshes.
+fn run(names: usize) {
     let served = tempfile::tempdir().expect("temp dir");
-    let bytes = write_inventory(served.path(), 0);
+    let bytes = write_inventory(served.path(), names, 0);
     let nginx = nginx::Nginx::start(served.path());
     println!(
         "inventory: {} entries, {:.1} MiB",
-        NAMES * VERSIONS,
+        names * VERSIONS,
         bytes as f64 / (1024.0 * 1024.0)
     );
 
     let data = tempfile::tempdir().expect("temp dir");
-    let server = common::serve(env!("CARGO_BIN_EXE_corbel"), data.path(), |command| {
+    let bin = std::env::var_os("SYNC_BENCH_BIN").unwrap_or(env!("CARGO_BIN_EXE_corbel").into());
+    let server = common::serve(bin, data.path(), |command| {
         command
             .args(["--log-filter", "warn,corbel=info"])
             .env("CORBEL_ADMIN_TOKEN", TOKEN)
@@ -51,6 +67,7 @@ fn main() {
     };
     let rss_before = server.status_kib("VmRSS:");
 
+    let cpu = cpu_seconds(&server);
     let started = Instant::now();
     let created = gql(
         "mutation($u: String!) { createRepository(input: {name: \"big\", driver: {http: {url: $u}}, syncMode: LAZY}) { id } }",
@@ -64,9 +81,13 @@ fn main() {
     let full = started.elapsed();
     println!(
         "LAZY sync of {} versions:       {:>7.2} s   (stored {})",
-        NAMES * VERSIONS,
+        names * VERSIONS,
         full.as_secs_f64(),
         first["progress"]["stored"]
+    );
+    let cpu_full = cpu_seconds(&server) - cpu;
+    println!(
+        "  server CPU time:               {cpu_full:>7.2} s   (user + system: what other load on the machine does not inflate)"
     );
     println!(
         "server RSS: before {:.1} MiB, peak {:.1} MiB (VmHWM)",
@@ -74,7 +95,8 @@ fn main() {
         server.status_kib("VmHWM:") as f64 / 1024.0
     );
 
-    write_inventory(served.path(), 1);
+    write_inventory(served.path(), names, 1);
+    let cpu = cpu_seconds(&server);
     let started = Instant::now();
     gql(
         "mutation($id: ID!) { refreshRepository(id: $id) { id } }",
@@ -86,11 +108,33 @@ fn main() {
         started.elapsed().as_secs_f64()
     );
     println!(
+        "  server CPU time:               {:>7.2} s",
+        cpu_seconds(&server) - cpu
+    );
+    println!(
         "server peak RSS after refresh: {:.1} MiB",
         server.status_kib("VmHWM:") as f64 / 1024.0
     );
 
     server.stop();
+}
+
+/// The server's CPU time so far (user + system), from `/proc/<pid>/stat`.
+fn cpu_seconds(server: &common::Server) -> f64 {
+    let stat =
+        std::fs::read_to_string(format!("/proc/{}/stat", server.child.id())).expect("proc stat");
+    // Fields after the command, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .expect("stat")
+        .1
+        .split_whitespace()
+        .collect();
+    // utime and stime are fields 14 and 15 of the file: the 12th and 13th
+    // after the command (the state is the 1st).
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
 
 /// Polls until the repository is ACTIVE with a `lastSyncedAt` other than `before`.
@@ -111,13 +155,14 @@ fn wait_active(gql: &dyn Fn(&str, Value) -> Value, id: &str, before: Option<&str
     }
 }
 
-/// Writes `inventory.json`; `generation` > 0 changes every 100th entry.
-fn write_inventory(root: &std::path::Path, generation: usize) -> u64 {
+/// Writes `inventory.json` of `names` × 10 versions; `generation` > 0 changes
+/// every 100th entry.
+fn write_inventory(root: &std::path::Path, names: usize, generation: usize) -> u64 {
     use std::io::Write;
     let path = root.join("inventory.json");
     let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
     write!(out, "{{\"elements\": {{").unwrap();
-    for n in 0..NAMES {
+    for n in 0..names {
         if n > 0 {
             write!(out, ",").unwrap();
         }

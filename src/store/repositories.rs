@@ -197,55 +197,91 @@ pub async fn count_installed_in(
         .await
 }
 
-/// A stored element as a sync compares it.
-#[derive(Clone, Debug)]
+/// A stored element as a sync compares it: fixed in size, so a repository of
+/// a million elements costs tens of MiB to compare against, not hundreds.
+#[derive(Clone, Copy, Debug)]
 pub struct Stored {
     pub id: Uuid,
-    pub hash: Option<String>,
+    /// SHA-256 of its inventory entry; `None` when it has none (or what is
+    /// stored is not 64 hex digits, which no entry's hash equals).
+    pub hash: Option<[u8; 32]>,
     pub installed: bool,
     /// Its manifest is stored (COPY fetches a missing one again).
     pub has_manifest: bool,
 }
 
-/// What a sync compares against: (name, version) → the stored element.
-pub type Existing = HashMap<(String, String), Stored>;
+/// Rows read per query by [`existing_elements`].
+const EXISTING_PAGE: u64 = 5_000;
 
+/// Hands every stored element of a repository to `each` with its name and
+/// version, read in pages of [`EXISTING_PAGE`] in key order (keyset
+/// pagination on the `(repository_id, name, version)` index): memory holds one
+/// page of rows, never the repository's.
 pub async fn existing_elements(
     db: &DatabaseConnection,
     repository_id: Uuid,
-) -> Result<Existing, DbErr> {
-    let rows: Vec<(Uuid, String, String, Option<String>, bool, bool)> = element::Entity::find()
-        .select_only()
-        .columns([
-            element::Column::Id,
-            element::Column::Name,
-            element::Column::Version,
-            element::Column::InventoryHash,
-            element::Column::Installed,
-        ])
-        // Whether there is one, without reading the manifests.
-        .column_as(
-            Expr::col(element::Column::Manifest).is_not_null(),
-            "has_manifest",
-        )
-        .filter(element::Column::RepositoryId.eq(repository_id))
-        .into_tuple()
-        .all(db)
-        .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, name, version, hash, installed, has_manifest)| {
-            (
-                (name, version),
-                Stored {
-                    id,
-                    hash,
-                    installed,
-                    has_manifest,
-                },
+    mut each: impl FnMut(String, String, Stored),
+) -> Result<(), DbErr> {
+    let mut after: Option<(String, String)> = None;
+    loop {
+        let mut query = element::Entity::find()
+            .select_only()
+            .columns([
+                element::Column::Id,
+                element::Column::Name,
+                element::Column::Version,
+                element::Column::InventoryHash,
+                element::Column::Installed,
+            ])
+            // Whether there is one, without reading the manifests.
+            .column_as(
+                Expr::col(element::Column::Manifest).is_not_null(),
+                "has_manifest",
             )
-        })
-        .collect())
+            .filter(element::Column::RepositoryId.eq(repository_id));
+        if let Some((name, version)) = after.take() {
+            query = query.filter(
+                Expr::tuple([
+                    Expr::col(element::Column::Name).into(),
+                    Expr::col(element::Column::Version).into(),
+                ])
+                .gt(Expr::tuple([
+                    Expr::val(name).into(),
+                    Expr::val(version).into(),
+                ])),
+            );
+        }
+        let rows: Vec<(Uuid, String, String, Option<String>, bool, bool)> = query
+            .order_by_asc(element::Column::Name)
+            .order_by_asc(element::Column::Version)
+            .limit(EXISTING_PAGE)
+            .into_tuple()
+            .all(db)
+            .await?;
+        // A full page may have more after it: the next starts past its last key.
+        after = (rows.len() as u64 == EXISTING_PAGE)
+            .then(|| rows.last().map(|r| (r.1.clone(), r.2.clone())))
+            .flatten();
+        for (id, name, version, hash, installed, has_manifest) in rows {
+            let stored = Stored {
+                id,
+                hash: hash.as_deref().and_then(hash_bytes),
+                installed,
+                has_manifest,
+            };
+            each(name, version, stored);
+        }
+        if after.is_none() {
+            return Ok(());
+        }
+    }
+}
+
+/// A hash as stored (64 hex digits) as its bytes.
+pub fn hash_bytes(hex_digits: &str) -> Option<[u8; 32]> {
+    let mut bytes = [0; 32];
+    hex::decode_to_slice(hex_digits, &mut bytes).ok()?;
+    Some(bytes)
 }
 
 /// An element to write in a sync batch, with its artifacts.
@@ -306,15 +342,29 @@ pub async fn write_batch(
             .exec(&txn)
             .await?;
     }
+    // Changed elements' artifacts are replaced: all of the batch's go in one
+    // statement per 500, and the new ones are inserted with the new elements'.
+    let replaced: Vec<Uuid> = updates
+        .iter()
+        .filter(|w| w.artifacts.is_some())
+        .map(|w| w.id)
+        .collect();
+    for chunk in replaced.chunks(500) {
+        artifact::Entity::delete_many()
+            .filter(artifact::Column::ElementId.is_in(chunk.iter().copied()))
+            .exec(&txn)
+            .await?;
+    }
     for write in updates {
-        let mut update = element::Entity::update_many()
+        element::Entity::update_many()
             .col_expr(element::Column::InventoryHash, Expr::value(write.hash))
             .col_expr(element::Column::Manifest, Expr::value(write.manifest))
-            .col_expr(element::Column::UpdatedAt, Expr::value(now));
-        update = update.filter(element::Column::Id.eq(write.id));
-        update.exec(&txn).await?;
+            .col_expr(element::Column::UpdatedAt, Expr::value(now))
+            .filter(element::Column::Id.eq(write.id))
+            .exec(&txn)
+            .await?;
         if let Some(artifacts) = write.artifacts {
-            replace_artifacts_in(&txn, write.id, artifacts).await?;
+            artifact_rows.extend(artifacts.into_iter().map(|a| (write.id, a)));
         }
     }
     insert_artifacts(&txn, artifact_rows).await?;

@@ -287,3 +287,97 @@ async fn refresh_adds_updates_and_removes_but_keeps_installed() {
         .await;
     assert_eq!(data(&body)["element"]["manifest"]["name"], "d");
 }
+
+/// An inventory of `names` × 7 versions, as text; `changed` entries (every
+/// 100th) carry a digest, which makes them changed entries.
+fn many_versions(names: std::ops::Range<usize>, changed: bool) -> String {
+    let mut elements = serde_json::Map::new();
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    for n in names {
+        let mut versions = serde_json::Map::new();
+        for v in 0..7 {
+            let mut entry = json!({"name": format!("e{n:04}"), "version": format!("1.{v}.0")});
+            if changed && (n * 7 + v).is_multiple_of(100) {
+                entry["digest"] = json!(digest);
+            }
+            versions.insert(format!("1.{v}.0"), entry);
+        }
+        elements.insert(format!("e{n:04}"), versions.into());
+    }
+    json!({"elements": elements}).to_string()
+}
+
+async fn ids_named(app: &TestApp, name: &str) -> Vec<(String, String)> {
+    let body = app
+        .gql(
+            "query($n: String!) { elements(filter: {name: $n}, first: 50) { edges { node { id version } } } }",
+            json!({"n": name}),
+        )
+        .await;
+    let mut ids: Vec<(String, String)> = data(&body)["elements"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["node"]["version"].as_str().unwrap().to_owned(),
+                e["node"]["id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// A sync reads what is stored a page at a time (5,000 rows, in name and
+/// version order): a refresh of more than two pages, with a page ending in the
+/// middle of one name's versions, finds every stored element exactly once —
+/// the unchanged and the changed keep their ids, the gone go, the new arrive.
+/// An element read twice or missed would be inserted again, which the unique
+/// key refuses, and the repository would be in `ERROR`.
+#[tokio::test]
+async fn a_refresh_across_pages_of_stored_elements_keeps_every_id() {
+    let served = tempfile::tempdir().unwrap();
+    let root = served.path();
+    // 1,430 names × 7 = 10,010 versions: pages of 5,000, 5,000 and 10;
+    // e0714's versions straddle the first page's end (714 × 7 = 4,998).
+    std::fs::write(root.join("inventory.json"), many_versions(0..1430, false)).unwrap();
+    let nginx = Nginx::start(root);
+    let app = TestApp::spawn().await;
+    let id = create_id(
+        &app,
+        json!({"name": "many", "driver": {"http": {"url": nginx.url()}}}),
+    )
+    .await;
+    let first = settled(&app, &id, "ACTIVE").await;
+    assert_eq!(
+        first.progress,
+        Some(SyncProgress {
+            seen: 10_010,
+            stored: 10_010
+        })
+    );
+    let straddling = ids_named(&app, "e0714").await;
+    let last = ids_named(&app, "e1429").await;
+    assert_eq!((straddling.len(), last.len()), (7, 7));
+
+    // e0000 goes, e1430 arrives, every 100th entry changes.
+    std::fs::write(root.join("inventory.json"), many_versions(1..1431, true)).unwrap();
+    let repo = crate::support::repositories::refresh(&app, &id).await;
+    assert_eq!(repo.status, "ACTIVE", "{repo:?}");
+    assert_eq!(
+        repo.progress,
+        Some(SyncProgress {
+            seen: 10_010,
+            stored: 10_010
+        })
+    );
+    assert_eq!(
+        ids_named(&app, "e0714").await,
+        straddling,
+        "e0714 4998 changed in place"
+    );
+    assert_eq!(ids_named(&app, "e1429").await, last);
+    assert!(ids_named(&app, "e0000").await.is_empty());
+    assert_eq!(ids_named(&app, "e1430").await.len(), 7);
+}
