@@ -280,6 +280,7 @@ impl Bench {
                         if k % 3 == 0 {
                             picks.push(&previous[(k * 13 + 1) % p]);
                         }
+                        picks.sort();
                         picks.dedup();
                         picks
                     }

@@ -10,9 +10,8 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, DbErr,
-    EntityTrait, FromQueryResult, IntoActiveModel, PaginatorTrait, QueryFilter, QueryOrder,
-    QuerySelect, QueryTrait, Set, Statement, TransactionTrait,
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
+    IntoActiveModel, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Set, TransactionTrait,
 };
 use uuid::Uuid;
 
@@ -638,9 +637,6 @@ pub async fn commit_group(
     db: &DatabaseConnection,
     writes: &[&GroupWrite],
 ) -> Result<Vec<Option<EventRow>>, DbErr> {
-    if db.get_database_backend() == DbBackend::Sqlite {
-        return commit_group_in_one_query(db, writes).await;
-    }
     let txn = db.begin().await?;
     let mut events = Vec::new();
     for write in writes {
@@ -673,123 +669,6 @@ pub async fn commit_group(
     }
     txn.commit().await?;
     Ok(events)
-}
-
-/// On SQLite: the group's statements as one query (SQLite runs a query of
-/// several statements, binding each its own parameters), in one
-/// transaction. sqlx runs SQLite on a thread of its own and hands it each
-/// query: one hand-off for the group instead of one per statement, which
-/// cost more than the statements themselves. The same rows as the
-/// statement-by-statement path (PostgreSQL's).
-async fn commit_group_in_one_query(
-    db: &DatabaseConnection,
-    writes: &[&GroupWrite],
-) -> Result<Vec<Option<EventRow>>, DbErr> {
-    let backend = DbBackend::Sqlite;
-    let mut sql = String::new();
-    let mut values = Vec::new();
-    let mut push = |statement: Statement| {
-        sql.push_str(&statement.sql);
-        sql.push_str(";\n");
-        values.extend(statement.values.map(|v| v.0).unwrap_or_default());
-    };
-    let event = |deployment_id: Uuid, event: &NewEvent| {
-        let mut insert = deployment_event::Entity::insert(deployment_event::ActiveModel {
-            id: sea_orm::NotSet,
-            deployment_id: Set(deployment_id),
-            at: Set(Utc::now()),
-            kind: Set(event.kind.clone()),
-            node_key: Set(event.node_key.clone()),
-            state: Set(event.state.clone()),
-            message: Set(event.message.clone()),
-        })
-        .into_query();
-        insert.returning_all();
-        backend.build(&insert)
-    };
-    let change = |node_id: Uuid, change: &NodeChange| {
-        backend.build(
-            &apply(change.clone())
-                .filter(deployment_node::Column::Id.eq(node_id))
-                .into_query(),
-        )
-    };
-    // Whether each write stores an event (a row comes back for each).
-    let mut stores_event = Vec::with_capacity(writes.len());
-    for write in writes {
-        match write {
-            GroupWrite::Event {
-                deployment,
-                event: e,
-            } => {
-                push(event(*deployment, e));
-                stores_event.push(true);
-            }
-            GroupWrite::Begin { call, event: e } => {
-                push(change(call.node_id, &call.change));
-                push(
-                    backend.build(
-                        &journal::Entity::delete_many()
-                            .filter(journal::Column::NodeId.eq(call.node_id))
-                            .into_query(),
-                    ),
-                );
-                push(
-                    backend.build(
-                        &journal::Entity::insert(journal::ActiveModel {
-                            id: Set(call.entry),
-                            deployment_id: Set(call.deployment_id),
-                            node_id: Set(call.node_id),
-                            provider_id: Set(call.provider_id),
-                            intent: Set(call.intent.clone()),
-                            created_at: Set(Utc::now()),
-                        })
-                        .into_query(),
-                    ),
-                );
-                push(event(call.deployment_id, e));
-                stores_event.push(true);
-            }
-            GroupWrite::Finish {
-                deployment,
-                node,
-                entry,
-                change: c,
-                event: e,
-            } => {
-                push(change(*node, c));
-                push(
-                    backend.build(
-                        &journal::Entity::delete_many()
-                            .filter(journal::Column::Id.eq(*entry))
-                            .into_query(),
-                    ),
-                );
-                if let Some(e) = e {
-                    push(event(*deployment, e));
-                }
-                stores_event.push(e.is_some());
-            }
-        }
-    }
-    let txn = db.begin().await?;
-    let rows = txn
-        .query_all_raw(Statement::from_sql_and_values(backend, sql, values))
-        .await?;
-    txn.commit().await?;
-    let mut rows = rows.into_iter();
-    stores_event
-        .into_iter()
-        .map(|stores| match stores {
-            false => Ok(None),
-            true => {
-                let row = rows
-                    .next()
-                    .ok_or_else(|| DbErr::Custom("an event row did not come back".into()))?;
-                EventRow::from_query_result(&row, "").map(Some)
-            }
-        })
-        .collect()
 }
 
 /// A call about to be made: its journal entry (`entry`) and the node's change.
