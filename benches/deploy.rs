@@ -207,7 +207,7 @@ impl Bench {
         started.elapsed() / calls
     }
 
-    /// 1. Wide.
+    /// Part 1: wide.
     async fn wide(&self, name: &str) {
         let mut wide = String::from("resources:\n");
         for i in 0..WIDE {
@@ -221,7 +221,7 @@ impl Bench {
         );
     }
 
-    /// 2. Deep. The whole deploy of a 100-deep chain, then the cost of one
+    /// Part 2: deep. The whole deploy of a 100-deep chain, then the cost of one
     /// more link: chains of DEEP / 2 and DEEP * 3 / 2, whose difference holds
     /// no fixed cost (planning, the run's start and end).
     async fn deep(&self, bare: Duration) {
@@ -259,7 +259,7 @@ impl Bench {
         );
     }
 
-    /// 3. A mixed DAG of `BIG` resources: layers of varying width, each
+    /// Part 3: a mixed DAG of `BIG` resources: layers of varying width, each
     /// resource depending on up to three of the layer before (fan-in and
     /// fan-out), with independent ones among them. Deploy, then destroy; the
     /// process's peak RSS over both (the engine runs in this process).
@@ -314,7 +314,7 @@ impl Bench {
         );
     }
 
-    /// 4. Recovery of a journal of `entries`: the state a crash mid-deploy
+    /// Part 4: recovery of a journal of `entries`: the state a crash mid-deploy
     /// leaves (every node announced IN_PROGRESS with its entry).
     async fn recovery(&self, entries: usize) {
         let mut source = String::from("resources:\n");

@@ -242,13 +242,10 @@ pub async fn existing_elements(
         if let Some((name, version)) = after.take() {
             query = query.filter(
                 Expr::tuple([
-                    Expr::col(element::Column::Name).into(),
-                    Expr::col(element::Column::Version).into(),
+                    Expr::col(element::Column::Name),
+                    Expr::col(element::Column::Version),
                 ])
-                .gt(Expr::tuple([
-                    Expr::val(name).into(),
-                    Expr::val(version).into(),
-                ])),
+                .gt(Expr::tuple([Expr::val(name), Expr::val(version)])),
             );
         }
         let rows: Vec<(Uuid, String, String, Option<String>, bool, bool)> = query
