@@ -102,8 +102,11 @@ async fn the_overview_counts_and_names_what_needs_attention() {
     browser
         .wait_text("#overview", "Nothing needs attention")
         .await;
+    // The counts fill in after the attention list; wait for this one.
     assert_eq!(
-        browser.text("[data-count=Providers] strong").await,
+        browser
+            .wait_text("[data-count=Providers] strong", "0")
+            .await,
         "0",
         "no providers yet"
     );
