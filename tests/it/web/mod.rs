@@ -102,7 +102,7 @@ async fn the_overview_counts_and_names_what_needs_attention() {
     browser
         .wait_text("#overview", "Nothing needs attention")
         .await;
-    // The counts fill in after the attention list; wait for this one.
+    // The overview redraws on server events: read the count once drawn.
     assert_eq!(
         browser
             .wait_text("[data-count=Providers] strong", "0")
