@@ -174,6 +174,26 @@ impl Bench {
         }
     }
 
+    /// Every part, or the one `DEPLOY_BENCH` names: `deep` the chains alone
+    /// (for a profile), `big` the 10,000-resource DAG, `recovery` the journals.
+    async fn figures(&self) {
+        let only = std::env::var("DEPLOY_BENCH").unwrap_or_default();
+        let bare = self.bare_call().await;
+        if only.is_empty() {
+            self.wide().await;
+        }
+        if only.is_empty() || only == "deep" {
+            self.deep(bare).await;
+        }
+        if only.is_empty() || only == "big" {
+            self.big().await;
+        }
+        if only.is_empty() || only == "recovery" {
+            self.recovery(JOURNAL).await;
+            self.recovery(BIG).await;
+        }
+    }
+
     async fn stop(self) {
         self.deployments.shutdown(Duration::from_secs(10)).await;
         self.providers.shutdown().await;
@@ -208,12 +228,12 @@ impl Bench {
     }
 
     /// Part 1: wide.
-    async fn wide(&self, name: &str) {
+    async fn wide(&self) {
         let mut wide = String::from("resources:\n");
         for i in 0..WIDE {
             wide.push_str(&format!("  r{i}: {{ type: fixture.v1.noop }}\n"));
         }
-        let (wide_time, _) = deploy_timed(&self.deployments, name, &wide).await;
+        let (wide_time, _) = deploy_timed(&self.deployments, "wide", &wide).await;
         println!(
             "{WIDE} independent no-op resources: {:.2} s, {:.0} resources/s (16 provider calls in flight)",
             wide_time.as_secs_f64(),
@@ -394,25 +414,9 @@ impl Bench {
 }
 
 async fn run(bin: &Path) {
-    // `DEPLOY_BENCH=deep` runs the chains alone (for a profile); `big` the
-    // 10,000-resource DAG alone; `recovery` the journals alone.
-    let only = std::env::var("DEPLOY_BENCH").unwrap_or_default();
     let bench = Bench::start(bin, None).await;
     println!("on SQLite:");
-    let bare = bench.bare_call().await;
-    if only.is_empty() {
-        bench.wide("wide").await;
-    }
-    if only.is_empty() || only == "deep" {
-        bench.deep(bare).await;
-    }
-    if only.is_empty() || only == "big" {
-        bench.big().await;
-    }
-    if only.is_empty() || only == "recovery" {
-        bench.recovery(JOURNAL).await;
-        bench.recovery(BIG).await;
-    }
+    bench.figures().await;
     bench.stop().await;
 
     // PostgreSQL when a server is given (`scripts/test.sh` starts one).
@@ -424,19 +428,7 @@ async fn run(bin: &Path) {
     };
     let bench = Bench::start(bin, Some(fresh_postgres_database(&server).await)).await;
     println!("on PostgreSQL:");
-    let bare = bench.bare_call().await;
-    if only.is_empty() {
-        bench.wide("wide").await;
-    }
-    if only.is_empty() || only == "deep" {
-        bench.deep(bare).await;
-    }
-    if only.is_empty() || only == "big" {
-        bench.big().await;
-    }
-    if only.is_empty() || only == "recovery" {
-        bench.recovery(BIG).await;
-    }
+    bench.figures().await;
     bench.stop().await;
 }
 

@@ -21,9 +21,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use futures_util::StreamExt;
-
 use chrono::{DateTime, Utc};
+use futures_util::StreamExt;
 use uuid::Uuid;
 
 use super::runs::Lock;

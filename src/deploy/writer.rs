@@ -51,44 +51,30 @@ impl Writer {
     /// Commits `write` (with whatever else is queued) and publishes its
     /// event; answers once it is durable.
     pub(super) async fn write(&self, write: Write) -> Result<(), DbErr> {
-        self.submit(write).wait().await
-    }
-
-    /// Queues `write` and returns at once; [`Committed::wait`] answers once it
-    /// is durable. Anything queued after it commits with it or later.
-    pub(super) fn submit(&self, write: Write) -> Committed {
-        let (done, answer) = oneshot::channel();
-        let queued = self.jobs.send(vec![Job { write, done }]).is_ok();
-        Committed { answer, queued }
+        let committed = self.submit_all(vec![write]).pop();
+        committed.expect("one answer per write").wait().await
     }
 
     /// Queues `writes` to commit in one transaction, in this order (a call's
     /// result with the entries of the dependents it let start: one commit
-    /// for a chain's link, not two); each answers as [`Writer::submit`].
+    /// for a chain's link, not two), and returns at once; each
+    /// [`Committed::wait`] answers once its write is durable. Anything queued
+    /// after them commits with them or later.
     pub(super) fn submit_all(&self, writes: Vec<Write>) -> Vec<Committed> {
         if writes.is_empty() {
             return Vec::new();
         }
-        let (jobs, committed): (Vec<Job>, Vec<Committed>) = writes
+        let (jobs, answers): (Vec<Job>, Vec<_>) = writes
             .into_iter()
             .map(|write| {
                 let (done, answer) = oneshot::channel();
                 (Job { write, done }, answer)
             })
-            .map(|(job, answer)| {
-                (
-                    job,
-                    Committed {
-                        answer,
-                        queued: true,
-                    },
-                )
-            })
             .unzip();
         let queued = self.jobs.send(jobs).is_ok();
-        committed
+        answers
             .into_iter()
-            .map(|c| Committed { queued, ..c })
+            .map(|answer| Committed { answer, queued })
             .collect()
     }
 
@@ -103,7 +89,7 @@ impl Writer {
     }
 }
 
-/// A write queued by [`Writer::submit`].
+/// A write queued by [`Writer::submit_all`].
 pub(super) struct Committed {
     answer: oneshot::Receiver<Result<(), String>>,
     queued: bool,
