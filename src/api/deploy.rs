@@ -2,6 +2,8 @@
 //! answer at once and run in the background; `deploymentEvents` replays a
 //! deployment's history and then follows it live.
 
+use std::collections::HashMap;
+
 use async_graphql::{Context, Enum, ID, InputObject, Json, Object, SimpleObject, Subscription};
 use chrono::{DateTime, Utc};
 use futures_util::{Stream, StreamExt};
@@ -194,6 +196,21 @@ pub struct ResourceNode {
     outputs: Option<Json<serde_json::Value>>,
     error: Option<String>,
     updated_at: DateTime<Utc>,
+    /// Its provider, when the list it is in read them all at once.
+    #[graphql(skip)]
+    provider_read: Option<Option<super::provider::Provider>>,
+}
+
+/// The provider `id` names; `None` if it has been deleted.
+async fn find_provider(
+    providers: &crate::provider::Providers,
+    id: &ID,
+) -> Result<Option<super::provider::Provider>, ApiError> {
+    match providers.get(parse_id(id, "providerId")?).await {
+        Ok(provider) => Ok(Some(super::provider::Provider(provider))),
+        Err(crate::provider::ProviderError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 #[async_graphql::ComplexObject]
@@ -203,15 +220,13 @@ impl ResourceNode {
         &self,
         ctx: &Context<'_>,
     ) -> Result<Option<super::provider::Provider>, ApiError> {
+        if let Some(read) = &self.provider_read {
+            return Ok(read.clone());
+        }
         let Some(id) = &self.provider_id else {
             return Ok(None);
         };
-        let id = parse_id(id, "providerId")?;
-        match state::<crate::provider::Providers>(ctx)?.get(id).await {
-            Ok(provider) => Ok(Some(super::provider::Provider(provider))),
-            Err(crate::provider::ProviderError::NotFound(_)) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
+        find_provider(state::<crate::provider::Providers>(ctx)?, id).await
     }
 
     /// Its last `tail` lines of log (at most 10,000), read through its
@@ -261,6 +276,7 @@ impl From<domain::ResourceNode> for ResourceNode {
             outputs: n.outputs.map(Json),
             error: n.error,
             updated_at: n.updated_at,
+            provider_read: None,
         }
     }
 }
@@ -351,7 +367,25 @@ impl Deployment {
             .queries()
             .nodes(self.0.id)
             .await?;
-        Ok(nodes.into_iter().map(Into::into).collect())
+        let mut nodes: Vec<ResourceNode> = nodes.into_iter().map(Into::into).collect();
+        if ctx.look_ahead().field("provider").exists() {
+            // Each provider read once, not once per node (a thousand nodes
+            // on one provider used to read its row, and open its sealed
+            // config, a thousand times).
+            let providers = state::<crate::provider::Providers>(ctx)?;
+            let mut read: HashMap<String, Option<super::provider::Provider>> = HashMap::new();
+            for node in &mut nodes {
+                let Some(id) = &node.provider_id else {
+                    continue;
+                };
+                if !read.contains_key(id.as_str()) {
+                    let provider = find_provider(providers, id).await?;
+                    read.insert(id.to_string(), provider);
+                }
+                node.provider_read = Some(read[id.as_str()].clone());
+            }
+        }
+        Ok(nodes)
     }
     /// The history, oldest first.
     async fn events(

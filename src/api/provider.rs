@@ -81,6 +81,7 @@ pub struct ProviderNode {
     labels: Json<serde_json::Map<String, serde_json::Value>>,
 }
 
+#[derive(Clone)]
 pub struct Provider(pub(super) domain::Provider);
 
 #[Object]

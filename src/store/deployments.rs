@@ -2,8 +2,8 @@
 //! history, for the `deploy` area.
 //!
 //! A journal entry and the node state announcing a provider call are written in
-//! one transaction ([`begin_call`]); the call's result and the entry's deletion in
-//! another ([`finish_call`]).
+//! one transaction; the call's result and the entry's deletion in another (the
+//! engine's writer groups them: [`commit_group`]).
 
 use std::collections::HashMap;
 
@@ -568,59 +568,15 @@ pub struct NewEvent {
     pub message: String,
 }
 
-pub async fn insert_event_in(
-    db: &impl ConnectionTrait,
-    deployment_id: Uuid,
-    event: NewEvent,
-) -> Result<EventRow, DbErr> {
-    deployment_event::ActiveModel {
-        id: sea_orm::NotSet,
-        deployment_id: Set(deployment_id),
-        at: Set(Utc::now()),
-        kind: Set(event.kind),
-        node_key: Set(event.node_key),
-        state: Set(event.state),
-        message: Set(event.message),
-    }
-    .insert(db)
-    .await
-}
-
-/// The node's state, the journal entry for the call about to be made, and the
-/// event saying so, in one transaction. Returns the entry's id and the event.
-/// Older entries of the node go: the new call supersedes them (calls are
-/// idempotent per resource, and the new one settles whatever they left).
-///
-/// Run inside the caller's transaction (the engine's writer batches them).
-pub async fn begin_call_in(
-    txn: &impl ConnectionTrait,
-    call: &CallStart,
-    event: NewEvent,
-) -> Result<EventRow, DbErr> {
-    change_node(txn, call.node_id, call.change.clone()).await?;
-    journal::Entity::delete_many()
-        .filter(journal::Column::NodeId.eq(call.node_id))
-        .exec(txn)
-        .await?;
-    journal::ActiveModel {
-        id: Set(call.entry),
-        deployment_id: Set(call.deployment_id),
-        node_id: Set(call.node_id),
-        provider_id: Set(call.provider_id),
-        intent: Set(call.intent.clone()),
-        created_at: Set(Utc::now()),
-    }
-    .insert(txn)
-    .await?;
-    insert_event_in(txn, call.deployment_id, event).await
-}
-
 /// One of the engine's hot writes (see `deploy::writer`).
 #[derive(Clone, Debug)]
 pub enum GroupWrite {
     /// A deployment event on its own.
     Event { deployment: Uuid, event: NewEvent },
-    /// The journal entry and node change before a call, with its event.
+    /// The node's state and the journal entry for the call about to be made,
+    /// with its event. Older entries of the node go: the new call supersedes
+    /// them (calls are idempotent per resource, and the new one settles
+    /// whatever they left).
     Begin { call: CallStart, event: NewEvent },
     /// A call's result and the end of its entry, with its event.
     Finish {
@@ -632,20 +588,47 @@ pub enum GroupWrite {
     },
 }
 
-/// Commits `writes` in one transaction; the event each stored, in order.
+/// Rows one statement of [`commit_group`] takes: SQLite takes at most 32,766
+/// parameters a statement, and an event has six.
+const ROWS_PER_STATEMENT: usize = 1_000;
+
+/// Commits `writes` in one transaction, as if one after the other; the event
+/// each stored, in order.
+///
+/// A group costs a statement per node change (each sets its own values) and
+/// three more up to a thousand writes: one delete for the journal entries that end
+/// or are superseded, one insert for the new entries, one for the events.
+/// Per write it used to cost three or four, and each statement is a round
+/// trip (to sqlx's SQLite thread, or to PostgreSQL).
 pub async fn commit_group(
     db: &DatabaseConnection,
     writes: &[&GroupWrite],
 ) -> Result<Vec<Option<EventRow>>, DbErr> {
-    let txn = db.begin().await?;
+    let mut ended = Vec::new();
+    let mut superseded = Vec::new();
+    // The last entry per node: an earlier one in the group is superseded too.
+    let mut entries: Vec<(Uuid, journal::ActiveModel)> = Vec::new();
     let mut events = Vec::new();
-    for write in writes {
-        let event = match write {
-            GroupWrite::Event { deployment, event } => {
-                Some(insert_event_in(&txn, *deployment, event.clone()).await?)
-            }
+    // Which write each event belongs to.
+    let mut owners = Vec::new();
+    let txn = db.begin().await?;
+    for (index, write) in writes.iter().enumerate() {
+        let (deployment, event) = match write {
+            GroupWrite::Event { deployment, event } => (*deployment, Some(event)),
             GroupWrite::Begin { call, event } => {
-                Some(begin_call_in(&txn, call, event.clone()).await?)
+                change_node(&txn, call.node_id, call.change.clone()).await?;
+                superseded.push(call.node_id);
+                entries.retain(|(node, _)| *node != call.node_id);
+                let entry = journal::ActiveModel {
+                    id: Set(call.entry),
+                    deployment_id: Set(call.deployment_id),
+                    node_id: Set(call.node_id),
+                    provider_id: Set(call.provider_id),
+                    intent: Set(call.intent.clone()),
+                    created_at: Set(Utc::now()),
+                };
+                entries.push((call.node_id, entry));
+                (call.deployment_id, Some(event))
             }
             GroupWrite::Finish {
                 deployment,
@@ -654,21 +637,68 @@ pub async fn commit_group(
                 change,
                 event,
             } => {
-                finish_call_in(
-                    &txn,
-                    *deployment,
-                    *node,
-                    *entry,
-                    change.clone(),
-                    event.clone(),
-                )
-                .await?
+                change_node(&txn, *node, change.clone()).await?;
+                ended.push(*entry);
+                (*deployment, event.as_ref())
             }
         };
-        events.push(event);
+        if let Some(event) = event {
+            events.push(new_event(deployment, event.clone()));
+            owners.push(index);
+        }
+    }
+    for ids in ended.chunks(ROWS_PER_STATEMENT) {
+        journal::Entity::delete_many()
+            .filter(journal::Column::Id.is_in(ids.iter().copied()))
+            .exec(&txn)
+            .await?;
+    }
+    for nodes in superseded.chunks(ROWS_PER_STATEMENT) {
+        journal::Entity::delete_many()
+            .filter(journal::Column::NodeId.is_in(nodes.iter().copied()))
+            .exec(&txn)
+            .await?;
+    }
+    for chunk in entries.chunks(ROWS_PER_STATEMENT) {
+        journal::Entity::insert_many(chunk.iter().map(|(_, entry)| entry.clone()))
+            .exec(&txn)
+            .await?;
+    }
+    let mut stored = Vec::with_capacity(events.len());
+    for chunk in events.chunks(ROWS_PER_STATEMENT) {
+        let rows = deployment_event::Entity::insert_many(chunk.iter().cloned())
+            .exec_with_returning(&txn)
+            .await?;
+        stored.extend(rows);
     }
     txn.commit().await?;
-    Ok(events)
+    // One statement numbers its rows in the order of its values; RETURNING
+    // may list them in any order.
+    stored.sort_unstable_by_key(|row| row.id);
+    if stored.len() != owners.len() {
+        return Err(DbErr::Custom(format!(
+            "{} events stored of {}",
+            stored.len(),
+            owners.len()
+        )));
+    }
+    let mut out = vec![None; writes.len()];
+    for (index, row) in owners.into_iter().zip(stored) {
+        out[index] = Some(row);
+    }
+    Ok(out)
+}
+
+fn new_event(deployment_id: Uuid, event: NewEvent) -> deployment_event::ActiveModel {
+    deployment_event::ActiveModel {
+        id: sea_orm::NotSet,
+        deployment_id: Set(deployment_id),
+        at: Set(Utc::now()),
+        kind: Set(event.kind),
+        node_key: Set(event.node_key),
+        state: Set(event.state),
+        message: Set(event.message),
+    }
 }
 
 /// A call about to be made: its journal entry (`entry`) and the node's change.
@@ -680,24 +710,6 @@ pub struct CallStart {
     pub provider_id: Uuid,
     pub intent: String,
     pub change: NodeChange,
-}
-
-/// The call's result, the end of its journal entry, and the event saying so.
-/// Run inside the caller's transaction.
-pub async fn finish_call_in(
-    txn: &impl ConnectionTrait,
-    deployment_id: Uuid,
-    node_id: Uuid,
-    entry: Uuid,
-    change: NodeChange,
-    event: Option<NewEvent>,
-) -> Result<Option<EventRow>, DbErr> {
-    change_node(txn, node_id, change).await?;
-    journal::Entity::delete_by_id(entry).exec(txn).await?;
-    match event {
-        Some(event) => Ok(Some(insert_event_in(txn, deployment_id, event).await?)),
-        None => Ok(None),
-    }
 }
 
 /// Deletes a journal entry whose call needs no change to its node.
@@ -738,7 +750,7 @@ pub async fn insert_event(
     deployment_id: Uuid,
     event: NewEvent,
 ) -> Result<EventRow, DbErr> {
-    insert_event_in(db, deployment_id, event).await
+    new_event(deployment_id, event).insert(db).await
 }
 
 /// Events of a deployment after `after` (an event id; 0 for all), oldest
