@@ -272,6 +272,8 @@ struct Inner {
     writer: writer::Writer,
     /// Told whenever a deployment's lock is released.
     released: tokio::sync::Notify,
+    /// The blueprint copies read last, parsed (see [`queries`]).
+    parsed: queries::ParsedCopies,
     tasks: TaskTracker,
     stopping: CancellationToken,
 }
@@ -294,6 +296,7 @@ impl Deployments {
                 busy: Mutex::default(),
                 placing: tokio::sync::Mutex::new(()),
                 released: tokio::sync::Notify::new(),
+                parsed: queries::ParsedCopies::default(),
                 tasks: TaskTracker::new(),
                 stopping,
             }),

@@ -2,6 +2,9 @@
 //! each row turned into its typed form here (unknown text is `Corrupt`).
 //! Never writes.
 
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
 use uuid::Uuid;
 
 use super::{
@@ -93,9 +96,9 @@ impl Queries<'_> {
     }
 
     /// The deployment's own copy of its blueprint, parsed: what it runs.
-    pub async fn parsed(&self, id: Uuid) -> Result<blueprint::Blueprint, DeployError> {
+    pub async fn parsed(&self, id: Uuid) -> Result<Arc<blueprint::Blueprint>, DeployError> {
         let row = self.row(id).await?;
-        blueprint::parse(&row.source).map_err(|p| DeployError::Corrupt(p.to_string()))
+        self.0.inner.parsed.get(id, row.source)
     }
 
     async fn row(&self, id: Uuid) -> Result<rows::DeploymentRow, DeployError> {
@@ -155,4 +158,43 @@ pub(super) fn to_event(row: rows::EventRow) -> Result<DeploymentEvent, DeployErr
         state: row.state,
         message: row.message,
     })
+}
+
+/// How many parsed copies [`ParsedCopies`] keeps.
+const PARSED_COPIES: usize = 32;
+
+/// The blueprint copies of the deployments read last, parsed. A deployment's
+/// page asks for its resources each time it opens, and parsing a copy of
+/// 1,000 resources costs more than the rest of that query. A copy is taken
+/// from here only while its source is the one stored: one that changed is
+/// parsed again.
+#[derive(Default)]
+pub(super) struct ParsedCopies(Mutex<VecDeque<ParsedCopy>>);
+
+/// A deployment's id, its copy's source, and the copy parsed.
+type ParsedCopy = (Uuid, String, Arc<blueprint::Blueprint>);
+
+impl ParsedCopies {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<ParsedCopy>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn get(&self, id: Uuid, source: String) -> Result<Arc<blueprint::Blueprint>, DeployError> {
+        {
+            let mut copies = self.lock();
+            if let Some(at) = copies.iter().position(|(i, s, _)| *i == id && *s == source) {
+                let hit = copies.remove(at).expect("found");
+                let parsed = hit.2.clone();
+                copies.push_front(hit);
+                return Ok(parsed);
+            }
+        }
+        let parsed =
+            Arc::new(blueprint::parse(&source).map_err(|p| DeployError::Corrupt(p.to_string()))?);
+        let mut copies = self.lock();
+        copies.retain(|(i, _, _)| *i != id);
+        copies.push_front((id, source, parsed.clone()));
+        copies.truncate(PARSED_COPIES);
+        Ok(parsed)
+    }
 }
