@@ -717,6 +717,8 @@ pub async fn commit_group(
                 event,
             } => {
                 merge(*node, change);
+                // An entry this group began ends before it is written.
+                entries.retain(|(_, begun)| begun.id.try_as_ref() != Some(entry));
                 ended.push(*entry);
                 (*deployment, event.as_ref())
             }
