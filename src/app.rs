@@ -180,19 +180,24 @@ impl App {
             database: location.kind(),
             started_at: Utc::now(),
         };
-        let schema = api::schema_builder(&config.graphql)
-            .data(facts.clone())
-            .data(auth.clone())
-            .data(repositories.clone())
-            .data(providers.clone())
-            .data(deployments.clone())
-            .data(audit.clone())
-            .finish();
+        let with_data = |builder: async_graphql::SchemaBuilder<_, _, _>| {
+            builder
+                .data(facts.clone())
+                .data(auth.clone())
+                .data(repositories.clone())
+                .data(providers.clone())
+                .data(deployments.clone())
+                .data(audit.clone())
+                .finish()
+        };
+        let schema = with_data(api::schema_builder(&config.graphql));
+        let reads = with_data(api::reads_schema_builder(&config.graphql));
 
         let ws_close = CancellationToken::new();
         let ws_tasks = TaskTracker::new();
         let state = HttpState {
             schema,
+            reads,
             auth: auth.clone(),
             repositories: repositories.clone(),
             readiness: {

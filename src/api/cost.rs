@@ -23,7 +23,7 @@ use async_graphql::extensions::{
 use async_graphql::parser::types::{ExecutableDocument, Selection, SelectionSet};
 use async_graphql::{Request, ServerError, ServerResult};
 
-use super::settings::GraphqlLimits;
+use super::settings::{GraphqlLimits, RequestLimits};
 use super::{ApiError, Caller};
 
 /// Nesting of selection sets and spreads beyond which counting stops: far past
@@ -159,38 +159,43 @@ impl Extension for CostLimitExtension {
             .or_else(|| ctx.data_opt::<Caller>())
             .is_some_and(Caller::is_signed_in);
         let limits = self.limits.for_caller(signed_in);
-        let document = request.parsed_query()?;
-        if let Err(e) = expanded_size(document, limits.max_query_size) {
-            let error = match e {
-                CostError::TooLarge { limit } => {
-                    let key = limits.key("max_query_size");
-                    ApiError::limit(
-                        &key,
-                        limit,
-                        format!(
-                            "the query is larger than {limit} selections once its fragments are \
-                             expanded (`{key}`{})",
-                            if limits.anonymous {
-                                "; send a token for the higher limit"
-                            } else {
-                                ""
-                            }
-                        ),
-                    )
-                }
-                CostError::Cycle { fragment } => ApiError::new(
-                    super::ErrorCode::InvalidQuery,
-                    format!("fragment `{fragment}` spreads itself"),
-                ),
-                CostError::TooDeep => ApiError::new(
-                    super::ErrorCode::InvalidQuery,
-                    format!("selections nest deeper than {MAX_NESTING}"),
-                ),
-            };
-            return Err(to_server_error(error));
-        }
+        check(request.parsed_query()?, &limits)?;
         next.run(ctx, request).await
     }
+}
+
+/// [`expanded_size`] within the caller's `limits`, or the error saying why not.
+pub(crate) fn check(document: &ExecutableDocument, limits: &RequestLimits) -> ServerResult<()> {
+    let Err(e) = expanded_size(document, limits.max_query_size) else {
+        return Ok(());
+    };
+    let error = match e {
+        CostError::TooLarge { limit } => {
+            let key = limits.key("max_query_size");
+            ApiError::limit(
+                &key,
+                limit,
+                format!(
+                    "the query is larger than {limit} selections once its fragments are \
+                     expanded (`{key}`{})",
+                    if limits.anonymous {
+                        "; send a token for the higher limit"
+                    } else {
+                        ""
+                    }
+                ),
+            )
+        }
+        CostError::Cycle { fragment } => ApiError::new(
+            super::ErrorCode::InvalidQuery,
+            format!("fragment `{fragment}` spreads itself"),
+        ),
+        CostError::TooDeep => ApiError::new(
+            super::ErrorCode::InvalidQuery,
+            format!("selections nest deeper than {MAX_NESTING}"),
+        ),
+    };
+    Err(to_server_error(error))
 }
 
 /// A request-wide error: it points at no place in the document, so it carries no

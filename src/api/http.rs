@@ -31,7 +31,10 @@ pub type Readiness =
 /// What the handlers share.
 #[derive(Clone)]
 pub struct HttpState {
+    /// With the extensions (cost, audit, policy): mutations, subscriptions.
     pub schema: CorbelSchema,
+    /// Without them: queries, checked first (see [`read_schema`]).
+    pub reads: CorbelSchema,
     pub auth: Auth,
     pub repositories: Repositories,
     pub readiness: Readiness,
@@ -135,14 +138,19 @@ pub async fn graphql_post(State(state): State<HttpState>, request: Request) -> R
             error_response(e)
         } else {
             state.documents.prepare(&mut request);
-            request.data.insert(caller.clone());
-            request.data.insert(client);
-            match tokio::time::timeout_at(deadline, state.schema.execute(request)).await {
-                Ok(response) => response,
-                Err(_) => {
-                    let e = timeout_error(&limits);
-                    stopped = Some(e.clone());
-                    error_response(e)
+            match read_schema(&state, &mut request, &caller, &limits) {
+                Err(refused) => async_graphql::Response::from_errors(vec![refused]),
+                Ok(schema) => {
+                    request.data.insert(caller.clone());
+                    request.data.insert(client);
+                    match tokio::time::timeout_at(deadline, schema.execute(request)).await {
+                        Ok(response) => response,
+                        Err(_) => {
+                            let e = timeout_error(&limits);
+                            stopped = Some(e.clone());
+                            error_response(e)
+                        }
+                    }
                 }
             }
         };
@@ -183,6 +191,47 @@ pub async fn graphql_post(State(state): State<HttpState>, request: Request) -> R
         bodies.push(body);
     }
     json_response(headers, bodies, is_batch)
+}
+
+/// The schema to run `request` on: a query passes the checks the extensions
+/// would make (its cost, then the policy on its root fields; the audit trail
+/// keeps mutations only) and runs without them, on `state.reads`; anything
+/// else (a mutation, a document that does not parse, an unknown operation
+/// name) runs on the schema with the extensions, which answer for it.
+fn read_schema<'a>(
+    state: &'a HttpState,
+    request: &mut async_graphql::Request,
+    caller: &Caller,
+    limits: &RequestLimits,
+) -> Result<&'a CorbelSchema, async_graphql::ServerError> {
+    use async_graphql::parser::types::{DocumentOperations, OperationType};
+    let name = request.operation_name.clone();
+    let Ok(document) = request.parsed_query() else {
+        return Ok(&state.schema);
+    };
+    let operation = match (&document.operations, name) {
+        (DocumentOperations::Single(operation), None) => operation,
+        (DocumentOperations::Multiple(operations), Some(name)) => {
+            match operations.get(name.as_str()) {
+                Some(operation) => operation,
+                None => return Ok(&state.schema),
+            }
+        }
+        // One named operation, run without naming it.
+        (DocumentOperations::Multiple(operations), None) if operations.len() == 1 => {
+            match operations.values().next() {
+                Some(operation) => operation,
+                None => return Ok(&state.schema),
+            }
+        }
+        _ => return Ok(&state.schema),
+    };
+    if operation.node.ty != OperationType::Query {
+        return Ok(&state.schema);
+    }
+    super::cost::check(document, limits)?;
+    super::policy::check(document, caller)?;
+    Ok(&state.reads)
 }
 
 /// Who sent a request (see [`client_address`]); unknown without the peer address.

@@ -195,29 +195,38 @@ impl Extension for PolicyGuard {
         next: NextParseQuery<'_>,
     ) -> ServerResult<ExecutableDocument> {
         let document = next.run(ctx, query, variables).await?;
-        let caller = ctx.data_opt::<Caller>().unwrap_or(&Caller::Anonymous);
-        for (_, operation) in document.operations.iter() {
-            let mut seen = HashSet::new();
-            let mut fields = Vec::new();
-            root_fields(
-                &document,
-                &operation.node.selection_set.node,
-                &mut seen,
-                &mut fields,
-            );
-            for (field, pos) in fields {
-                if let Some(refusal) = refusal(caller, &field) {
-                    let (code, message) = refusal;
-                    let mut extensions = ErrorExtensionValues::default();
-                    extensions.set("code", code.as_str());
-                    let mut error = ServerError::new(format!("`{field}`: {message}"), Some(pos));
-                    error.extensions = Some(extensions);
-                    return Err(error);
-                }
-            }
-        }
+        check(
+            &document,
+            ctx.data_opt::<Caller>().unwrap_or(&Caller::Anonymous),
+        )?;
         Ok(document)
     }
+}
+
+/// Every root field of every operation in `document` is one `caller` may
+/// select; else the error naming the first that is not.
+pub(crate) fn check(document: &ExecutableDocument, caller: &Caller) -> ServerResult<()> {
+    for (_, operation) in document.operations.iter() {
+        let mut seen = HashSet::new();
+        let mut fields = Vec::new();
+        root_fields(
+            document,
+            &operation.node.selection_set.node,
+            &mut seen,
+            &mut fields,
+        );
+        for (field, pos) in fields {
+            if let Some(refusal) = refusal(caller, &field) {
+                let (code, message) = refusal;
+                let mut extensions = ErrorExtensionValues::default();
+                extensions.set("code", code.as_str());
+                let mut error = ServerError::new(format!("`{field}`: {message}"), Some(pos));
+                error.extensions = Some(extensions);
+                return Err(error);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Why `caller` may not select the root field `field`, if they may not.
