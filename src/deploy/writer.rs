@@ -27,10 +27,6 @@ use crate::store::{Db, DbErr};
 /// Most sends one transaction takes (a send may hold several writes).
 pub(super) const MAX_GROUP: usize = 256;
 
-/// How long a group of events nobody waits for waits for more (tokio's
-/// timers tick in milliseconds: this is one tick).
-const LINGER: std::time::Duration = std::time::Duration::from_millis(1);
-
 pub(super) use rows::GroupWrite as Write;
 
 struct Job {
@@ -125,15 +121,6 @@ async fn run(db: Db, bus: Bus<DeploymentEvent>, mut queue: mpsc::UnboundedReceiv
     let mut group = Vec::with_capacity(MAX_GROUP);
     while queue.recv_many(&mut batches, MAX_GROUP).await > 0 {
         group.extend(batches.drain(..).flatten());
-        // Events nobody waits for (a provider's progress and log lines) wait
-        // a moment for the call's result that mostly follows them at once:
-        // committed alone, they would make the result wait for their commit.
-        if group.iter().all(|job| job.done.is_closed()) {
-            let more = tokio::time::timeout(LINGER, queue.recv_many(&mut batches, MAX_GROUP));
-            if more.await.is_ok_and(|n| n > 0) {
-                group.extend(batches.drain(..).flatten());
-            }
-        }
         let size = group.len();
         metrics::histogram!("corbel_deploy_write_group_size").record(size as f64);
         match commit(&db, &group).await {
