@@ -207,7 +207,7 @@ async fn find_provider(
     id: &ID,
 ) -> Result<Option<super::provider::Provider>, ApiError> {
     match providers.get(parse_id(id, "providerId")?).await {
-        Ok(provider) => Ok(Some(super::provider::Provider(provider))),
+        Ok(provider) => Ok(Some(super::provider::Provider(provider.into()))),
         Err(crate::provider::ProviderError::NotFound(_)) => Ok(None),
         Err(e) => Err(e.into()),
     }

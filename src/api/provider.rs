@@ -81,8 +81,9 @@ pub struct ProviderNode {
     labels: Json<serde_json::Map<String, serde_json::Value>>,
 }
 
+/// Shared: a list of 1,000 nodes on one provider holds one, not 1,000 copies.
 #[derive(Clone)]
-pub struct Provider(pub(super) domain::Provider);
+pub struct Provider(pub(super) std::sync::Arc<domain::Provider>);
 
 #[Object]
 impl Provider {
@@ -212,7 +213,7 @@ pub struct ProviderWithToken {
 #[ComplexObject]
 impl ProviderWithToken {
     async fn provider(&self) -> Provider {
-        Provider(self.provider.clone())
+        Provider(self.provider.clone().into())
     }
 }
 
@@ -265,13 +266,17 @@ impl ProviderQuery {
     ) -> Result<Page<Provider>, ApiError> {
         principal(ctx)?;
         let all = state::<Providers>(ctx)?.list().await?;
-        paginate(all.into_iter().map(Provider).collect(), first, after)
+        paginate(
+            all.into_iter().map(|p| Provider(p.into())).collect(),
+            first,
+            after,
+        )
     }
 
     async fn provider(&self, ctx: &Context<'_>, id: ID) -> Result<Provider, ApiError> {
         principal(ctx)?;
         let provider = state::<Providers>(ctx)?.get(parse_id(&id, "id")?).await?;
-        Ok(Provider(provider))
+        Ok(Provider(provider.into()))
     }
 }
 
@@ -322,7 +327,7 @@ impl ProviderMutation {
                 },
             )
             .await?;
-        Ok(Provider(provider))
+        Ok(Provider(provider.into()))
     }
 
     /// Deletes a provider; refused (`CONFLICT`) while it is loaded or while
@@ -340,7 +345,7 @@ impl ProviderMutation {
     async fn load_provider(&self, ctx: &Context<'_>, id: ID) -> Result<Provider, ApiError> {
         principal(ctx)?;
         let provider = state::<Providers>(ctx)?.load(parse_id(&id, "id")?).await?;
-        Ok(Provider(provider))
+        Ok(Provider(provider.into()))
     }
 
     /// Stops the provider (SIGTERM, then SIGKILL after the grace period) and
@@ -350,7 +355,7 @@ impl ProviderMutation {
         let provider = state::<Providers>(ctx)?
             .unload(parse_id(&id, "id")?)
             .await?;
-        Ok(Provider(provider))
+        Ok(Provider(provider.into()))
     }
 
     /// Replaces the configuration. A connected provider gets it at once and it
@@ -367,7 +372,7 @@ impl ProviderMutation {
         let provider = state::<Providers>(ctx)?
             .configure(parse_id(&id, "id")?, config.0, secret_config.map(|j| j.0))
             .await?;
-        Ok(Provider(provider))
+        Ok(Provider(provider.into()))
     }
 
     /// A new registration token; the old one stops working at once.
