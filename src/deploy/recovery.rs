@@ -287,8 +287,20 @@ impl Recovery<'_> {
                         Vec::new()
                     }
                 };
+                // Waits for the providers before taking the lock, so requests
+                // on the deployment are not refused while a provider is down.
+                let providers: BTreeSet<Uuid> = entries.iter().map(|e| e.provider_id).collect();
+                let mut connected = true;
+                for provider in providers {
+                    connected &= this
+                        .inner
+                        .providers
+                        .wait_connected(provider, WAIT_STEP)
+                        .await;
+                }
                 // A run holding the lock supersedes or settles what it meets.
-                if let Ok(_lock) = this.runs().lock(id, "settle")
+                if connected
+                    && let Ok(_lock) = this.runs().lock(id, "settle")
                     && this.recovery().settle_many(id, entries).await.is_empty()
                 {
                     continue;

@@ -348,13 +348,14 @@ impl Calls {
         Ok(link)
     }
 
-    /// Waits until the provider is connected (or `limit` passes).
+    /// Whether the provider is connected now.
     pub fn is_connected(&self, id: Uuid) -> bool {
         self.slots
             .existing(id)
             .is_some_and(|slot| slot.link().is_some())
     }
 
+    /// Waits until the provider is connected (or `limit` passes).
     pub async fn wait_connected(&self, id: Uuid, limit: Duration) -> bool {
         let slot = self.slots.slot(id);
         let mut watch = slot.watch();

@@ -678,15 +678,19 @@ pub async fn commit_group(
 ) -> Result<Vec<Option<EventRow>>, DbErr> {
     // Each node's changes merged, in the order its first change came.
     let mut changes: Vec<(Uuid, NodeChange)> = Vec::new();
-    let mut merge =
-        |node: Uuid, change: &NodeChange| match changes.iter_mut().find(|(id, _)| *id == node) {
-            Some((_, earlier)) => earlier.then(change.clone()),
-            None => changes.push((node, change.clone())),
-        };
+    let mut changed: HashMap<Uuid, usize> = HashMap::new();
+    let mut merge = |node: Uuid, change: &NodeChange| match changed.get(&node) {
+        Some(&at) => changes[at].1.then(change.clone()),
+        None => {
+            changed.insert(node, changes.len());
+            changes.push((node, change.clone()));
+        }
+    };
     let mut ended = Vec::new();
     let mut superseded = Vec::new();
-    // The last entry per node: an earlier one in the group is superseded too.
-    let mut entries: Vec<(Uuid, journal::ActiveModel)> = Vec::new();
+    // The new entries by node: the last one begun (an earlier one in the
+    // group is superseded too), unless the group also ends it.
+    let mut entries: HashMap<Uuid, journal::ActiveModel> = HashMap::new();
     let mut events = Vec::new();
     // Which write each event belongs to.
     let mut owners = Vec::new();
@@ -697,7 +701,6 @@ pub async fn commit_group(
             GroupWrite::Begin { call, event } => {
                 merge(call.node_id, &call.change);
                 superseded.push(call.node_id);
-                entries.retain(|(node, _)| *node != call.node_id);
                 let entry = journal::ActiveModel {
                     id: Set(call.entry),
                     deployment_id: Set(call.deployment_id),
@@ -706,7 +709,7 @@ pub async fn commit_group(
                     intent: Set(call.intent.clone()),
                     created_at: Set(Utc::now()),
                 };
-                entries.push((call.node_id, entry));
+                entries.insert(call.node_id, entry);
                 (call.deployment_id, Some(event))
             }
             GroupWrite::Finish {
@@ -718,7 +721,12 @@ pub async fn commit_group(
             } => {
                 merge(*node, change);
                 // An entry this group began ends before it is written.
-                entries.retain(|(_, begun)| begun.id.try_as_ref() != Some(entry));
+                if entries
+                    .get(node)
+                    .is_some_and(|begun| begun.id.try_as_ref() == Some(entry))
+                {
+                    entries.remove(node);
+                }
                 ended.push(*entry);
                 (*deployment, event.as_ref())
             }
@@ -752,8 +760,9 @@ pub async fn commit_group(
             .exec(&txn)
             .await?;
     }
+    let entries: Vec<journal::ActiveModel> = entries.into_values().collect();
     for chunk in entries.chunks(ROWS_PER_STATEMENT) {
-        journal::Entity::insert_many(chunk.iter().map(|(_, entry)| entry.clone()))
+        journal::Entity::insert_many(chunk.iter().cloned())
             .exec(&txn)
             .await?;
     }
