@@ -120,7 +120,8 @@ impl Bench {
         while providers.get(fixture).await.expect("get").status != ProviderStatus::Connected {
             assert!(
                 wait.elapsed() < Duration::from_secs(60),
-                "fixture did not connect"
+                "fixture did not connect: {:?}",
+                providers.get(fixture).await.expect("get")
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }

@@ -61,15 +61,20 @@ pub async fn connect(location: &DatabaseLocation) -> Result<DatabaseConnection, 
         .sqlx_logging(false);
     match location {
         // SQLite serialises writers; a small pool avoids piling up on its lock.
-        // In WAL mode `synchronous = NORMAL` is the documented safe choice: the
-        // database cannot corrupt, and only the last commits before a power cut
-        // may be lost. It saves an fsync per transaction, which dominates batch
-        // writes such as a repository sync.
+        // WAL is asked for: sqlx leaves the journal mode alone, and the
+        // default (a rollback journal, made and deleted per transaction) both
+        // blocks readers behind a writer and, with `synchronous = NORMAL`, can
+        // corrupt the file on a power cut. In WAL mode `synchronous = NORMAL`
+        // is the documented safe choice: the database cannot corrupt, a
+        // process crash loses nothing committed, and only the last commits
+        // before a power cut may be lost. It saves an fsync per transaction,
+        // which dominates the journal's small commits and a sync's batches.
         DatabaseLocation::Sqlite(_) => options
             .max_connections(4)
             .min_connections(1)
             .map_sqlx_sqlite_opts(|o| {
-                o.synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Normal)
+                o.journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal)
+                    .synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Normal)
             }),
         DatabaseLocation::Postgres(_) => options.max_connections(16).min_connections(1),
     };
@@ -79,8 +84,8 @@ pub async fn connect(location: &DatabaseLocation) -> Result<DatabaseConnection, 
             location: location.redacted(),
             source,
         })?;
-    // sqlx turns SQLite foreign keys on for every connection it opens, and uses
-    // WAL journaling; cascades in the schema rely on the former.
+    // sqlx turns SQLite foreign keys on for every connection it opens;
+    // cascades in the schema rely on it.
     Ok(db)
 }
 

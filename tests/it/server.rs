@@ -211,3 +211,34 @@ async fn data_survives_a_restart() {
         "{names:?}"
     );
 }
+
+/// The SQLite file is in WAL mode: what the store's `synchronous = NORMAL`
+/// needs to be safe, and what lets readers go on while a writer commits. The
+/// mode is a property of the file, so a connection that asks for nothing
+/// reads it back.
+#[tokio::test]
+async fn the_sqlite_store_is_written_ahead() {
+    let app = TestApp::spawn().await;
+    let corbel::store::DatabaseLocation::Sqlite(path) = app.store.config().database().unwrap()
+    else {
+        assert!(
+            app.store.is_postgres(),
+            "a store neither SQLite nor PostgreSQL"
+        );
+        return;
+    };
+    use sea_orm::{ConnectionTrait, Statement};
+    let plain = sea_orm::Database::connect(format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    let row = plain
+        .query_one_raw(Statement::from_string(
+            plain.get_database_backend(),
+            "PRAGMA journal_mode",
+        ))
+        .await
+        .unwrap()
+        .expect("a row");
+    let mode: String = row.try_get_by_index(0).unwrap();
+    assert_eq!(mode, "wal");
+}
