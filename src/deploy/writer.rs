@@ -22,6 +22,7 @@ use super::DeploymentEvent;
 use super::queries::to_event;
 use crate::events::Bus;
 use crate::store::deployments::{self as rows, EventRow};
+use crate::store::direct::Direct;
 use crate::store::{Db, DbErr};
 
 /// Most sends one transaction takes (a send may hold several writes).
@@ -42,9 +43,28 @@ pub(super) struct Writer {
 }
 
 impl Writer {
+    /// On SQLite the writer is a thread with a connection of its own
+    /// ([`Direct`]): a commit is one hand-off to it and one back, where the
+    /// pool costs a round trip to sqlx's thread per statement. On PostgreSQL
+    /// (or if that connection cannot be opened) it is a task on the pool.
     pub(super) fn spawn(db: Db, bus: Bus<DeploymentEvent>) -> Self {
         let (jobs, queue) = mpsc::unbounded_channel();
-        tokio::spawn(run(db, bus, queue));
+        match Direct::open(&db) {
+            Some(Ok(direct)) => {
+                let thread = std::thread::Builder::new()
+                    .name("corbel-writer".into())
+                    .spawn(move || run_direct(direct, bus, queue));
+                if let Err(e) = thread {
+                    panic!("cannot start the deployment writer's thread: {e}");
+                }
+            }
+            opened => {
+                if let Some(Err(e)) = opened {
+                    tracing::warn!(error = %e, "the deployment writer commits through the pool: its own SQLite connection did not open");
+                }
+                tokio::spawn(run(db, bus, queue));
+            }
+        }
         Self { jobs }
     }
 
@@ -121,41 +141,82 @@ async fn run(db: Db, bus: Bus<DeploymentEvent>, mut queue: mpsc::UnboundedReceiv
     let mut group = Vec::with_capacity(MAX_GROUP);
     while queue.recv_many(&mut batches, MAX_GROUP).await > 0 {
         group.extend(batches.drain(..).flatten());
-        let size = group.len();
-        metrics::histogram!("corbel_deploy_write_group_size").record(size as f64);
-        match commit(&db, &group).await {
-            Ok(events) => {
-                for (job, event) in group.drain(..).zip(events) {
-                    publish(&bus, event);
-                    answer(job, Ok(()));
-                }
-            }
-            // Each alone: the one that failed says why, the others commit.
-            Err(_) if size > 1 => {
-                for job in group.drain(..) {
-                    let outcome = match commit(&db, std::slice::from_ref(&job)).await {
-                        Ok(events) => {
-                            events.into_iter().for_each(|e| publish(&bus, e));
-                            Ok(())
-                        }
-                        Err(e) => Err(e.to_string()),
-                    };
-                    answer(job, outcome);
-                }
-            }
-            Err(e) => {
-                for job in group.drain(..) {
-                    answer(job, Err(e.to_string()));
-                }
+        let outcome = rows::commit_group(&db, &writes_of(&group)).await;
+        if let Some(group) = settle(&bus, &mut group, outcome) {
+            for job in group.drain(..) {
+                let outcome = rows::commit_group(&db, &[&job.write]).await;
+                settle_one(&bus, job, outcome);
             }
         }
     }
 }
 
-/// Writes `jobs` in one transaction; the event each stored, in order.
-async fn commit(db: &Db, jobs: &[Job]) -> Result<Vec<Option<EventRow>>, DbErr> {
-    let writes: Vec<&Write> = jobs.iter().map(|job| &job.write).collect();
-    rows::commit_group(db, &writes).await
+/// [`run`] on a connection of the writer's own, in its thread.
+fn run_direct(
+    mut direct: Direct,
+    bus: Bus<DeploymentEvent>,
+    mut queue: mpsc::UnboundedReceiver<Vec<Job>>,
+) {
+    let mut group = Vec::with_capacity(MAX_GROUP);
+    while let Some(first) = queue.blocking_recv() {
+        group.extend(first);
+        // Whatever else is queued by now goes into the same transaction.
+        while group.len() < MAX_GROUP
+            && let Ok(more) = queue.try_recv()
+        {
+            group.extend(more);
+        }
+        let outcome = direct.commit_group(&writes_of(&group));
+        if let Some(group) = settle(&bus, &mut group, outcome) {
+            for job in group.drain(..) {
+                let outcome = direct.commit_group(&[&job.write]);
+                settle_one(&bus, job, outcome);
+            }
+        }
+    }
+}
+
+fn writes_of(group: &[Job]) -> Vec<&Write> {
+    group.iter().map(|job| &job.write).collect()
+}
+
+/// Answers a group's jobs after its commit; a group of several that failed
+/// is handed back, to commit each alone: the one that failed says why, the
+/// others commit.
+fn settle<'a>(
+    bus: &Bus<DeploymentEvent>,
+    group: &'a mut Vec<Job>,
+    outcome: Result<Vec<Option<EventRow>>, DbErr>,
+) -> Option<&'a mut Vec<Job>> {
+    metrics::histogram!("corbel_deploy_write_group_size").record(group.len() as f64);
+    match outcome {
+        Ok(events) => {
+            for (job, event) in group.drain(..).zip(events) {
+                publish(bus, event);
+                answer(job, Ok(()));
+            }
+            None
+        }
+        Err(_) if group.len() > 1 => Some(group),
+        Err(e) => {
+            for job in group.drain(..) {
+                answer(job, Err(e.to_string()));
+            }
+            None
+        }
+    }
+}
+
+/// Answers a job committed alone.
+fn settle_one(bus: &Bus<DeploymentEvent>, job: Job, outcome: Result<Vec<Option<EventRow>>, DbErr>) {
+    let outcome = match outcome {
+        Ok(events) => {
+            events.into_iter().for_each(|e| publish(bus, e));
+            Ok(())
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    answer(job, outcome);
 }
 
 fn publish(bus: &Bus<DeploymentEvent>, row: Option<EventRow>) {

@@ -11,8 +11,8 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{CaseStatement, Expr};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DbErr,
-    EntityTrait, IntoActiveModel, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Set,
-    TransactionTrait,
+    EntityTrait, FromQueryResult, IntoActiveModel, PaginatorTrait, QueryFilter, QueryOrder,
+    QuerySelect, QueryTrait, Set, TransactionTrait,
 };
 use uuid::Uuid;
 
@@ -672,123 +672,181 @@ const NODES_PER_STATEMENT: usize = 500;
 /// journal entries that end or are superseded, one insert for the new
 /// entries, one for the events. Per write it used to cost three or four, and
 /// each statement is a round trip (to sqlx's SQLite thread, or to PostgreSQL).
+/// On SQLite the engine's writer runs the same statements on a connection of
+/// its own instead ([`super::direct::Direct::commit_group`]).
 pub async fn commit_group(
     db: &DatabaseConnection,
     writes: &[&GroupWrite],
 ) -> Result<Vec<Option<EventRow>>, DbErr> {
-    // Each node's changes merged, in the order its first change came.
-    let mut changes: Vec<(Uuid, NodeChange)> = Vec::new();
-    let mut changed: HashMap<Uuid, usize> = HashMap::new();
-    let mut merge = |node: Uuid, change: &NodeChange| match changed.get(&node) {
-        Some(&at) => changes[at].1.then(change.clone()),
-        None => {
-            changed.insert(node, changes.len());
-            changes.push((node, change.clone()));
-        }
-    };
-    let mut ended = Vec::new();
-    let mut superseded = Vec::new();
-    // The new entries by node: the last one begun (an earlier one in the
-    // group is superseded too), unless the group also ends it.
-    let mut entries: HashMap<Uuid, journal::ActiveModel> = HashMap::new();
-    let mut events = Vec::new();
-    // Which write each event belongs to.
-    let mut owners = Vec::new();
+    let group = Group::of(writes);
+    let backend = db.get_database_backend();
     let txn = db.begin().await?;
-    for (index, write) in writes.iter().enumerate() {
-        let (deployment, event) = match write {
-            GroupWrite::Event { deployment, event } => (*deployment, Some(event)),
-            GroupWrite::Begin { call, event } => {
-                merge(call.node_id, &call.change);
-                superseded.push(call.node_id);
-                let entry = journal::ActiveModel {
-                    id: Set(call.entry),
-                    deployment_id: Set(call.deployment_id),
-                    node_id: Set(call.node_id),
-                    provider_id: Set(call.provider_id),
-                    intent: Set(call.intent.clone()),
-                    created_at: Set(Utc::now()),
-                };
-                entries.insert(call.node_id, entry);
-                (call.deployment_id, Some(event))
-            }
-            GroupWrite::Finish {
-                deployment,
-                node,
-                entry,
-                change,
-                event,
-            } => {
-                merge(*node, change);
-                // An entry this group began ends before it is written.
-                if entries
-                    .get(node)
-                    .is_some_and(|begun| begun.id.try_as_ref() == Some(entry))
-                {
-                    entries.remove(node);
-                }
-                ended.push(*entry);
-                (*deployment, event.as_ref())
-            }
-        };
-        if let Some(event) = event {
-            events.push(new_event(deployment, event.clone()));
-            owners.push(index);
-        }
+    for change in &group.changes {
+        txn.execute_raw(change.build(backend)).await?;
     }
-    for chunk in changes.chunks(NODES_PER_STATEMENT) {
-        apply_all(chunk).exec(&txn).await?;
-    }
-    let (mut ended, mut superseded) = (
-        ended.chunks(ROWS_PER_STATEMENT),
-        superseded.chunks(ROWS_PER_STATEMENT),
-    );
-    loop {
-        let (ids, nodes) = (ended.next(), superseded.next());
-        if ids.is_none() && nodes.is_none() {
-            break;
+    let mut stored = Vec::with_capacity(group.owners.len());
+    for statement in &group.events {
+        for row in txn.query_all_raw(backend.build(statement)).await? {
+            stored.push(EventRow::from_query_result(&row, "")?);
         }
-        let mut gone = Condition::any();
-        if let Some(ids) = ids {
-            gone = gone.add(journal::Column::Id.is_in(ids.iter().copied()));
-        }
-        if let Some(nodes) = nodes {
-            gone = gone.add(journal::Column::NodeId.is_in(nodes.iter().copied()));
-        }
-        journal::Entity::delete_many()
-            .filter(gone)
-            .exec(&txn)
-            .await?;
-    }
-    let entries: Vec<journal::ActiveModel> = entries.into_values().collect();
-    for chunk in entries.chunks(ROWS_PER_STATEMENT) {
-        journal::Entity::insert_many(chunk.iter().cloned())
-            .exec(&txn)
-            .await?;
-    }
-    let mut stored = Vec::with_capacity(events.len());
-    for chunk in events.chunks(ROWS_PER_STATEMENT) {
-        let rows = deployment_event::Entity::insert_many(chunk.iter().cloned())
-            .exec_with_returning(&txn)
-            .await?;
-        stored.extend(rows);
     }
     txn.commit().await?;
-    // One statement numbers its rows in the order of its values; RETURNING
-    // may list them in any order.
-    stored.sort_unstable_by_key(|row| row.id);
-    if stored.len() != owners.len() {
-        return Err(DbErr::Custom(format!(
-            "{} events stored of {}",
-            stored.len(),
-            owners.len()
-        )));
+    group.answers(stored)
+}
+
+/// What [`commit_group`] writes, as statements: the changes (node updates,
+/// journal deletes and inserts, in that order), then the event inserts, which
+/// return the stored rows.
+pub(super) struct Group {
+    pub(super) changes: Vec<Change>,
+    pub(super) events: Vec<sea_orm::sea_query::InsertStatement>,
+    /// Which write each event belongs to, in the events' order.
+    owners: Vec<usize>,
+    writes: usize,
+}
+
+/// One of a group's statements that change rows.
+pub(super) enum Change {
+    Update(sea_orm::sea_query::UpdateStatement),
+    Delete(sea_orm::sea_query::DeleteStatement),
+    Insert(sea_orm::sea_query::InsertStatement),
+}
+
+impl Change {
+    pub(super) fn build(&self, backend: sea_orm::DbBackend) -> sea_orm::Statement {
+        match self {
+            Change::Update(statement) => backend.build(statement),
+            Change::Delete(statement) => backend.build(statement),
+            Change::Insert(statement) => backend.build(statement),
+        }
     }
-    let mut out = vec![None; writes.len()];
-    for (index, row) in owners.into_iter().zip(stored) {
-        out[index] = Some(row);
+}
+
+impl Group {
+    pub(super) fn of(writes: &[&GroupWrite]) -> Group {
+        // Each node's changes merged, in the order its first change came.
+        let mut changes: Vec<(Uuid, NodeChange)> = Vec::new();
+        let mut changed: HashMap<Uuid, usize> = HashMap::new();
+        let mut merge = |node: Uuid, change: &NodeChange| match changed.get(&node) {
+            Some(&at) => changes[at].1.then(change.clone()),
+            None => {
+                changed.insert(node, changes.len());
+                changes.push((node, change.clone()));
+            }
+        };
+        let mut ended = Vec::new();
+        let mut superseded = Vec::new();
+        // The new entries by node: the last one begun (an earlier one in the
+        // group is superseded too), unless the group also ends it.
+        let mut entries: HashMap<Uuid, journal::ActiveModel> = HashMap::new();
+        let mut events = Vec::new();
+        let mut owners = Vec::new();
+        for (index, write) in writes.iter().enumerate() {
+            let (deployment, event) = match write {
+                GroupWrite::Event { deployment, event } => (*deployment, Some(event)),
+                GroupWrite::Begin { call, event } => {
+                    merge(call.node_id, &call.change);
+                    superseded.push(call.node_id);
+                    let entry = journal::ActiveModel {
+                        id: Set(call.entry),
+                        deployment_id: Set(call.deployment_id),
+                        node_id: Set(call.node_id),
+                        provider_id: Set(call.provider_id),
+                        intent: Set(call.intent.clone()),
+                        created_at: Set(Utc::now()),
+                    };
+                    entries.insert(call.node_id, entry);
+                    (call.deployment_id, Some(event))
+                }
+                GroupWrite::Finish {
+                    deployment,
+                    node,
+                    entry,
+                    change,
+                    event,
+                } => {
+                    merge(*node, change);
+                    // An entry this group began ends before it is written.
+                    if entries
+                        .get(node)
+                        .is_some_and(|begun| begun.id.try_as_ref() == Some(entry))
+                    {
+                        entries.remove(node);
+                    }
+                    ended.push(*entry);
+                    (*deployment, event.as_ref())
+                }
+            };
+            if let Some(event) = event {
+                events.push(new_event(deployment, event.clone()));
+                owners.push(index);
+            }
+        }
+        let mut statements = Vec::new();
+        for chunk in changes.chunks(NODES_PER_STATEMENT) {
+            statements.push(Change::Update(apply_all(chunk).into_query()));
+        }
+        let (mut ended, mut superseded) = (
+            ended.chunks(ROWS_PER_STATEMENT),
+            superseded.chunks(ROWS_PER_STATEMENT),
+        );
+        loop {
+            let (ids, nodes) = (ended.next(), superseded.next());
+            if ids.is_none() && nodes.is_none() {
+                break;
+            }
+            let mut gone = Condition::any();
+            if let Some(ids) = ids {
+                gone = gone.add(journal::Column::Id.is_in(ids.iter().copied()));
+            }
+            if let Some(nodes) = nodes {
+                gone = gone.add(journal::Column::NodeId.is_in(nodes.iter().copied()));
+            }
+            statements.push(Change::Delete(
+                journal::Entity::delete_many().filter(gone).into_query(),
+            ));
+        }
+        let entries: Vec<journal::ActiveModel> = entries.into_values().collect();
+        for chunk in entries.chunks(ROWS_PER_STATEMENT) {
+            statements.push(Change::Insert(
+                journal::Entity::insert_many(chunk.iter().cloned()).into_query(),
+            ));
+        }
+        let events = events
+            .chunks(ROWS_PER_STATEMENT)
+            .map(|chunk| {
+                let mut insert =
+                    deployment_event::Entity::insert_many(chunk.iter().cloned()).into_query();
+                insert.returning_all();
+                insert
+            })
+            .collect();
+        Group {
+            changes: statements,
+            events,
+            owners,
+            writes: writes.len(),
+        }
     }
-    Ok(out)
+
+    /// The event each write stored, from the rows the inserts returned.
+    pub(super) fn answers(self, mut stored: Vec<EventRow>) -> Result<Vec<Option<EventRow>>, DbErr> {
+        // One statement numbers its rows in the order of its values; RETURNING
+        // may list them in any order.
+        stored.sort_unstable_by_key(|row| row.id);
+        if stored.len() != self.owners.len() {
+            return Err(DbErr::Custom(format!(
+                "{} events stored of {}",
+                stored.len(),
+                self.owners.len()
+            )));
+        }
+        let mut out = vec![None; self.writes];
+        for (index, row) in self.owners.into_iter().zip(stored) {
+            out[index] = Some(row);
+        }
+        Ok(out)
+    }
 }
 
 fn new_event(deployment_id: Uuid, event: NewEvent) -> deployment_event::ActiveModel {

@@ -6,6 +6,7 @@
 
 pub mod audit;
 pub mod deployments;
+pub mod direct;
 pub mod entities;
 mod location;
 pub mod lock;

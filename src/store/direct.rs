@@ -1,0 +1,143 @@
+//! A SQLite connection of the store's own, driven synchronously from one
+//! thread, beside sea-orm's pool: for the engine's writer, whose small
+//! commits are bound by hand-offs, not by SQL. Through the pool, each
+//! statement of a transaction is a trip to sqlx's worker thread and back, so
+//! a commit of four statements is six round trips between threads; here the
+//! whole transaction runs where it is called.
+//!
+//! The statements are the ones the pool would run (built by sea-query for
+//! SQLite), and values are bound as sqlx binds them (a UUID as 16 bytes, a
+//! time as RFC 3339 text, a boolean as an integer), so rows written either
+//! way read back the same. The file is in WAL mode (set by the pool's first
+//! connection; see `store::connect`), which lets this connection and the
+//! pool's work side by side.
+
+use std::path::Path;
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use rusqlite::types::Value as Sql;
+use sea_orm::sea_query::Value;
+use sea_orm::{DbBackend, DbErr};
+
+use super::deployments::{EventRow, Group, GroupWrite};
+
+/// How long a write waits for SQLite's one write lock, held by the pool's
+/// connections: sqlx's own default.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub struct Direct {
+    connection: rusqlite::Connection,
+}
+
+impl Direct {
+    /// A connection to the SQLite file behind `db`; `None` on PostgreSQL.
+    pub fn open(db: &super::Db) -> Option<Result<Direct, DbErr>> {
+        if db.get_database_backend() != DbBackend::Sqlite {
+            return None;
+        }
+        let options = db.get_sqlite_connection_pool().connect_options();
+        Some(Self::open_file(options.get_filename()))
+    }
+
+    fn open_file(path: &Path) -> Result<Direct, DbErr> {
+        let connection = rusqlite::Connection::open_with_flags(
+            path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(error)?;
+        connection.busy_timeout(BUSY_TIMEOUT).map_err(error)?;
+        // What sqlx sets on the pool's connections (see `store::connect`).
+        connection
+            .execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;")
+            .map_err(error)?;
+        Ok(Direct { connection })
+    }
+
+    /// [`super::deployments::commit_group`] on this connection: the same
+    /// statements in one transaction, the event each write stored.
+    pub fn commit_group(&mut self, writes: &[&GroupWrite]) -> Result<Vec<Option<EventRow>>, DbErr> {
+        let group = Group::of(writes);
+        // IMMEDIATE: the write lock is taken (or waited for) at the start, so
+        // the transaction never has to upgrade a read it began with.
+        let txn = self
+            .connection
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(error)?;
+        for change in &group.changes {
+            let statement = change.build(DbBackend::Sqlite);
+            let values = bind(statement.values)?;
+            txn.prepare_cached(&statement.sql)
+                .and_then(|mut prepared| prepared.execute(rusqlite::params_from_iter(values)))
+                .map_err(error)?;
+        }
+        let mut stored = Vec::with_capacity(writes.len());
+        for insert in &group.events {
+            let statement = DbBackend::Sqlite.build(insert);
+            let values = bind(statement.values)?;
+            let mut prepared = txn.prepare_cached(&statement.sql).map_err(error)?;
+            let mut rows = prepared
+                .query(rusqlite::params_from_iter(values))
+                .map_err(error)?;
+            while let Some(row) = rows.next().map_err(error)? {
+                stored.push(event_row(row)?);
+            }
+        }
+        txn.commit().map_err(error)?;
+        group.answers(stored)
+    }
+}
+
+fn error(e: rusqlite::Error) -> DbErr {
+    DbErr::Custom(format!("sqlite: {e}"))
+}
+
+/// The statement's values as sqlx would bind them.
+fn bind(values: Option<sea_orm::sea_query::Values>) -> Result<Vec<Sql>, DbErr> {
+    let Some(values) = values else {
+        return Ok(Vec::new());
+    };
+    values.0.into_iter().map(to_sql).collect()
+}
+
+fn to_sql(value: Value) -> Result<Sql, DbErr> {
+    fn or_null<T>(value: Option<T>, to: impl FnOnce(T) -> Sql) -> Sql {
+        value.map_or(Sql::Null, to)
+    }
+    Ok(match value {
+        Value::Bool(v) => or_null(v, |v| Sql::Integer(v.into())),
+        Value::Int(v) => or_null(v, |v| Sql::Integer(v.into())),
+        Value::BigInt(v) => or_null(v, Sql::Integer),
+        Value::String(v) => or_null(v, Sql::Text),
+        Value::Uuid(v) => or_null(v, |v| Sql::Blob(v.as_bytes().to_vec())),
+        Value::ChronoDateTimeUtc(v) => or_null(v, |v| Sql::Text(time_text(&v))),
+        other => {
+            return Err(DbErr::Custom(format!(
+                "the direct SQLite connection does not bind {other:?}"
+            )));
+        }
+    })
+}
+
+/// A time as sqlx writes it to SQLite.
+fn time_text(at: &DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::AutoSi, false)
+}
+
+fn event_row(row: &rusqlite::Row<'_>) -> Result<EventRow, DbErr> {
+    let read = |e: rusqlite::Error| DbErr::Custom(format!("sqlite: reading an event: {e}"));
+    let deployment: Vec<u8> = row.get("deployment_id").map_err(read)?;
+    let at: String = row.get("at").map_err(read)?;
+    Ok(EventRow {
+        id: row.get("id").map_err(read)?,
+        deployment_id: uuid::Uuid::from_slice(&deployment)
+            .map_err(|e| DbErr::Custom(format!("sqlite: an event's deployment id: {e}")))?,
+        at: DateTime::parse_from_rfc3339(&at)
+            .map_err(|e| DbErr::Custom(format!("sqlite: an event's time `{at}`: {e}")))?
+            .with_timezone(&Utc),
+        kind: row.get("kind").map_err(read)?,
+        node_key: row.get("node_key").map_err(read)?,
+        state: row.get("state").map_err(read)?,
+        message: row.get("message").map_err(read)?,
+    })
+}
