@@ -17,6 +17,7 @@ use uuid::Uuid;
 
 use super::driver::{self, Found, Listed};
 use super::{InvalidElement, Repositories, RepositoryError, RepositoryStatus, SyncEvent, SyncMode};
+use crate::store::direct::Direct;
 use crate::store::repositories as rows;
 
 /// Elements written per transaction.
@@ -150,12 +151,19 @@ async fn sync(
     let reading = source.inventory(tx);
     tokio::pin!(reading);
     let mut reading_done = None;
+    // On SQLite, a connection of the sync's own does the bulk reads and
+    // writes (see `store::direct`); on PostgreSQL, the pool.
+    let direct = match Direct::open(db) {
+        Some(Ok(direct)) => Some(direct),
+        Some(Err(e)) => {
+            tracing::warn!(repository.id = %id, error = %e, "the sync writes through the pool: its own SQLite connection did not open");
+            None
+        }
+        None => None,
+    };
     // Load what is stored while the source is fetched and parsing starts.
-    let mut existing = HashMap::new();
-    {
-        let loading = rows::existing_elements(db, id, |name, version, stored| {
-            existing.insert(Key::new(&name, &version), stored);
-        });
+    let (existing, direct) = {
+        let loading = load_existing(db, id, direct);
         tokio::pin!(loading);
         loop {
             tokio::select! {
@@ -163,8 +171,9 @@ async fn sync(
                 result = &mut reading, if reading_done.is_none() => reading_done = Some(result),
             }
         }
-    }
+    };
     let mut diff = Diff::new(existing, repository.sync_mode == SyncMode::Copy, refetch);
+    diff.direct = direct;
     // Take whatever the parser has handed over at once: one wake-up and one
     // `select!` per run of entries, not per entry.
     let mut received = Vec::with_capacity(BATCH);
@@ -226,6 +235,33 @@ async fn sync(
     Ok(diff.stats)
 }
 
+/// What is stored for the repository, by name and version; through `direct`
+/// (handed back) in a blocking thread, or through the pool.
+async fn load_existing(
+    db: &crate::store::Db,
+    id: Uuid,
+    direct: Option<Direct>,
+) -> Result<(HashMap<Key, rows::Stored>, Option<Direct>), RepositoryError> {
+    let Some(mut direct) = direct else {
+        let mut existing = HashMap::new();
+        rows::existing_elements(db, id, |name, version, stored| {
+            existing.insert(Key::new(&name, &version), stored);
+        })
+        .await?;
+        return Ok((existing, None));
+    };
+    let (loaded, direct) = tokio::task::spawn_blocking(move || {
+        let mut existing = HashMap::new();
+        let loaded = direct.existing_elements(id, |name, version, stored| {
+            existing.insert(Key::new(name, version), stored);
+        });
+        (loaded.map(|()| existing), direct)
+    })
+    .await
+    .map_err(|e| RepositoryError::Source(format!("loading stored elements failed: {e}")))?;
+    Ok((loaded?, Some(direct)))
+}
+
 /// An element's name and version as one allocation: the name's length, the
 /// name, then the version, so no two different pairs make the same key. A
 /// million of them cost a third of what a million `(String, String)` do.
@@ -261,6 +297,8 @@ struct Diff {
     stats: Stats,
     /// Elements stored for the repository once the pending writes are made.
     stored: i64,
+    /// The sync's own SQLite connection, if it has one.
+    direct: Option<Direct>,
 }
 
 impl Diff {
@@ -276,6 +314,7 @@ impl Diff {
             fetch_later: Vec::new(),
             invalid: Vec::new(),
             stats: Stats::default(),
+            direct: None,
         }
     }
 
@@ -368,13 +407,22 @@ impl Diff {
 
     /// Writes what is pending as one transaction, then the progress.
     async fn write(&mut self, db: &crate::store::Db, id: Uuid) -> Result<(), RepositoryError> {
-        rows::write_batch(
-            db,
-            id,
+        let (inserts, updates) = (
             std::mem::take(&mut self.inserts),
             std::mem::take(&mut self.updates),
-        )
-        .await?;
+        );
+        match self.direct.take() {
+            Some(mut direct) => {
+                let (written, direct) = tokio::task::spawn_blocking(move || {
+                    (direct.write_batch(id, inserts, updates), direct)
+                })
+                .await
+                .map_err(|e| RepositoryError::Source(format!("writing elements failed: {e}")))?;
+                self.direct = Some(direct);
+                written?;
+            }
+            None => rows::write_batch(db, id, inserts, updates).await?,
+        }
         rows::set_repository_progress(db, id, self.stats.seen, self.stored).await?;
         Ok(())
     }

@@ -1,6 +1,8 @@
 //! A SQLite connection of the store's own, driven synchronously from one
 //! thread, beside sea-orm's pool: for the engine's writer, whose small
-//! commits are bound by hand-offs, not by SQL. Through the pool, each
+//! commits are bound by hand-offs, not by SQL, and for a repository sync's
+//! bulk reads and writes, where building and binding a 500-row statement
+//! per chunk costs more than SQLite's work. Through the pool, each
 //! statement of a transaction is a trip to sqlx's worker thread and back, so
 //! a commit of four statements is six round trips between threads; here the
 //! whole transaction runs where it is called.
@@ -21,6 +23,7 @@ use sea_orm::sea_query::Value;
 use sea_orm::{DbBackend, DbErr};
 
 use super::deployments::{EventRow, Group, GroupWrite};
+use super::repositories::{ElementWrite, Stored, hash_bytes};
 
 /// How long a write waits for SQLite's one write lock, held by the pool's
 /// connections: sqlx's own default.
@@ -85,6 +88,130 @@ impl Direct {
         }
         txn.commit().map_err(error)?;
         group.answers(stored)
+    }
+}
+
+impl Direct {
+    /// [`super::repositories::existing_elements`] in one statement: this
+    /// connection hands rows over as SQLite steps through them, so memory
+    /// holds one row, never the repository's.
+    pub fn existing_elements(
+        &mut self,
+        repository_id: uuid::Uuid,
+        mut each: impl FnMut(&str, &str, Stored),
+    ) -> Result<(), DbErr> {
+        let mut statement = self
+            .connection
+            .prepare_cached(
+                "SELECT id, name, version, inventory_hash, installed, manifest IS NOT NULL \
+                 FROM elements WHERE repository_id = ?1",
+            )
+            .map_err(error)?;
+        let mut rows = statement
+            .query([repository_id.as_bytes().as_slice()])
+            .map_err(error)?;
+        while let Some(row) = rows.next().map_err(error)? {
+            let text = |i: usize| row.get_ref(i).and_then(|v| Ok(v.as_str_or_null()?));
+            let id = row
+                .get_ref(0)
+                .and_then(|v| Ok(v.as_blob()?))
+                .map_err(error)?;
+            let stored = Stored {
+                id: uuid::Uuid::from_slice(id)
+                    .map_err(|e| DbErr::Custom(format!("sqlite: an element id: {e}")))?,
+                hash: text(3).map_err(error)?.and_then(hash_bytes),
+                installed: row.get(4).map_err(error)?,
+                has_manifest: row.get(5).map_err(error)?,
+            };
+            let name = text(1).map_err(error)?.unwrap_or_default();
+            let version = text(2).map_err(error)?.unwrap_or_default();
+            each(name, version, stored);
+        }
+        Ok(())
+    }
+
+    /// [`super::repositories::write_batch`] with prepared statements, one row
+    /// at a time, in one transaction.
+    pub fn write_batch(
+        &mut self,
+        repository_id: uuid::Uuid,
+        inserts: Vec<ElementWrite>,
+        updates: Vec<ElementWrite>,
+    ) -> Result<(), DbErr> {
+        let now = time_text(&Utc::now());
+        let repository = repository_id.as_bytes().as_slice();
+        let txn = self
+            .connection
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(error)?;
+        {
+            let mut insert = txn
+                .prepare_cached(
+                    "INSERT INTO elements (id, repository_id, name, version, inventory_hash, \
+                     manifest, status, status_message, installed, installed_at, created_at, \
+                     updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'NEW', NULL, 0, NULL, ?7, ?7)",
+                )
+                .map_err(error)?;
+            let mut update = txn
+                .prepare_cached(
+                    "UPDATE elements SET inventory_hash = ?2, manifest = ?3, updated_at = ?4 \
+                     WHERE id = ?1",
+                )
+                .map_err(error)?;
+            // A changed entry is judged again: what was found wrong with it goes.
+            let mut forget = txn
+                .prepare_cached("DELETE FROM invalid_elements WHERE element_id = ?1")
+                .map_err(error)?;
+            let mut drop_artifacts = txn
+                .prepare_cached("DELETE FROM artifacts WHERE element_id = ?1")
+                .map_err(error)?;
+            let mut artifact = txn
+                .prepare_cached(
+                    "INSERT INTO artifacts (id, element_id, urn, category, file_name) \
+                     VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (element_id, urn) \
+                     DO UPDATE SET category = excluded.category, file_name = excluded.file_name",
+                )
+                .map_err(error)?;
+            let mut artifacts_of = |id: &[u8], list: Option<Vec<(String, String, String)>>| {
+                for (urn, category, file_name) in list.into_iter().flatten() {
+                    artifact.execute(rusqlite::params![
+                        uuid::Uuid::now_v7().as_bytes().as_slice(),
+                        id,
+                        urn,
+                        category,
+                        file_name
+                    ])?;
+                }
+                Ok::<_, rusqlite::Error>(())
+            };
+            for write in inserts {
+                let id = write.id.as_bytes().as_slice();
+                insert
+                    .execute(rusqlite::params![
+                        id,
+                        repository,
+                        write.name,
+                        write.version,
+                        write.hash,
+                        write.manifest,
+                        now
+                    ])
+                    .map_err(error)?;
+                artifacts_of(id, write.artifacts).map_err(error)?;
+            }
+            for write in updates {
+                let id = write.id.as_bytes().as_slice();
+                forget.execute([id]).map_err(error)?;
+                if write.artifacts.is_some() {
+                    drop_artifacts.execute([id]).map_err(error)?;
+                }
+                update
+                    .execute(rusqlite::params![id, write.hash, write.manifest, now])
+                    .map_err(error)?;
+                artifacts_of(id, write.artifacts).map_err(error)?;
+            }
+        }
+        txn.commit().map_err(error)
     }
 }
 

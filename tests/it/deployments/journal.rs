@@ -6,6 +6,8 @@
 use corbel::store::deployments::{self as rows, CallStart, GroupWrite, NewEvent, NodeChange};
 use uuid::Uuid;
 
+use corbel::store::direct::Direct;
+
 use crate::support::TestStore;
 
 fn event(message: &str) -> NewEvent {
@@ -41,13 +43,46 @@ fn begin(deployment: Uuid, node: Uuid, provider: Uuid, message: &str) -> (Uuid, 
     )
 }
 
+/// Commits a group through the pool, or through the engine writer's own
+/// SQLite connection.
+async fn commit(
+    db: &corbel::store::Db,
+    direct: &mut Option<Direct>,
+    writes: &[&GroupWrite],
+) -> Result<Vec<Option<rows::EventRow>>, corbel::store::DbErr> {
+    match direct {
+        Some(direct) => direct.commit_group(writes),
+        None => rows::commit_group(db, writes).await,
+    }
+}
+
 #[tokio::test]
 async fn a_group_of_writes_leaves_what_writing_them_in_order_leaves() {
+    a_group_leaves_what_its_writes_in_order_leave(false).await;
+}
+
+/// The same on SQLite through the connection the engine's writer owns
+/// (`store::direct`): its rows read back through the pool as the pool's own.
+#[tokio::test]
+async fn a_group_through_the_writers_own_sqlite_connection_leaves_the_same() {
+    a_group_leaves_what_its_writes_in_order_leave(true).await;
+}
+
+async fn a_group_leaves_what_its_writes_in_order_leave(through_direct: bool) {
     let store = TestStore::fresh().await;
     let db = corbel::store::connect(&store.config().database().unwrap())
         .await
         .unwrap();
     corbel::store::migrate(&db).await.unwrap();
+    let mut direct = match Direct::open(&db) {
+        _ if !through_direct => None,
+        Some(opened) => Some(opened.unwrap()),
+        // PostgreSQL: the writer runs on the pool; the other test covers it.
+        None => {
+            assert!(store.is_postgres());
+            return;
+        }
+    };
     let project = corbel::store::projects::ensure_project(&db, "default")
         .await
         .unwrap();
@@ -94,7 +129,7 @@ async fn a_group_of_writes_leaves_what_writing_them_in_order_leaves() {
     // First group: a's and b's calls begin.
     let (a1, begin_a) = begin(deployment, a, provider, "a begins");
     let (b1, begin_b) = begin(deployment, b, provider, "b begins");
-    rows::commit_group(&db, &[&begin_a, &begin_b])
+    commit(&db, &mut direct, &[&begin_a, &begin_b])
         .await
         .unwrap();
     let mut journal = rows::journal_of(&db, deployment).await.unwrap();
@@ -154,7 +189,7 @@ async fn a_group_of_writes_leaves_what_writing_them_in_order_leaves() {
         &begin_a_again,
         &finish_a_again,
     ];
-    let stored = rows::commit_group(&db, &group).await.unwrap();
+    let stored = commit(&db, &mut direct, &group).await.unwrap();
 
     // One event per write that has one, numbered in the group's order.
     let messages: Vec<Option<String>> = stored
@@ -177,6 +212,12 @@ async fn a_group_of_writes_leaves_what_writing_them_in_order_leaves() {
     let ids: Vec<i64> = stored.iter().flatten().map(|e| e.id).collect();
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids in order: {ids:?}");
     let history = rows::events_of(&db, deployment, 0, 100).await.unwrap();
+    // What the commit answered is what the pool reads back, field by field
+    // (the time included, to the nanosecond).
+    for event in stored.iter().flatten() {
+        let read = history.iter().find(|e| e.id == event.id).expect("stored");
+        assert_eq!(read, event);
+    }
     assert_eq!(
         history
             .iter()
@@ -251,7 +292,7 @@ async fn a_group_of_writes_leaves_what_writing_them_in_order_leaves() {
         event: event("nobody's"),
     };
     assert!(
-        rows::commit_group(&db, &[&finish_b, &orphan])
+        commit(&db, &mut direct, &[&finish_b, &orphan])
             .await
             .is_err()
     );
