@@ -2,10 +2,11 @@
 //! the parser meets them, so a large inventory is never held twice in memory.
 //!
 //! Bounds: the whole text by the caller (`max_inventory_bytes`, spooled to
-//! disk); nesting costs no stack (what is skipped or kept raw, serde_json
-//! reads without recursion; `RawEntry`'s own fields are flat); and each entry, which
-//! is held in memory while it is checked and hashed, by [`MAX_ENTRY_BYTES`],
-//! counted as it is read, so an oversized entry is refused before it is whole.
+//! disk and mapped, so the text is read in place, not copied); nesting costs
+//! no stack (what is skipped or kept raw, serde_json reads without recursion;
+//! `RawEntry`'s own fields are flat); and each entry, which is checked and
+//! hashed where it lies, by [`MAX_ENTRY_BYTES`]: a larger one fails the parse
+//! before any of it is checked.
 //!
 //! The format is described in `docs/repository-format.md`:
 //!
@@ -20,10 +21,7 @@
 //! and the next entry is read. Only an inventory that is not JSON, or not an
 //! object of `elements`, fails as a whole.
 
-use std::cell::Cell;
 use std::fmt;
-use std::io::Read;
-use std::rc::Rc;
 
 use serde::Deserialize;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
@@ -36,36 +34,10 @@ use crate::resolve::Version;
 /// Largest text of one entry (one element version) of an inventory.
 pub const MAX_ENTRY_BYTES: u64 = 4 * 1024 * 1024;
 
-/// Bytes the parser has consumed, and where the entry being read must end.
-#[derive(Default)]
-struct Budget {
-    read: Cell<u64>,
-    /// `u64::MAX` outside an entry.
-    entry_end: Cell<u64>,
-}
-
-/// A reader that counts for its [`Budget`] and fails past an entry's end.
-struct Counted<R> {
-    inner: R,
-    budget: Rc<Budget>,
-}
-
-impl<R: Read> Read for Counted<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let read = self.budget.read.get();
-        let end = self.budget.entry_end.get();
-        if read >= end {
-            return Err(std::io::Error::other(format!(
-                "an entry is over the limit of {MAX_ENTRY_BYTES} bytes"
-            )));
-        }
-        // Never past the entry's end, so the error comes before the bytes.
-        let room = usize::try_from(end - read).unwrap_or(usize::MAX);
-        let limit = buf.len().min(room);
-        let n = self.inner.read(&mut buf[..limit])?;
-        self.budget.read.set(read + n as u64);
-        Ok(n)
-    }
+/// Where the text starts, and who hears how far the parser has read.
+struct Position<'a> {
+    base: usize,
+    consumed: &'a mut dyn FnMut(usize),
 }
 
 /// Artifact categories of the inventory format.
@@ -111,31 +83,38 @@ struct RawEntry {
 /// What `parse` hands over for each entry: the entry, or why it is invalid.
 pub type Parsed = Result<InventoryEntry, InvalidElement>;
 
-/// Parses the inventory from `reader`, calling `each` for every entry in
-/// order, a bad entry as an [`InvalidElement`]. Fails only when the text is
-/// not an inventory at all (or `each` fails).
+/// Parses the inventory `text`, calling `each` for every entry in order, a
+/// bad entry as an [`InvalidElement`]. Fails only when the text is not an
+/// inventory at all (or `each` fails).
 pub fn parse(
-    reader: impl Read,
+    text: &[u8],
+    each: impl FnMut(Parsed) -> Result<(), RepositoryError>,
+) -> Result<u64, RepositoryError> {
+    parse_with(text, |_| {}, each)
+}
+
+/// [`parse`], telling `consumed` at each entry the offset in `text` where it
+/// starts: what lies before is read and will not be looked at again (a
+/// mapped text can be released as it goes).
+pub fn parse_with(
+    text: &[u8],
+    mut consumed: impl FnMut(usize),
     mut each: impl FnMut(Parsed) -> Result<(), RepositoryError>,
 ) -> Result<u64, RepositoryError> {
     let mut count = 0u64;
     let mut failure = None;
-    let budget = Rc::new(Budget::default());
-    budget.entry_end.set(u64::MAX);
-    // serde_json's IoRead takes one byte at a time: the buffer sits below the
-    // count, so the count is what the parser consumed.
-    let counted = Counted {
-        inner: std::io::BufReader::new(reader),
-        budget: budget.clone(),
+    let mut position = Position {
+        base: text.as_ptr() as usize,
+        consumed: &mut consumed,
     };
-    let mut de = serde_json::Deserializer::from_reader(counted);
+    let mut de = serde_json::Deserializer::from_slice(text);
     let result = Root {
         each: &mut |entry| {
             count += 1;
             each(entry)
         },
         failure: &mut failure,
-        budget: &budget,
+        position: &mut position,
     }
     .deserialize(&mut de)
     .and_then(|()| de.end());
@@ -273,20 +252,22 @@ pub fn check_file_name(file: &str) -> Result<(), String> {
     Ok(())
 }
 
-struct Root<'a, F> {
+struct Root<'a, 'b, F> {
     each: &'a mut F,
     failure: &'a mut Option<RepositoryError>,
-    budget: &'a Budget,
+    position: &'a mut Position<'b>,
 }
 
-impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> DeserializeSeed<'de> for Root<'_, F> {
+impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> DeserializeSeed<'de>
+    for Root<'_, '_, F>
+{
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> Visitor<'de> for Root<'_, F> {
+impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> Visitor<'de> for Root<'_, '_, F> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an object with `elements`")
@@ -299,7 +280,7 @@ impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> Visitor<'de> for Root
                 map.next_value_seed(Names {
                     each: &mut *self.each,
                     failure: &mut *self.failure,
-                    budget: self.budget,
+                    position: &mut *self.position,
                 })?;
             } else {
                 map.next_value::<IgnoredAny>()?;
@@ -312,20 +293,22 @@ impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> Visitor<'de> for Root
     }
 }
 
-struct Names<'a, F> {
+struct Names<'a, 'b, F> {
     each: &'a mut F,
     failure: &'a mut Option<RepositoryError>,
-    budget: &'a Budget,
+    position: &'a mut Position<'b>,
 }
 
-impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> DeserializeSeed<'de> for Names<'_, F> {
+impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> DeserializeSeed<'de>
+    for Names<'_, '_, F>
+{
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> Visitor<'de> for Names<'_, F> {
+impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> Visitor<'de> for Names<'_, '_, F> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("`elements`: an object of element names")
@@ -336,22 +319,22 @@ impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> Visitor<'de> for Name
                 name: &name,
                 each: &mut *self.each,
                 failure: &mut *self.failure,
-                budget: self.budget,
+                position: &mut *self.position,
             })?;
         }
         Ok(())
     }
 }
 
-struct Versions<'a, F> {
+struct Versions<'a, 'b, F> {
     name: &'a str,
     each: &'a mut F,
     failure: &'a mut Option<RepositoryError>,
-    budget: &'a Budget,
+    position: &'a mut Position<'b>,
 }
 
 impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> DeserializeSeed<'de>
-    for Versions<'_, F>
+    for Versions<'_, '_, F>
 {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
@@ -359,25 +342,33 @@ impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> DeserializeSeed<'de>
     }
 }
 
-impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> Visitor<'de> for Versions<'_, F> {
+impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> Visitor<'de> for Versions<'_, '_, F> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         write!(f, "element `{}`: an object of versions", self.name)
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         while let Some(version) = map.next_key::<String>()? {
-            // The entry's own text: parsed once into what we read, and hashed as is.
-            let start = self.budget.read.get();
-            self.budget
-                .entry_end
-                .set(start.saturating_add(MAX_ENTRY_BYTES));
-            let raw_json = map.next_value::<Box<serde_json::value::RawValue>>();
-            self.budget.entry_end.set(u64::MAX);
-            let raw_json = raw_json.map_err(|e| {
-                let message = format!("element `{}` {version}: {e}", self.name);
-                *self.failure = Some(RepositoryError::Inventory(message.clone()));
-                serde::de::Error::custom(message)
-            })?;
+            // The entry's own text, where it lies: parsed once into what we
+            // read, and hashed as is.
+            let raw_json = map.next_value::<&'de serde_json::value::RawValue>();
+            let raw_json = raw_json
+                .map_err(|e| format!("element `{}` {version}: {e}", self.name))
+                .and_then(|raw| {
+                    let text = raw.get();
+                    (self.position.consumed)(text.as_ptr() as usize - self.position.base);
+                    if text.len() as u64 > MAX_ENTRY_BYTES {
+                        return Err(format!(
+                            "element `{}` {version}: an entry is over the limit of {MAX_ENTRY_BYTES} bytes",
+                            self.name
+                        ));
+                    }
+                    Ok(raw)
+                })
+                .map_err(|message| {
+                    *self.failure = Some(RepositoryError::Inventory(message.clone()));
+                    serde::de::Error::custom(message)
+                })?;
             // A bad entry is handed over as such; the parse goes on.
             let parsed =
                 entry_from_json(self.name, &version, raw_json.get()).map_err(|e| InvalidElement {
@@ -440,7 +431,7 @@ mod tests {
     }
 
     #[test]
-    fn an_oversized_entry_is_refused_as_it_is_read_and_deep_nesting_is_no_danger() {
+    fn an_oversized_entry_is_refused_before_it_is_checked_and_deep_nesting_is_no_danger() {
         let big = "x".repeat(MAX_ENTRY_BYTES as usize);
         let text = format!(
             r#"{{"elements": {{"ok": {{"1.0.0": {{}}}}, "huge": {{"1.0.0": {{"pad": "{big}"}}}}}}}}"#

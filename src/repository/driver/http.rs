@@ -181,6 +181,10 @@ impl HttpDriver {
     }
 }
 
+/// Read bytes of a mapped inventory handed back at a time (a multiple of any
+/// page size).
+const RELEASE_BYTES: usize = 4 * 1024 * 1024;
+
 #[async_trait::async_trait]
 impl Driver for HttpDriver {
     async fn inventory(&self, out: mpsc::Sender<Found>) -> Result<(), RepositoryError> {
@@ -206,15 +210,44 @@ impl Driver for HttpDriver {
                 RepositoryError::Source(format!("spooling {}: {e}", self.shown(&url)))
             })?;
         }
-        let mut spool = writer
+        let spool = writer
             .into_inner()
             .map_err(|e| RepositoryError::Source(format!("spooling {}: {e}", self.shown(&url))))?;
         tokio::task::spawn_blocking(move || {
-            use std::io::Seek;
-            spool
-                .rewind()
-                .map_err(|e| RepositoryError::Source(format!("reading the spool: {e}")))?;
-            inventory::parse(spool, |parsed| {
+            let reading =
+                |e: std::io::Error| RepositoryError::Source(format!("reading the spool: {e}"));
+            // Mapped, the text is parsed where it lies (serde_json's fast path
+            // for a slice, no copy); read pages are handed back as the parse
+            // moves on, so the mapping never holds much of a large inventory.
+            let map = if received == 0 {
+                None
+            } else {
+                // SAFETY: the spool is an unnamed temporary file that only this
+                // function holds; nothing can change or truncate it while mapped.
+                Some(unsafe { memmap2::Mmap::map(&spool) }.map_err(reading)?)
+            };
+            let text: &[u8] = map.as_deref().unwrap_or_default();
+            if let Some(map) = &map {
+                let _ = map.advise(memmap2::Advice::Sequential);
+            }
+            let mut released = 0;
+            let release = |at: usize| {
+                let Some(map) = &map else { return };
+                let end = at - at % RELEASE_BYTES;
+                if end > released {
+                    // SAFETY: the pages are a read-only mapping of a file
+                    // nothing writes: dropped, they read back the same.
+                    let _ = unsafe {
+                        map.unchecked_advise_range(
+                            memmap2::UncheckedAdvice::DontNeed,
+                            released,
+                            end - released,
+                        )
+                    };
+                    released = end;
+                }
+            };
+            inventory::parse_with(text, release, |parsed| {
                 let found = match parsed {
                     Ok(entry) => Found::Element(Listed {
                         path: entry_path(&entry.name, &entry.version.to_string()),
