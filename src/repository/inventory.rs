@@ -48,8 +48,9 @@ pub const CATEGORIES: [&str; 5] = ["artifacts", "configs", "images", "manifests"
 pub struct InventoryEntry {
     pub name: String,
     pub version: Version,
-    /// SHA-256 of the entry's JSON: a changed entry has a new hash.
-    pub hash: String,
+    /// SHA-256 of the entry's JSON: a changed entry has a new hash (stored
+    /// as hex).
+    pub hash: [u8; 32],
     /// The manifest's digest as the inventory gives it (`sha256:<hex>`), if
     /// it does: being part of the entry, a new digest is a changed entry.
     pub digest: Option<String>,
@@ -188,7 +189,7 @@ fn build_entry(
             });
         }
     }
-    let hash = hex::encode(Sha256::digest(raw_json.as_bytes()));
+    let hash = Sha256::digest(raw_json.as_bytes()).into();
     Ok(InventoryEntry {
         name: key_name.to_owned(),
         version,

@@ -191,14 +191,17 @@ async fn sync(
         for listed in received.drain(..) {
             diff.take(listed)?;
             if diff.pending() >= BATCH {
-                diff.write(db, id).await?;
-                publish(
-                    repos,
-                    id,
-                    RepositoryStatus::Syncing,
-                    None,
-                    (diff.stats.seen, diff.stored, diff.invalid.len() as i64),
-                );
+                // The batch is written while the next one is read; what is
+                // published is what the last finished write stored.
+                if let Some((seen, stored)) = diff.write(db, id).await? {
+                    publish(
+                        repos,
+                        id,
+                        RepositoryStatus::Syncing,
+                        None,
+                        (seen, stored, diff.invalid.len() as i64),
+                    );
+                }
             }
         }
     }
@@ -208,6 +211,7 @@ async fn sync(
     };
     // Keep what was read before a failure: write it, then report the failure.
     diff.write(db, id).await?;
+    diff.finish_write(db, id).await?;
     read?;
 
     // Whatever the inventory no longer lists goes, unless it is installed.
@@ -297,9 +301,14 @@ struct Diff {
     stats: Stats,
     /// Elements stored for the repository once the pending writes are made.
     stored: i64,
-    /// The sync's own SQLite connection, if it has one.
+    /// The sync's own SQLite connection, if it has one (and no write holds it).
     direct: Option<Direct>,
+    /// The batch being written, with the progress it records once written.
+    writing: Option<(Writing, (i64, i64))>,
 }
+
+/// A batch write in flight; it hands the sync's connection back.
+type Writing = tokio::task::JoinHandle<(Result<(), RepositoryError>, Option<Direct>)>;
 
 impl Diff {
     fn new(existing: HashMap<Key, rows::Stored>, copy: bool, refetch: bool) -> Self {
@@ -315,6 +324,7 @@ impl Diff {
             invalid: Vec::new(),
             stats: Stats::default(),
             direct: None,
+            writing: None,
         }
     }
 
@@ -351,16 +361,6 @@ impl Diff {
             });
             return Ok(());
         }
-        let manifest_text = manifest.map(|m| m.document.to_string());
-        // Both modes list an element's artifacts from its entry; LAZY may
-        // replace them with the element's own listing when it is fetched.
-        let artifacts = Some(
-            entry
-                .artifacts
-                .iter()
-                .map(|a| (a.urn(), a.category.clone(), a.file_name.clone()))
-                .collect(),
-        );
         let (key, stored) = match self.existing.remove_entry(&key) {
             Some((key, stored)) => (key, Some(stored)),
             None => (key, None),
@@ -374,13 +374,24 @@ impl Diff {
             // failed before is tried again.
             Some(stored)
                 if self.refetch
-                    || !same_hash(stored.hash, &entry.hash)
+                    || stored.hash != Some(entry.hash)
                     || (self.copy && !stored.has_manifest) =>
             {
                 (stored.id, false)
             }
+            // As stored: nothing more is built for it.
             Some(_) => return Ok(()),
         };
+        let manifest_text = manifest.map(|m| m.document.to_string());
+        // Both modes list an element's artifacts from its entry; LAZY may
+        // replace them with the element's own listing when it is fetched.
+        let artifacts = Some(
+            entry
+                .artifacts
+                .iter()
+                .map(|a| (a.urn(), a.category.clone(), a.file_name.clone()))
+                .collect(),
+        );
         if self.copy && manifest_text.is_none() {
             self.fetch_later
                 .push((element_id, entry.name.clone(), entry.version.clone()));
@@ -389,7 +400,7 @@ impl Diff {
             id: element_id,
             name: entry.name,
             version,
-            hash: Some(entry.hash),
+            hash: Some(hex::encode(entry.hash)),
             // A changed entry's manifest is fetched again (LAZY: on access).
             manifest: manifest_text,
             artifacts,
@@ -405,32 +416,57 @@ impl Diff {
         Ok(())
     }
 
-    /// Writes what is pending as one transaction, then the progress.
-    async fn write(&mut self, db: &crate::store::Db, id: Uuid) -> Result<(), RepositoryError> {
+    /// Starts writing what is pending as one transaction, once the write
+    /// before it has finished (its progress recorded): one batch is written
+    /// while the next is read and compared. Answers the progress the
+    /// finished write recorded, if one finished.
+    async fn write(
+        &mut self,
+        db: &crate::store::Db,
+        id: Uuid,
+    ) -> Result<Option<(i64, i64)>, RepositoryError> {
+        let finished = self.finish_write(db, id).await?;
         let (inserts, updates) = (
             std::mem::take(&mut self.inserts),
             std::mem::take(&mut self.updates),
         );
-        match self.direct.take() {
-            Some(mut direct) => {
-                let (written, direct) = tokio::task::spawn_blocking(move || {
-                    (direct.write_batch(id, inserts, updates), direct)
+        let progress = (self.stats.seen, self.stored);
+        let writing = match self.direct.take() {
+            Some(mut direct) => tokio::task::spawn_blocking(move || {
+                (
+                    direct.write_batch(id, inserts, updates).map_err(Into::into),
+                    Some(direct),
+                )
+            }),
+            None => {
+                let db = db.clone();
+                tokio::spawn(async move {
+                    let written = rows::write_batch(&db, id, inserts, updates).await;
+                    (written.map_err(Into::into), None)
                 })
-                .await
-                .map_err(|e| RepositoryError::Source(format!("writing elements failed: {e}")))?;
-                self.direct = Some(direct);
-                written?;
             }
-            None => rows::write_batch(db, id, inserts, updates).await?,
-        }
-        rows::set_repository_progress(db, id, self.stats.seen, self.stored).await?;
-        Ok(())
+        };
+        self.writing = Some((writing, progress));
+        Ok(finished)
     }
-}
 
-/// The stored hash is the entry's: both are there and equal.
-fn same_hash(stored: Option<[u8; 32]>, entry: &str) -> bool {
-    stored.is_some_and(|stored| rows::hash_bytes(entry) == Some(stored))
+    /// Waits for the write in flight, if any, and records its progress.
+    async fn finish_write(
+        &mut self,
+        db: &crate::store::Db,
+        id: Uuid,
+    ) -> Result<Option<(i64, i64)>, RepositoryError> {
+        let Some((writing, (seen, stored))) = self.writing.take() else {
+            return Ok(None);
+        };
+        let (written, direct) = writing
+            .await
+            .map_err(|e| RepositoryError::Source(format!("writing elements failed: {e}")))?;
+        self.direct = direct;
+        written?;
+        rows::set_repository_progress(db, id, seen, stored).await?;
+        Ok(Some((seen, stored)))
+    }
 }
 
 /// COPY: fetches the manifests the inventory did not carry, a few at once. A

@@ -105,7 +105,7 @@ impl LocalDriver {
         let entry = InventoryEntry {
             name: manifest.name.clone(),
             version: manifest.version.clone(),
-            hash: hex::encode(Sha256::digest(text.as_bytes())),
+            hash: Sha256::digest(text.as_bytes()).into(),
             digest: None,
             artifacts: Vec::new(),
         };
