@@ -8,7 +8,11 @@
 //! on: the repository ends `ACTIVE`, saying how many are invalid. Only a source
 //! that cannot be read (or a store that cannot be written) ends it in `ERROR`.
 
-use std::collections::{HashMap, HashSet};
+/// Maps keyed by element name and version, with foldhash: several times
+/// SipHash's speed on these short keys and still seeded at random per map,
+/// so an inventory cannot be made to collide them.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
 use chrono::Utc;
 use futures_util::StreamExt;
@@ -247,7 +251,7 @@ async fn load_existing(
     direct: Option<Direct>,
 ) -> Result<(HashMap<Key, rows::Stored>, Option<Direct>), RepositoryError> {
     let Some(mut direct) = direct else {
-        let mut existing = HashMap::new();
+        let mut existing = HashMap::default();
         rows::existing_elements(db, id, |name, version, stored| {
             existing.insert(Key::new(&name, &version), stored);
         })
@@ -255,7 +259,7 @@ async fn load_existing(
         return Ok((existing, None));
     };
     let (loaded, direct) = tokio::task::spawn_blocking(move || {
-        let mut existing = HashMap::new();
+        let mut existing = HashMap::default();
         let loaded = direct.existing_elements(id, |name, version, stored| {
             existing.insert(Key::new(name, version), stored);
         });
@@ -317,7 +321,7 @@ impl Diff {
             refetch,
             stored: existing.len() as i64,
             existing,
-            seen_keys: HashSet::new(),
+            seen_keys: HashSet::default(),
             inserts: Vec::new(),
             updates: Vec::new(),
             fetch_later: Vec::new(),
