@@ -34,13 +34,19 @@ pub struct Direct {
 }
 
 impl Direct {
-    /// A connection to the SQLite file behind `db`; `None` on PostgreSQL.
+    /// A connection to the SQLite file behind `db`; `None` on PostgreSQL, or
+    /// for an in-memory database, which another connection would not see.
     pub fn open(db: &super::Db) -> Option<Result<Direct, DbErr>> {
         if db.get_database_backend() != DbBackend::Sqlite {
             return None;
         }
         let options = db.get_sqlite_connection_pool().connect_options();
-        Some(Self::open_file(options.get_filename()))
+        let path = options.get_filename();
+        let name = path.to_string_lossy();
+        if name == ":memory:" || name.starts_with("file:") {
+            return None;
+        }
+        Some(Self::open_file(path))
     }
 
     fn open_file(path: &Path) -> Result<Direct, DbErr> {
