@@ -51,12 +51,10 @@ impl Writer {
         let (jobs, queue) = mpsc::unbounded_channel();
         match Direct::open(&db) {
             Some(Ok(direct)) => {
-                let thread = std::thread::Builder::new()
+                std::thread::Builder::new()
                     .name("corbel-writer".into())
-                    .spawn(move || run_direct(direct, bus, queue));
-                if let Err(e) = thread {
-                    panic!("cannot start the deployment writer's thread: {e}");
-                }
+                    .spawn(move || run_direct(direct, bus, queue))
+                    .expect("the deployment writer's thread starts");
             }
             opened => {
                 if let Some(Err(e)) = opened {

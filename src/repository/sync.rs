@@ -8,12 +8,6 @@
 //! on: the repository ends `ACTIVE`, saying how many are invalid. Only a source
 //! that cannot be read (or a store that cannot be written) ends it in `ERROR`.
 
-/// Maps keyed by element name and version, with foldhash: several times
-/// SipHash's speed on these short keys and still seeded at random per map,
-/// so an inventory cannot be made to collide them.
-type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
-type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
-
 use chrono::Utc;
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
@@ -23,6 +17,12 @@ use super::driver::{self, Found, Listed};
 use super::{InvalidElement, Repositories, RepositoryError, RepositoryStatus, SyncEvent, SyncMode};
 use crate::store::direct::Direct;
 use crate::store::repositories as rows;
+
+/// Maps keyed by element name and version, with foldhash: several times
+/// SipHash's speed on these short keys and still seeded at random per map,
+/// so an inventory cannot be made to collide them.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
 /// Elements written per transaction.
 const BATCH: usize = 1000;

@@ -74,14 +74,17 @@ async fn a_group_leaves_what_its_writes_in_order_leave(through_direct: bool) {
         .await
         .unwrap();
     corbel::store::migrate(&db).await.unwrap();
-    let mut direct = match Direct::open(&db) {
-        _ if !through_direct => None,
-        Some(opened) => Some(opened.unwrap()),
-        // PostgreSQL: the writer runs on the pool; the other test covers it.
-        None => {
-            assert!(store.is_postgres());
-            return;
+    let mut direct = if through_direct {
+        match Direct::open(&db) {
+            Some(opened) => Some(opened.unwrap()),
+            // PostgreSQL: the writer runs on the pool; the other test covers it.
+            None => {
+                assert!(store.is_postgres());
+                return;
+            }
         }
+    } else {
+        None
     };
     let project = corbel::store::projects::ensure_project(&db, "default")
         .await
