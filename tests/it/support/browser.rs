@@ -235,6 +235,21 @@ impl Browser {
         self.find(css).await.text().await.unwrap_or_default()
     }
 
+    /// `css`'s attribute `name` now. A page that re-renders live can replace
+    /// the element between finding it and reading it; that read is retried.
+    pub async fn attr(&self, css: &str, name: &str) -> Option<String> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            match self.find(css).await.attr(name).await {
+                Ok(value) => return value,
+                Err(fantoccini::error::CmdError::Standard(e))
+                    if e.error == fantoccini::error::ErrorStatus::StaleElementReference
+                        && Instant::now() < deadline => {}
+                Err(e) => panic!("reading {name} of `{css}`: {e}"),
+            }
+        }
+    }
+
     /// Waits until the text of some `css` element contains `want`; returns it.
     pub async fn wait_text(&self, css: &str, want: &str) -> String {
         let deadline = Instant::now() + WAIT;

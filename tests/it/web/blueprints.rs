@@ -212,11 +212,8 @@ async fn a_blueprint_with_mistakes_shows_them_at_their_lines_then_saves() {
         .wait_js("line 10 is not marked", &format!("!{}", marked(10)))
         .await;
     let title = browser
-        .find(".bp-numbers [data-line='11']")
+        .attr(".bp-numbers [data-line='11']", "title")
         .await
-        .attr("title")
-        .await
-        .unwrap()
         .unwrap_or_default();
     assert!(title.contains("resources.web.depends_on[0]"), "{title}");
     // "line 11" selects that line in the editor.
@@ -269,7 +266,7 @@ async fn a_blueprint_with_mistakes_shows_them_at_their_lines_then_saves() {
         )
         .await;
     shows_saved_good(&browser).await;
-    let deploy = browser.find("#bp-deploy").await.attr("href").await.unwrap();
+    let deploy = browser.attr("#bp-deploy", "href").await;
     assert_eq!(
         deploy.as_deref(),
         Some(format!("/deployments/new?blueprint={id}").as_str())

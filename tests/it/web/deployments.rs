@@ -269,11 +269,8 @@ async fn a_deployment_is_made_followed_live_redeployed_and_destroyed_in_the_brow
     browser.wait_text("#node-panel h2", "web[0]").await;
     assert_eq!(
         browser
-            .find(&node("web[0]"))
+            .attr(&node("web[0]"), "aria-pressed")
             .await
-            .attr("aria-pressed")
-            .await
-            .unwrap()
             .as_deref(),
         Some("true")
     );

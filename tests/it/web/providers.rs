@@ -229,11 +229,8 @@ async fn a_provider_is_created_followed_live_and_managed_in_the_browser() {
         .wait_text(&format!("{row} td.source"), &repo.url())
         .await;
     let id: String = browser
-        .find(row)
+        .attr(row, "data-id")
         .await
-        .attr("data-id")
-        .await
-        .unwrap()
         .expect("the row names its provider");
     let (other, _) = create_provider(
         &app,
