@@ -7,6 +7,7 @@
 
 mod limiter;
 mod password;
+mod recent;
 mod settings;
 mod teams;
 
@@ -37,11 +38,11 @@ pub const ADMIN_USERNAME: &str = "admin";
 pub const GIVEN_TOKEN_NAME: &str = "CORBEL_ADMIN_TOKEN";
 /// Prefix of every token, so a leaked one is easy to spot in a scan.
 const TOKEN_PREFIX: &str = "cbl_";
-/// A token's `last_used_at` is rewritten at most this often, keeping reads cheap.
 /// Longest token accepted; longer ones are refused before any hashing.
 const MAX_TOKEN_LEN: usize = 512;
 /// Shortest admin token accepted from the configuration.
 const MIN_GIVEN_TOKEN_LEN: usize = 16;
+/// A token's `last_used_at` is rewritten at most this often, keeping reads cheap.
 const TOUCH_EVERY: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
 
 text_enum! {
@@ -167,6 +168,8 @@ pub struct Auth {
     bus: Bus<AuthEvent>,
     /// Failed logins per user name and address (in memory: single node).
     limiter: Arc<limiter::LoginLimiter>,
+    /// Tokens checked a moment ago (see [`recent`]).
+    recent: Arc<recent::RecentTokens>,
 }
 
 impl Auth {
@@ -176,6 +179,7 @@ impl Auth {
             session_ttl,
             bus,
             limiter: Arc::new(limiter::LoginLimiter::new(login)),
+            recent: Arc::default(),
         }
     }
 
@@ -233,6 +237,7 @@ impl Auth {
                     },
                 )
                 .await?;
+                self.recent.forget_all();
                 if replaced > 0 {
                     tracing::info!(
                         user = ADMIN_USERNAME,
@@ -259,21 +264,41 @@ impl Auth {
         if token.is_empty() || token.len() > MAX_TOKEN_LEN {
             return Ok(None);
         }
-        let Some((row, user)) = users::find_token(&self.db, &hash_token(token)).await? else {
-            return Ok(None);
+        let hash = hash_token(token);
+        let checked = match self.recent.get(&hash, Instant::now()) {
+            Some(checked) => checked,
+            None => {
+                // Taken before the read: a change made meanwhile drops it.
+                let (generation, read_at) = (self.recent.generation(), Instant::now());
+                let Some((row, user)) = users::find_token(&self.db, &hash).await? else {
+                    return Ok(None);
+                };
+                if user.disabled {
+                    return Ok(None);
+                }
+                let checked = recent::Checked {
+                    principal: Principal {
+                        user: to_user(user)?,
+                        token_id: row.id,
+                        token_kind: row.kind.parse()?,
+                    },
+                    expires_at: row.expires_at,
+                    last_used_at: row.last_used_at,
+                };
+                self.recent
+                    .put(hash.clone(), checked.clone(), generation, read_at);
+                checked
+            }
         };
         let now = Utc::now();
-        if row.expires_at.is_some_and(|at| at <= now) || user.disabled {
+        if checked.expires_at.is_some_and(|at| at <= now) {
             return Ok(None);
         }
-        if row.last_used_at.is_none_or(|at| now - at > TOUCH_EVERY) {
-            users::touch_token(&self.db, row.id, now).await?;
+        if checked.last_used_at.is_none_or(|at| now - at > TOUCH_EVERY) {
+            users::touch_token(&self.db, checked.principal.token_id, now).await?;
+            self.recent.touched(&hash, now);
         }
-        Ok(Some(Principal {
-            user: to_user(user)?,
-            token_id: row.id,
-            token_kind: row.kind.parse()?,
-        }))
+        Ok(Some(checked.principal))
     }
 
     /// Checks a username and password and opens a session. `from` is the
@@ -332,6 +357,7 @@ impl Auth {
     /// Ends the session (or revokes the token) the principal came in with.
     pub async fn logout(&self, who: &Principal) -> Result<(), AuthError> {
         users::delete_token(&self.db, who.user.id, who.token_id).await?;
+        self.recent.forget_all();
         Ok(())
     }
 
@@ -356,6 +382,8 @@ impl Auth {
         }
         let hash = password::hash(new).await?;
         users::set_password_hash(&self.db, row.id, hash).await?;
+        // `hasPassword` is part of who the caller is.
+        self.recent.forget_all();
         Ok(())
     }
 
@@ -404,6 +432,7 @@ impl Auth {
         if !users::delete_token(&self.db, who.user.id, token_id).await? {
             return Err(AuthError::TokenNotFound(token_id));
         }
+        self.recent.forget_all();
         self.bus.publish(AuthEvent::ApiTokenRevoked {
             user_id: who.user.id,
             token_id,

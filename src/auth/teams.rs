@@ -149,6 +149,9 @@ impl Auth {
     }
 
     fn access_changed(&self, user_id: Option<Uuid>) {
+        // Who a token stands for may have changed (disabled, deleted, another
+        // role): the tokens checked a moment ago are read again.
+        self.recent.forget_all();
         self.bus
             .publish(super::AuthEvent::AccessChanged { user_id });
     }
