@@ -23,7 +23,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::api::documents::DocumentCache;
-use crate::api::http::{self as api_http, HttpState};
+use crate::api::http::{self as api_http, HttpShared};
 use crate::api::{self, ServerFacts};
 use crate::audit::Audit;
 use crate::auth::Auth;
@@ -195,7 +195,7 @@ impl App {
 
         let ws_close = CancellationToken::new();
         let ws_tasks = TaskTracker::new();
-        let state = HttpState {
+        let state = Arc::new(HttpShared {
             schema,
             reads,
             auth: auth.clone(),
@@ -213,7 +213,7 @@ impl App {
             anonymous_gate: crate::api::http::anonymous_gate(),
             ws_close: ws_close.clone(),
             ws_tasks: ws_tasks.clone(),
-        };
+        });
         crate::telemetry::metrics();
         let router = Router::new()
             .route(

@@ -28,9 +28,12 @@ use crate::repository::Repositories;
 pub type Readiness =
     Arc<dyn Fn() -> futures_util::future::BoxFuture<'static, Result<(), String>> + Send + Sync>;
 
-/// What the handlers share.
-#[derive(Clone)]
-pub struct HttpState {
+/// What the handlers share: one allocation, so a request's `State` is a
+/// reference count, not a clone of every part (which showed in profiles).
+pub type HttpState = Arc<HttpShared>;
+
+/// The parts of [`HttpState`].
+pub struct HttpShared {
     /// With the extensions (cost, audit, policy): mutations, subscriptions.
     pub schema: CorbelSchema,
     /// Without them: queries, checked first (see [`read_schema`]).
