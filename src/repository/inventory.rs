@@ -38,6 +38,7 @@ pub const MAX_ENTRY_BYTES: u64 = 4 * 1024 * 1024;
 struct Position<'a> {
     base: usize,
     consumed: &'a mut dyn FnMut(usize),
+    known: &'a dyn Known,
 }
 
 /// Artifact categories of the inventory format.
@@ -84,29 +85,66 @@ struct RawEntry {
 /// What `parse` hands over for each entry: the entry, or why it is invalid.
 pub type Parsed = Result<InventoryEntry, InvalidElement>;
 
+/// What [`parse_with`] hands over for each entry: the entry (or why it is
+/// invalid), or only what `known` answered for it.
+pub enum Read {
+    Entry(Parsed),
+    /// `known` knew the entry's name, version and hash: it is not checked
+    /// or built again (the same text was valid when it was stored).
+    Known(u32),
+}
+
+/// Answers, for an entry's name, version (as the inventory spells it) and
+/// the hash of its text, whether the reader already holds it so, and then
+/// what to hand over in its place.
+pub trait Known {
+    fn known(&self, name: &str, version: &str, hash: &[u8; 32]) -> Option<u32>;
+}
+
+/// Knows nothing: every entry is checked and built.
+pub struct NothingKnown;
+
+impl Known for NothingKnown {
+    fn known(&self, _: &str, _: &str, _: &[u8; 32]) -> Option<u32> {
+        None
+    }
+}
+
 /// Parses the inventory `text`, calling `each` for every entry in order, a
 /// bad entry as an [`InvalidElement`]. Fails only when the text is not an
 /// inventory at all (or `each` fails).
 pub fn parse(
     text: &[u8],
-    each: impl FnMut(Parsed) -> Result<(), RepositoryError>,
+    mut each: impl FnMut(Parsed) -> Result<(), RepositoryError>,
 ) -> Result<u64, RepositoryError> {
-    parse_with(text, |_| {}, each)
+    parse_with(
+        text,
+        |_| {},
+        &NothingKnown,
+        |read| match read {
+            Read::Entry(parsed) => each(parsed),
+            // Nothing is known.
+            Read::Known(_) => Ok(()),
+        },
+    )
 }
 
 /// [`parse`], telling `consumed` at each entry the offset in `text` where it
-/// starts: what lies before is read and will not be looked at again (a
-/// mapped text can be released as it goes).
+/// starts (what lies before is read and will not be looked at again: a
+/// mapped text can be released as it goes), and handing over only what
+/// `known` answers for an entry it knows.
 pub fn parse_with(
     text: &[u8],
     mut consumed: impl FnMut(usize),
-    mut each: impl FnMut(Parsed) -> Result<(), RepositoryError>,
+    known: &dyn Known,
+    mut each: impl FnMut(Read) -> Result<(), RepositoryError>,
 ) -> Result<u64, RepositoryError> {
     let mut count = 0u64;
     let mut failure = None;
     let mut position = Position {
         base: text.as_ptr() as usize,
         consumed: &mut consumed,
+        known,
     };
     let mut de = serde_json::Deserializer::from_slice(text);
     let result = Root {
@@ -132,17 +170,32 @@ pub fn entry_from_json(
     key_version: &str,
     raw_json: &str,
 ) -> Result<InventoryEntry, RepositoryError> {
+    entry_with_hash(
+        key_name,
+        key_version,
+        raw_json,
+        Sha256::digest(raw_json.as_bytes()).into(),
+    )
+}
+
+/// [`entry_from_json`] with the text's hash made already.
+fn entry_with_hash(
+    key_name: &str,
+    key_version: &str,
+    raw_json: &str,
+    hash: [u8; 32],
+) -> Result<InventoryEntry, RepositoryError> {
     let raw: RawEntry = serde_json::from_str(raw_json).map_err(|e| {
         RepositoryError::Inventory(format!("element `{key_name}` {key_version}: {e}"))
     })?;
-    build_entry(key_name, key_version, raw, raw_json)
+    build_entry(key_name, key_version, raw, hash)
 }
 
 fn build_entry(
     key_name: &str,
     key_version: &str,
     raw: RawEntry,
-    raw_json: &str,
+    hash: [u8; 32],
 ) -> Result<InventoryEntry, RepositoryError> {
     let at = |field: &str, problem: String| {
         RepositoryError::Inventory(format!(
@@ -189,7 +242,6 @@ fn build_entry(
             });
         }
     }
-    let hash = Sha256::digest(raw_json.as_bytes()).into();
     Ok(InventoryEntry {
         name: key_name.to_owned(),
         version,
@@ -259,16 +311,14 @@ struct Root<'a, 'b, F> {
     position: &'a mut Position<'b>,
 }
 
-impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> DeserializeSeed<'de>
-    for Root<'_, '_, F>
-{
+impl<'de, F: FnMut(Read) -> Result<(), RepositoryError>> DeserializeSeed<'de> for Root<'_, '_, F> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> Visitor<'de> for Root<'_, '_, F> {
+impl<'de, F: FnMut(Read) -> Result<(), RepositoryError>> Visitor<'de> for Root<'_, '_, F> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an object with `elements`")
@@ -300,16 +350,14 @@ struct Names<'a, 'b, F> {
     position: &'a mut Position<'b>,
 }
 
-impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> DeserializeSeed<'de>
-    for Names<'_, '_, F>
-{
+impl<'de, F: FnMut(Read) -> Result<(), RepositoryError>> DeserializeSeed<'de> for Names<'_, '_, F> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> Visitor<'de> for Names<'_, '_, F> {
+impl<'de, F: FnMut(Read) -> Result<(), RepositoryError>> Visitor<'de> for Names<'_, '_, F> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("`elements`: an object of element names")
@@ -334,7 +382,7 @@ struct Versions<'a, 'b, F> {
     position: &'a mut Position<'b>,
 }
 
-impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> DeserializeSeed<'de>
+impl<'de, F: FnMut(Read) -> Result<(), RepositoryError>> DeserializeSeed<'de>
     for Versions<'_, '_, F>
 {
     type Value = ();
@@ -343,7 +391,7 @@ impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> DeserializeSeed<'de>
     }
 }
 
-impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> Visitor<'de> for Versions<'_, '_, F> {
+impl<'de, F: FnMut(Read) -> Result<(), RepositoryError>> Visitor<'de> for Versions<'_, '_, F> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         write!(f, "element `{}`: an object of versions", self.name)
@@ -370,16 +418,26 @@ impl<'de, F: FnMut(Parsed) -> Result<(), RepositoryError>> Visitor<'de> for Vers
                     *self.failure = Some(RepositoryError::Inventory(message.clone()));
                     serde::de::Error::custom(message)
                 })?;
+            let text = raw_json.get();
+            let hash: [u8; 32] = Sha256::digest(text.as_bytes()).into();
+            if let Some(known) = self.position.known.known(self.name, &version, &hash) {
+                if let Err(e) = (self.each)(Read::Known(known)) {
+                    let message = e.to_string();
+                    *self.failure = Some(e);
+                    return Err(serde::de::Error::custom(message));
+                }
+                continue;
+            }
             // A bad entry is handed over as such; the parse goes on.
             let parsed =
-                entry_from_json(self.name, &version, raw_json.get()).map_err(|e| InvalidElement {
+                entry_with_hash(self.name, &version, text, hash).map_err(|e| InvalidElement {
                     name: Some(self.name.to_owned()),
                     version: Some(version.clone()),
                     path: entry_path(self.name, &version),
                     message: e.to_string(),
                     element_id: None,
                 });
-            if let Err(e) = (self.each)(parsed) {
+            if let Err(e) = (self.each)(Read::Entry(parsed)) {
                 let message = e.to_string();
                 *self.failure = Some(e);
                 return Err(serde::de::Error::custom(message));
@@ -412,6 +470,56 @@ mod tests {
         })
         .unwrap();
         out
+    }
+
+    #[test]
+    fn a_known_entry_is_handed_over_as_what_was_answered_and_not_built() {
+        struct KnowsCore([u8; 32]);
+        impl Known for KnowsCore {
+            fn known(&self, name: &str, version: &str, hash: &[u8; 32]) -> Option<u32> {
+                (name == "core" && version == "1.0.0" && *hash == self.0).then_some(7)
+            }
+        }
+        let core = r#"{"index": {"images": {"a1": "disk.qcow2"}}}"#;
+        let text = format!(
+            r#"{{"elements": {{"core": {{"1.0.0": {core}, "1.1.0": {core}}}, "bad": {{"1.0.0": {{"index": {{"nope": {{}}}}}}}}}}}}"#
+        );
+        let mut read = Vec::new();
+        let hash: [u8; 32] = Sha256::digest(core.as_bytes()).into();
+        parse_with(
+            text.as_bytes(),
+            |_| {},
+            &KnowsCore(hash),
+            |r| {
+                read.push(match r {
+                    Read::Known(answer) => format!("known {answer}"),
+                    Read::Entry(Ok(entry)) => format!("entry {} {}", entry.name, entry.version),
+                    Read::Entry(Err(bad)) => format!("invalid {}", bad.message),
+                });
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(read[0], "known 7");
+        assert_eq!(read[1], "entry core 1.1.0");
+        assert!(
+            read[2].starts_with("invalid ") && read[2].contains("unknown category"),
+            "{read:?}"
+        );
+        // What another text of the same key would be: built and checked.
+        let changed = text.replacen("disk.qcow2", "disk-v2.qcow2", 1);
+        let mut first = None;
+        parse_with(
+            changed.as_bytes(),
+            |_| {},
+            &KnowsCore(hash),
+            |r| {
+                first.get_or_insert(matches!(r, Read::Entry(Ok(_))));
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(first, Some(true));
     }
 
     #[test]

@@ -13,16 +13,22 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
+use std::sync::{Arc, OnceLock};
+
 use super::driver::{self, Found, Listed};
+use super::inventory::Known;
 use super::{InvalidElement, Repositories, RepositoryError, RepositoryStatus, SyncEvent, SyncMode};
 use crate::store::direct::Direct;
 use crate::store::repositories as rows;
 
-/// Maps keyed by element name and version, with foldhash: several times
-/// SipHash's speed on these short keys and still seeded at random per map,
-/// so an inventory cannot be made to collide them.
-type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+/// Sets and maps keyed by element name and version hash with foldhash:
+/// several times SipHash's speed on these short keys and still seeded at
+/// random per map, so an inventory cannot be made to collide them.
 type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
+/// What is stored for a repository, by key, each with its position (which
+/// [`Found::Known`] names).
+type Existing = indexmap::IndexMap<Key, rows::Stored, foldhash::fast::RandomState>;
 
 /// Elements written per transaction.
 const BATCH: usize = 1000;
@@ -152,7 +158,14 @@ async fn sync(
     let source = driver::open(&repository.driver, &repos.settings)?;
 
     let (tx, mut rx) = mpsc::channel::<Found>(BATCH);
-    let reading = source.inventory(tx);
+    // Once loaded, what is stored tells the driver which entries it need
+    // not build: those listed as they were (most of a refresh).
+    let holding = Arc::new(Holding {
+        existing: OnceLock::new(),
+        copy: repository.sync_mode == SyncMode::Copy,
+        refetch,
+    });
+    let reading = source.inventory(tx, holding.clone());
     tokio::pin!(reading);
     let mut reading_done = None;
     // On SQLite, a connection of the sync's own does the bulk reads and
@@ -176,6 +189,8 @@ async fn sync(
             }
         }
     };
+    let existing = Arc::new(existing);
+    let _ = holding.existing.set(existing.clone());
     let mut diff = Diff::new(existing, repository.sync_mode == SyncMode::Copy, refetch);
     diff.direct = direct;
     // Take whatever the parser has handed over at once: one wake-up and one
@@ -222,8 +237,9 @@ async fn sync(
     let stale: Vec<Uuid> = diff
         .existing
         .values()
-        .filter(|stored| !stored.installed)
-        .map(|stored| stored.id)
+        .zip(&diff.seen)
+        .filter(|(stored, seen)| !**seen && !stored.installed)
+        .map(|(stored, _)| stored.id)
         .collect();
     diff.stats.removed = rows::delete_elements(db, &stale).await?;
     diff.stored -= diff.stats.removed as i64;
@@ -249,9 +265,9 @@ async fn load_existing(
     db: &crate::store::Db,
     id: Uuid,
     direct: Option<Direct>,
-) -> Result<(HashMap<Key, rows::Stored>, Option<Direct>), RepositoryError> {
+) -> Result<(Existing, Option<Direct>), RepositoryError> {
     let Some(mut direct) = direct else {
-        let mut existing = HashMap::default();
+        let mut existing = Existing::default();
         rows::existing_elements(db, id, |name, version, stored| {
             existing.insert(Key::new(&name, &version), stored);
         })
@@ -259,7 +275,7 @@ async fn load_existing(
         return Ok((existing, None));
     };
     let (loaded, direct) = tokio::task::spawn_blocking(move || {
-        let mut existing = HashMap::default();
+        let mut existing = Existing::default();
         let loaded = direct.existing_elements(id, |name, version, stored| {
             existing.insert(Key::new(name, version), stored);
         });
@@ -273,16 +289,74 @@ async fn load_existing(
 /// An element's name and version as one allocation: the name's length, the
 /// name, then the version, so no two different pairs make the same key. A
 /// million of them cost a third of what a million `(String, String)` do.
+/// It hashes and compares as its bytes, so a map of keys can be asked with
+/// bytes made on the stack (see [`with_key`]).
 #[derive(PartialEq, Eq, Hash)]
 struct Key(Box<[u8]>);
+
+impl std::borrow::Borrow<[u8]> for Key {
+    fn borrow(&self) -> &[u8] {
+        &self.0
+    }
+}
 
 impl Key {
     fn new(name: &str, version: &str) -> Self {
         let mut bytes = Vec::with_capacity(4 + name.len() + version.len());
-        bytes.extend_from_slice(&(name.len() as u32).to_le_bytes());
-        bytes.extend_from_slice(name.as_bytes());
-        bytes.extend_from_slice(version.as_bytes());
+        put_key(&mut bytes, name, version);
         Self(bytes.into_boxed_slice())
+    }
+
+    /// The name and version it was made of.
+    fn parts(&self) -> (String, String) {
+        let (len, rest) = self.0.split_at(4.min(self.0.len()));
+        let len = u32::from_le_bytes(len.try_into().unwrap_or_default()) as usize;
+        let (name, version) = rest.split_at(len.min(rest.len()));
+        (
+            String::from_utf8_lossy(name).into_owned(),
+            String::from_utf8_lossy(version).into_owned(),
+        )
+    }
+}
+
+fn put_key(bytes: &mut Vec<u8>, name: &str, version: &str) {
+    bytes.extend_from_slice(&(name.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(name.as_bytes());
+    bytes.extend_from_slice(version.as_bytes());
+}
+
+/// Calls `f` with the bytes of `name` and `version`'s key, made in a buffer
+/// of the thread's own (asked once per inventory entry: no allocation).
+fn with_key<R>(name: &str, version: &str, f: impl FnOnce(&[u8]) -> R) -> R {
+    thread_local! {
+        static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    BUFFER.with_borrow_mut(|bytes| {
+        bytes.clear();
+        put_key(bytes, name, version);
+        f(bytes)
+    })
+}
+
+/// What the sync holds, as the driver asks it: an entry is known when it is
+/// stored with the same hash and the sync needs nothing more of it (no
+/// refetch asked; in COPY, its manifest is stored).
+struct Holding {
+    /// Set once loaded; until then nothing is known.
+    existing: OnceLock<Arc<Existing>>,
+    copy: bool,
+    refetch: bool,
+}
+
+impl Known for Holding {
+    fn known(&self, name: &str, version: &str, hash: &[u8; 32]) -> Option<u32> {
+        if self.refetch {
+            return None;
+        }
+        let existing = self.existing.get()?;
+        let (index, _, stored) = with_key(name, version, |key| existing.get_full(key))?;
+        let unchanged = stored.hash.as_ref() == Some(hash) && (stored.has_manifest || !self.copy);
+        unchanged.then(|| u32::try_from(index).ok()).flatten()
     }
 }
 
@@ -292,10 +366,11 @@ struct Diff {
     copy: bool,
     /// Every stored element counts as changed: its manifest is read again.
     refetch: bool,
-    /// Stored elements the inventory has not listed (yet).
-    existing: HashMap<Key, rows::Stored>,
-    /// Elements the inventory has listed, to find one listed twice. A key
-    /// moves here from `existing`, so each is allocated once.
+    /// Stored elements, read only (the driver asks them too).
+    existing: Arc<Existing>,
+    /// Which of `existing` the inventory has listed, by position.
+    seen: Vec<bool>,
+    /// New elements the inventory has listed, to find one listed twice.
     seen_keys: HashSet<Key>,
     inserts: Vec<rows::ElementWrite>,
     updates: Vec<rows::ElementWrite>,
@@ -315,11 +390,12 @@ struct Diff {
 type Writing = tokio::task::JoinHandle<(Result<(), RepositoryError>, Option<Direct>)>;
 
 impl Diff {
-    fn new(existing: HashMap<Key, rows::Stored>, copy: bool, refetch: bool) -> Self {
+    fn new(existing: Arc<Existing>, copy: bool, refetch: bool) -> Self {
         Self {
             copy,
             refetch,
             stored: existing.len() as i64,
+            seen: vec![false; existing.len()],
             existing,
             seen_keys: HashSet::default(),
             inserts: Vec::new(),
@@ -349,27 +425,43 @@ impl Diff {
                 self.invalid.push(invalid);
                 return Ok(());
             }
+            // As stored: the driver did not even build it.
+            Found::Known(index) => {
+                let index = index as usize;
+                match self.seen.get_mut(index) {
+                    Some(seen) if !*seen => *seen = true,
+                    _ => {
+                        let (name, version) = self
+                            .existing
+                            .get_index(index)
+                            .map(|(key, _)| key.parts())
+                            .unwrap_or_default();
+                        let path = super::invalid::entry_path(&name, &version);
+                        self.listed_twice(name, version, path);
+                    }
+                }
+                return Ok(());
+            }
         };
         let version = entry.version.to_string();
         let key = Key::new(&entry.name, &version);
-        if self.seen_keys.contains(&key) {
-            self.invalid.push(InvalidElement {
-                message: format!(
-                    "element `{}` {version} is listed twice; the first one listed is kept",
-                    entry.name
-                ),
-                name: Some(entry.name),
-                version: Some(version),
-                path,
-                element_id: None,
-            });
-            return Ok(());
-        }
-        let (key, stored) = match self.existing.remove_entry(&key) {
-            Some((key, stored)) => (key, Some(stored)),
-            None => (key, None),
+        let existing = self.existing.clone();
+        let stored = match existing.get_full(&key) {
+            Some((index, _, stored)) => {
+                if std::mem::replace(&mut self.seen[index], true) {
+                    self.listed_twice(entry.name, version, path);
+                    return Ok(());
+                }
+                Some(stored)
+            }
+            None => {
+                if !self.seen_keys.insert(key) {
+                    self.listed_twice(entry.name, version, path);
+                    return Ok(());
+                }
+                None
+            }
         };
-        self.seen_keys.insert(key);
         let (element_id, new) = match stored {
             // Time-ordered ids keep inserts at the end of the primary-key
             // index instead of scattering them across it.
@@ -418,6 +510,18 @@ impl Diff {
             self.stats.updated += 1;
         }
         Ok(())
+    }
+
+    fn listed_twice(&mut self, name: String, version: String, path: String) {
+        self.invalid.push(InvalidElement {
+            message: format!(
+                "element `{name}` {version} is listed twice; the first one listed is kept"
+            ),
+            name: Some(name),
+            version: Some(version),
+            path,
+            element_id: None,
+        });
     }
 
     /// Starts writing what is pending as one transaction, once the write
@@ -523,4 +627,73 @@ async fn fetch_manifests(
         result?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(hash: u8, has_manifest: bool) -> rows::Stored {
+        rows::Stored {
+            id: Uuid::now_v7(),
+            hash: Some([hash; 32]),
+            installed: false,
+            has_manifest,
+        }
+    }
+
+    fn holding(copy: bool, refetch: bool) -> Holding {
+        let mut existing = Existing::default();
+        existing.insert(Key::new("core", "1.0.0"), stored(1, false));
+        existing.insert(Key::new("web", "2.0.0"), stored(2, true));
+        let holding = Holding {
+            existing: OnceLock::new(),
+            copy,
+            refetch,
+        };
+        let _ = holding.existing.set(Arc::new(existing));
+        holding
+    }
+
+    #[test]
+    fn an_entry_is_known_when_stored_with_its_hash_and_nothing_more_is_needed() {
+        let lazy = holding(false, false);
+        assert_eq!(lazy.known("core", "1.0.0", &[1; 32]), Some(0));
+        assert_eq!(lazy.known("web", "2.0.0", &[2; 32]), Some(1));
+        // Changed, absent, or another spelling of the version: built.
+        assert_eq!(lazy.known("core", "1.0.0", &[9; 32]), None);
+        assert_eq!(lazy.known("core", "1.1.0", &[1; 32]), None);
+        assert_eq!(lazy.known("cor", "e1.0.0", &[1; 32]), None);
+        // COPY fetches a missing manifest again; a refetch reads every one.
+        let copy = holding(true, false);
+        assert_eq!(copy.known("core", "1.0.0", &[1; 32]), None);
+        assert_eq!(copy.known("web", "2.0.0", &[2; 32]), Some(1));
+        assert_eq!(holding(false, true).known("web", "2.0.0", &[2; 32]), None);
+        // Before what is stored is loaded, nothing is known.
+        let loading = Holding {
+            existing: OnceLock::new(),
+            copy: false,
+            refetch: false,
+        };
+        assert_eq!(loading.known("core", "1.0.0", &[1; 32]), None);
+    }
+
+    #[test]
+    fn a_known_entry_listed_twice_is_invalid_and_the_unlisted_are_stale() {
+        let existing = holding(false, false).existing.get().unwrap().clone();
+        let mut diff = Diff::new(existing, false, false);
+        diff.take(Found::Known(0)).unwrap();
+        diff.take(Found::Known(0)).unwrap();
+        assert_eq!(diff.stats.seen, 2);
+        assert_eq!(diff.invalid.len(), 1);
+        let twice = &diff.invalid[0];
+        assert_eq!(
+            (twice.name.as_deref(), twice.version.as_deref()),
+            (Some("core"), Some("1.0.0"))
+        );
+        assert!(twice.message.contains("listed twice"), "{}", twice.message);
+        assert_eq!(twice.path, "inventory.json#/elements/core/1.0.0");
+        assert_eq!(diff.seen, [true, false], "web is not listed: stale");
+        assert_eq!(diff.pending(), 0, "nothing is written for a known entry");
+    }
 }

@@ -187,7 +187,11 @@ const RELEASE_BYTES: usize = 4 * 1024 * 1024;
 
 #[async_trait::async_trait]
 impl Driver for HttpDriver {
-    async fn inventory(&self, out: mpsc::Sender<Found>) -> Result<(), RepositoryError> {
+    async fn inventory(
+        &self,
+        out: mpsc::Sender<Found>,
+        holding: super::Holding,
+    ) -> Result<(), RepositoryError> {
         let url = self.url_for("inventory.json");
         let started = Instant::now();
         let response = self.get(&url).await?;
@@ -247,14 +251,15 @@ impl Driver for HttpDriver {
                     released = end;
                 }
             };
-            inventory::parse_with(text, release, |parsed| {
-                let found = match parsed {
-                    Ok(entry) => Found::Element(Listed {
+            inventory::parse_with(text, release, &*holding, |read| {
+                let found = match read {
+                    inventory::Read::Known(known) => Found::Known(known),
+                    inventory::Read::Entry(Ok(entry)) => Found::Element(Listed {
                         path: entry_path(&entry.name, &entry.version.to_string()),
                         entry,
                         manifest: None,
                     }),
-                    Err(invalid) => Found::Invalid(invalid),
+                    inventory::Read::Entry(Err(invalid)) => Found::Invalid(invalid),
                 };
                 out.blocking_send(found)
                     .map_err(|_| RepositoryError::Source("sync stopped".into()))

@@ -149,7 +149,11 @@ fn collect(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), Repos
 
 #[async_trait::async_trait]
 impl Driver for LocalDriver {
-    async fn inventory(&self, out: mpsc::Sender<Found>) -> Result<(), RepositoryError> {
+    async fn inventory(
+        &self,
+        out: mpsc::Sender<Found>,
+        _holding: super::Holding,
+    ) -> Result<(), RepositoryError> {
         let driver = self.clone();
         tokio::task::spawn_blocking(move || driver.scan(|listed| out.blocking_send(listed).is_ok()))
             .await
@@ -173,7 +177,7 @@ impl Driver for LocalDriver {
                     found = listed.manifest;
                     false
                 }
-                Found::Element(_) | Found::Invalid(_) => true,
+                Found::Element(_) | Found::Invalid(_) | Found::Known(_) => true,
             })?;
             found
                 .map(|manifest| FetchedElement {

@@ -14,7 +14,11 @@ pub struct MigrationDriver;
 
 #[async_trait::async_trait]
 impl Driver for MigrationDriver {
-    async fn inventory(&self, _out: mpsc::Sender<Found>) -> Result<(), RepositoryError> {
+    async fn inventory(
+        &self,
+        _out: mpsc::Sender<Found>,
+        _holding: super::Holding,
+    ) -> Result<(), RepositoryError> {
         Ok(())
     }
 

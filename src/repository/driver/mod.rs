@@ -11,12 +11,13 @@ pub use provider::{ProviderSource, ProviderSources, SourcedEntry};
 
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use axum::body::Bytes;
 use futures_util::Stream;
 use tokio::sync::mpsc;
 
-use super::inventory::{ArtifactRef, InventoryEntry};
+use super::inventory::{ArtifactRef, InventoryEntry, Known};
 use super::manifest::Manifest;
 use super::{InvalidElement, RepositoryError, RepositorySettings};
 use crate::resolve::Version;
@@ -89,15 +90,27 @@ pub struct Listed {
 pub enum Found {
     Element(Listed),
     Invalid(InvalidElement),
+    /// An entry the sync said it holds as listed (see [`Known`]): what it
+    /// answered, in place of the entry.
+    Known(u32),
 }
+
+/// What a sync holds, handed to [`Driver::inventory`]: a driver may skip
+/// building an entry it knows and hand over [`Found::Known`] instead.
+pub type Holding = Arc<dyn Known + Send + Sync>;
 
 pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>>;
 
 #[async_trait::async_trait]
 pub trait Driver: Send + Sync {
-    /// Sends every inventory entry to `out`, in order, as it is read. Fails
-    /// only when the source cannot be read at all.
-    async fn inventory(&self, out: mpsc::Sender<Found>) -> Result<(), RepositoryError>;
+    /// Sends every inventory entry to `out`, in order, as it is read; an
+    /// entry `holding` knows may be sent as what it answered. Fails only when
+    /// the source cannot be read at all.
+    async fn inventory(
+        &self,
+        out: mpsc::Sender<Found>,
+        holding: Holding,
+    ) -> Result<(), RepositoryError>;
 
     /// Where an element's manifest is, relative to the source's root: what an
     /// invalid element found by [`Driver::element`] is recorded at.

@@ -76,7 +76,11 @@ impl ProviderDriver {
 
 #[async_trait::async_trait]
 impl Driver for ProviderDriver {
-    async fn inventory(&self, out: mpsc::Sender<Found>) -> Result<(), RepositoryError> {
+    async fn inventory(
+        &self,
+        out: mpsc::Sender<Found>,
+        _holding: super::Holding,
+    ) -> Result<(), RepositoryError> {
         let (entries, mut received) = mpsc::channel::<SourcedEntry>(64);
         let reading = self.source.inventory(self.provider_id, entries);
         let forwarding = async {
