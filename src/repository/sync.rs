@@ -170,7 +170,7 @@ async fn sync(
     let mut reading_done = None;
     // On SQLite, a connection of the sync's own does the bulk reads and
     // writes (see `store::direct`); on PostgreSQL, the pool.
-    let direct = match Direct::open(db) {
+    let direct = match Direct::open(db).map(|opened| opened.and_then(Direct::for_bulk)) {
         Some(Ok(direct)) => Some(direct),
         Some(Err(e)) => {
             tracing::warn!(repository.id = %id, error = %e, "the sync writes through the pool: its own SQLite connection did not open");
@@ -231,6 +231,19 @@ async fn sync(
     // Keep what was read before a failure: write it, then report the failure.
     diff.write(db, id).await?;
     diff.finish_write(db, id).await?;
+    if let Some(mut direct) = diff.direct.take() {
+        // What this sync wrote goes from the log to the file now, beside what
+        // is left to do, not in the commit of whoever writes next (the
+        // engine's writer, say).
+        tokio::task::spawn_blocking(move || match direct.checkpoint() {
+            Ok((log, copied)) => {
+                tracing::debug!(repository.id = %id, log, copied, "checkpoint after a sync");
+            }
+            Err(e) => {
+                tracing::debug!(repository.id = %id, error = %e, "checkpoint after a sync failed");
+            }
+        });
+    }
     read?;
 
     // Whatever the inventory no longer lists goes, unless it is installed.
