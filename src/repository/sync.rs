@@ -425,8 +425,15 @@ impl Diff {
         self.inserts.len() + self.updates.len()
     }
 
-    /// One inventory entry: invalid, new, changed, or as stored.
+    /// What the driver handed over: one inventory entry (invalid, new,
+    /// changed, or as stored), or a run of entries known as stored.
     fn take(&mut self, found: Found) -> Result<(), RepositoryError> {
+        if let Found::Known(run) = found {
+            for index in run {
+                self.known(index as usize);
+            }
+            return Ok(());
+        }
         self.stats.seen += 1;
         let Listed {
             entry,
@@ -438,23 +445,7 @@ impl Diff {
                 self.invalid.push(invalid);
                 return Ok(());
             }
-            // As stored: the driver did not even build it.
-            Found::Known(index) => {
-                let index = index as usize;
-                match self.seen.get_mut(index) {
-                    Some(seen) if !*seen => *seen = true,
-                    _ => {
-                        let (name, version) = self
-                            .existing
-                            .get_index(index)
-                            .map(|(key, _)| key.parts())
-                            .unwrap_or_default();
-                        let path = super::invalid::entry_path(&name, &version);
-                        self.listed_twice(name, version, path);
-                    }
-                }
-                return Ok(());
-            }
+            Found::Known(_) => return Ok(()),
         };
         let version = entry.version.to_string();
         let key = Key::new(&entry.name, &version);
@@ -523,6 +514,23 @@ impl Diff {
             self.stats.updated += 1;
         }
         Ok(())
+    }
+
+    /// An entry listed as stored: the driver did not even build it.
+    fn known(&mut self, index: usize) {
+        self.stats.seen += 1;
+        match self.seen.get_mut(index) {
+            Some(seen) if !*seen => *seen = true,
+            _ => {
+                let (name, version) = self
+                    .existing
+                    .get_index(index)
+                    .map(|(key, _)| key.parts())
+                    .unwrap_or_default();
+                let path = super::invalid::entry_path(&name, &version);
+                self.listed_twice(name, version, path);
+            }
+        }
     }
 
     fn listed_twice(&mut self, name: String, version: String, path: String) {
@@ -695,8 +703,8 @@ mod tests {
     fn a_known_entry_listed_twice_is_invalid_and_the_unlisted_are_stale() {
         let existing = holding(false, false).existing.get().unwrap().clone();
         let mut diff = Diff::new(existing, false, false);
-        diff.take(Found::Known(0)).unwrap();
-        diff.take(Found::Known(0)).unwrap();
+        diff.take(Found::Known(vec![0])).unwrap();
+        diff.take(Found::Known(vec![0])).unwrap();
         assert_eq!(diff.stats.seen, 2);
         assert_eq!(diff.invalid.len(), 1);
         let twice = &diff.invalid[0];

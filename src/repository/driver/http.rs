@@ -181,6 +181,9 @@ impl HttpDriver {
     }
 }
 
+/// Known entries handed over at once, at most.
+const KNOWN_RUN: usize = 1024;
+
 /// Read bytes of a mapped inventory handed back at a time (a multiple of any
 /// page size).
 const RELEASE_BYTES: usize = 4 * 1024 * 1024;
@@ -251,9 +254,22 @@ impl Driver for HttpDriver {
                     released = end;
                 }
             };
+            let send = |found| {
+                out.blocking_send(found)
+                    .map_err(|_| RepositoryError::Source("sync stopped".into()))
+            };
+            // Known entries go in runs; a run is sent before the next entry
+            // that is not known, so the order stays the inventory's.
+            let mut known = Vec::new();
             inventory::parse_with(text, release, &*holding, |read| {
                 let found = match read {
-                    inventory::Read::Known(known) => Found::Known(known),
+                    inventory::Read::Known(index) => {
+                        known.push(index);
+                        if known.len() >= KNOWN_RUN {
+                            send(Found::Known(std::mem::take(&mut known)))?;
+                        }
+                        return Ok(());
+                    }
                     inventory::Read::Entry(Ok(entry)) => Found::Element(Listed {
                         path: entry_path(&entry.name, &entry.version.to_string()),
                         entry,
@@ -261,10 +277,15 @@ impl Driver for HttpDriver {
                     }),
                     inventory::Read::Entry(Err(invalid)) => Found::Invalid(invalid),
                 };
-                out.blocking_send(found)
-                    .map_err(|_| RepositoryError::Source("sync stopped".into()))
-            })
-            .map(drop)
+                if !known.is_empty() {
+                    send(Found::Known(std::mem::take(&mut known)))?;
+                }
+                send(found)
+            })?;
+            if !known.is_empty() {
+                send(Found::Known(known))?;
+            }
+            Ok(())
         })
         .await
         .map_err(|e| RepositoryError::Source(format!("parsing failed: {e}")))?

@@ -90,9 +90,10 @@ pub struct Listed {
 pub enum Found {
     Element(Listed),
     Invalid(InvalidElement),
-    /// An entry the sync said it holds as listed (see [`Known`]): what it
-    /// answered, in place of the entry.
-    Known(u32),
+    /// Entries the sync said it holds as listed (see [`Known`]), in order:
+    /// what it answered for each, in place of the entries. Handed over in
+    /// runs, one wake-up of the sync for many.
+    Known(Vec<u32>),
 }
 
 /// What a sync holds, handed to [`Driver::inventory`]: a driver may skip
