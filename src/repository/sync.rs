@@ -8,12 +8,13 @@
 //! on: the repository ends `ACTIVE`, saying how many are invalid. Only a source
 //! that cannot be read (or a store that cannot be written) ends it in `ERROR`.
 
+use std::sync::{Arc, OnceLock};
+
 use chrono::Utc;
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
+use tokio_util::task::TaskTracker;
 use uuid::Uuid;
-
-use std::sync::{Arc, OnceLock};
 
 use super::driver::{self, Found, Listed};
 use super::inventory::Known;
@@ -48,13 +49,20 @@ pub async fn run(repos: &Repositories, id: Uuid, refetch: bool) -> Result<(), Re
     // The total deadline: a source that trickles bytes (each within the idle
     // deadline) or a provider that streams its inventory slowly ends here.
     let deadline = repos.settings.sync_deadline;
-    let outcome = match tokio::time::timeout(deadline, sync(repos, &repository, refetch)).await {
+    let writes = TaskTracker::new();
+    let syncing = sync(repos, &repository, refetch, &writes);
+    let outcome = match tokio::time::timeout(deadline, syncing).await {
         Ok(outcome) => outcome,
         Err(_elapsed) => Err(RepositoryError::Source(format!(
             "the sync passed its deadline of {}s (sync_deadline_seconds) and was stopped",
             deadline.as_secs_f32()
         ))),
     };
+    // A batch write a stopped (or failed) sync left in flight cannot be
+    // cancelled: it ends before the outcome is recorded, so a sync started
+    // next reads what it stored instead of writing the same rows again.
+    writes.close();
+    writes.wait().await;
     let next = Utc::now() + chrono::TimeDelta::seconds(repository.refresh_interval_seconds);
     match outcome {
         Ok(stats) => {
@@ -152,6 +160,7 @@ async fn sync(
     repos: &Repositories,
     repository: &super::Repository,
     refetch: bool,
+    writes: &TaskTracker,
 ) -> Result<Stats, RepositoryError> {
     let db = &repos.db;
     let id = repository.id;
@@ -193,6 +202,7 @@ async fn sync(
     let _ = holding.existing.set(existing.clone());
     let mut diff = Diff::new(existing, repository.sync_mode == SyncMode::Copy, refetch);
     diff.direct = direct;
+    diff.writes = writes.clone();
     // Take whatever the parser has handed over at once: one wake-up and one
     // `select!` per run of entries, not per entry.
     let mut received = Vec::with_capacity(BATCH);
@@ -397,6 +407,9 @@ struct Diff {
     direct: Option<Direct>,
     /// The batch being written, with the progress it records once written.
     writing: Option<(Writing, (i64, i64))>,
+    /// Where batch writes run, so the sync's caller can wait for one this
+    /// sync, stopped, no longer waits for.
+    writes: TaskTracker,
 }
 
 /// A batch write in flight; it hands the sync's connection back.
@@ -418,6 +431,7 @@ impl Diff {
             stats: Stats::default(),
             direct: None,
             writing: None,
+            writes: TaskTracker::new(),
         }
     }
 
@@ -561,7 +575,7 @@ impl Diff {
         );
         let progress = (self.stats.seen, self.stored);
         let writing = match self.direct.take() {
-            Some(mut direct) => tokio::task::spawn_blocking(move || {
+            Some(mut direct) => self.writes.spawn_blocking(move || {
                 (
                     direct.write_batch(id, inserts, updates).map_err(Into::into),
                     Some(direct),
@@ -569,7 +583,7 @@ impl Diff {
             }),
             None => {
                 let db = db.clone();
-                tokio::spawn(async move {
+                self.writes.spawn(async move {
                     let written = rows::write_batch(&db, id, inserts, updates).await;
                     (written.map_err(Into::into), None)
                 })
