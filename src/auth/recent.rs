@@ -2,8 +2,8 @@
 //! each time (a store read was most of what a small query cost).
 //!
 //! What may be kept, and for how long:
-//! - Only tokens that were valid when read: an unknown token is never kept, so
-//!   nobody can fill the map by guessing.
+//! - Only tokens found in the store for a user who is not disabled: an unknown
+//!   token is never kept, so nobody can fill the map by guessing.
 //! - An entry is used for [`FRESH`] at most, and its expiry is checked at each
 //!   use. A change made through [`super::Auth`] (a token revoked, a session
 //!   ended, a user disabled, deleted or given another role) forgets every

@@ -420,24 +420,20 @@ impl<'de, F: FnMut(Read) -> Result<(), RepositoryError>> Visitor<'de> for Versio
                 })?;
             let text = raw_json.get();
             let hash: [u8; 32] = Sha256::digest(text.as_bytes()).into();
-            if let Some(known) = self.position.known.known(self.name, &version, &hash) {
-                if let Err(e) = (self.each)(Read::Known(known)) {
-                    let message = e.to_string();
-                    *self.failure = Some(e);
-                    return Err(serde::de::Error::custom(message));
-                }
-                continue;
-            }
-            // A bad entry is handed over as such; the parse goes on.
-            let parsed =
-                entry_with_hash(self.name, &version, text, hash).map_err(|e| InvalidElement {
-                    name: Some(self.name.to_owned()),
-                    version: Some(version.clone()),
-                    path: entry_path(self.name, &version),
-                    message: e.to_string(),
-                    element_id: None,
-                });
-            if let Err(e) = (self.each)(Read::Entry(parsed)) {
+            let read = match self.position.known.known(self.name, &version, &hash) {
+                Some(known) => Read::Known(known),
+                // A bad entry is handed over as such; the parse goes on.
+                None => Read::Entry(entry_with_hash(self.name, &version, text, hash).map_err(
+                    |e| InvalidElement {
+                        name: Some(self.name.to_owned()),
+                        version: Some(version.clone()),
+                        path: entry_path(self.name, &version),
+                        message: e.to_string(),
+                        element_id: None,
+                    },
+                )),
+            };
+            if let Err(e) = (self.each)(read) {
                 let message = e.to_string();
                 *self.failure = Some(e);
                 return Err(serde::de::Error::custom(message));

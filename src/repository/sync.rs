@@ -169,9 +169,10 @@ async fn sync(
     let (tx, mut rx) = mpsc::channel::<Found>(BATCH);
     // Once loaded, what is stored tells the driver which entries it need
     // not build: those listed as they were (most of a refresh).
-    let holding = Arc::new(Holding {
+    let copy = repository.sync_mode == SyncMode::Copy;
+    let holding = Arc::new(KnownStored {
         existing: OnceLock::new(),
-        copy: repository.sync_mode == SyncMode::Copy,
+        copy,
         refetch,
     });
     let reading = source.inventory(tx, holding.clone());
@@ -200,7 +201,7 @@ async fn sync(
     };
     let existing = Arc::new(existing);
     let _ = holding.existing.set(existing.clone());
-    let mut diff = Diff::new(existing, repository.sync_mode == SyncMode::Copy, refetch);
+    let mut diff = Diff::new(existing, copy, refetch);
     diff.direct = direct;
     diff.writes = writes.clone();
     // Take whatever the parser has handed over at once: one wake-up and one
@@ -241,7 +242,9 @@ async fn sync(
     // Keep what was read before a failure: write it, then report the failure.
     diff.write(db, id).await?;
     diff.finish_write(db, id).await?;
-    if let Some(mut direct) = diff.direct.take() {
+    if let Some(mut direct) = diff.direct.take()
+        && diff.stats.added + diff.stats.updated > 0
+    {
         // What this sync wrote goes from the log to the file now, beside what
         // is left to do, not in the commit of whoever writes next (the
         // engine's writer, say).
@@ -364,14 +367,14 @@ fn with_key<R>(name: &str, version: &str, f: impl FnOnce(&[u8]) -> R) -> R {
 /// What the sync holds, as the driver asks it: an entry is known when it is
 /// stored with the same hash and the sync needs nothing more of it (no
 /// refetch asked; in COPY, its manifest is stored).
-struct Holding {
+struct KnownStored {
     /// Set once loaded; until then nothing is known.
     existing: OnceLock<Arc<Existing>>,
     copy: bool,
     refetch: bool,
 }
 
-impl Known for Holding {
+impl Known for KnownStored {
     fn known(&self, name: &str, version: &str, hash: &[u8; 32]) -> Option<u32> {
         if self.refetch {
             return None;
@@ -442,13 +445,6 @@ impl Diff {
     /// What the driver handed over: one inventory entry (invalid, new,
     /// changed, or as stored), or a run of entries known as stored.
     fn take(&mut self, found: Found) -> Result<(), RepositoryError> {
-        if let Found::Known(run) = found {
-            for index in run {
-                self.known(index as usize);
-            }
-            return Ok(());
-        }
-        self.stats.seen += 1;
         let Listed {
             entry,
             manifest,
@@ -456,16 +452,22 @@ impl Diff {
         } = match found {
             Found::Element(listed) => listed,
             Found::Invalid(invalid) => {
+                self.stats.seen += 1;
                 self.invalid.push(invalid);
                 return Ok(());
             }
-            Found::Known(_) => return Ok(()),
+            Found::Known(run) => {
+                for index in run {
+                    self.known(index as usize);
+                }
+                return Ok(());
+            }
         };
+        self.stats.seen += 1;
         let version = entry.version.to_string();
         let key = Key::new(&entry.name, &version);
-        let existing = self.existing.clone();
-        let stored = match existing.get_full(&key) {
-            Some((index, _, stored)) => {
+        let stored = match self.existing.get_full(&key) {
+            Some((index, _, &stored)) => {
                 if std::mem::replace(&mut self.seen[index], true) {
                     self.listed_twice(entry.name, version, path);
                     return Ok(());
@@ -677,11 +679,11 @@ mod tests {
         }
     }
 
-    fn holding(copy: bool, refetch: bool) -> Holding {
+    fn holding(copy: bool, refetch: bool) -> KnownStored {
         let mut existing = Existing::default();
         existing.insert(Key::new("core", "1.0.0"), stored(1, false));
         existing.insert(Key::new("web", "2.0.0"), stored(2, true));
-        let holding = Holding {
+        let holding = KnownStored {
             existing: OnceLock::new(),
             copy,
             refetch,
@@ -705,7 +707,7 @@ mod tests {
         assert_eq!(copy.known("web", "2.0.0", &[2; 32]), Some(1));
         assert_eq!(holding(false, true).known("web", "2.0.0", &[2; 32]), None);
         // Before what is stored is loaded, nothing is known.
-        let loading = Holding {
+        let loading = KnownStored {
             existing: OnceLock::new(),
             copy: false,
             refetch: false,

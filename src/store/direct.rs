@@ -77,6 +77,7 @@ impl Direct {
     /// as no reader still needs it (`PASSIVE`: it waits for no one). After a
     /// bulk write this spares the next writer, whoever it is, the
     /// checkpoint SQLite would otherwise run in its commit.
+    ///
     /// Answers the frames in the log and how many of them are now in the file.
     pub fn checkpoint(&mut self) -> Result<(i64, i64), DbErr> {
         self.connection

@@ -178,18 +178,30 @@ impl Browser {
             .unwrap_or_default()
     }
 
-    /// Clicks the element at `css`. A page that redraws a part live (a
-    /// node's panel on each event) may replace the element between finding
-    /// and clicking it: then the new one is found and clicked.
+    /// Clicks the element at `css` (see [`Self::on_live`]).
     pub async fn click(&self, css: &str) {
+        self.on_live(css, "clicking", async |el| el.click().await.map(drop))
+            .await
+    }
+
+    /// Runs `act` on the element at `css`. A page that redraws a part live (a
+    /// node's panel on each event, a list row on each status) may replace the
+    /// element between finding it and acting on it: then the new one is found
+    /// and `act` runs again.
+    async fn on_live<T>(
+        &self,
+        css: &str,
+        what: &str,
+        act: impl AsyncFn(Element) -> Result<T, fantoccini::error::CmdError>,
+    ) -> T {
         let deadline = Instant::now() + WAIT;
         loop {
-            match self.find(css).await.click().await {
-                Ok(_) => return,
+            match act(self.find(css).await).await {
+                Ok(value) => return value,
                 Err(fantoccini::error::CmdError::Standard(e))
                     if e.error == fantoccini::error::ErrorStatus::StaleElementReference
                         && Instant::now() < deadline => {}
-                Err(e) => panic!("clicking `{css}`: {e}"),
+                Err(e) => panic!("{what} `{css}`: {e}"),
             }
         }
     }
@@ -235,19 +247,12 @@ impl Browser {
         self.find(css).await.text().await.unwrap_or_default()
     }
 
-    /// `css`'s attribute `name` now. A page that re-renders live can replace
-    /// the element between finding it and reading it; that read is retried.
+    /// `css`'s attribute `name` now (see [`Self::on_live`]).
     pub async fn attr(&self, css: &str, name: &str) -> Option<String> {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            match self.find(css).await.attr(name).await {
-                Ok(value) => return value,
-                Err(fantoccini::error::CmdError::Standard(e))
-                    if e.error == fantoccini::error::ErrorStatus::StaleElementReference
-                        && Instant::now() < deadline => {}
-                Err(e) => panic!("reading {name} of `{css}`: {e}"),
-            }
-        }
+        self.on_live(css, &format!("reading {name} of"), async |el| {
+            el.attr(name).await
+        })
+        .await
     }
 
     /// Waits until the text of some `css` element contains `want`; returns it.
