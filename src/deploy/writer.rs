@@ -149,20 +149,34 @@ async fn run(db: Db, bus: Bus<DeploymentEvent>, mut queue: mpsc::UnboundedReceiv
     }
 }
 
+/// How long a group of writes nobody waits for (a call's progress and log
+/// events) waits for one that somebody does (the call's result, which
+/// usually follows at once), so that both take one commit, not two.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// [`run`] on a connection of the writer's own, in its thread.
 fn run_direct(
     mut direct: Direct,
     bus: Bus<DeploymentEvent>,
     mut queue: mpsc::UnboundedReceiver<Vec<Job>>,
 ) {
+    // The thread's own clock for the linger, so that it keeps working while
+    // the server's runtime shuts down (without one, nothing lingers).
+    let clock = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .inspect_err(|e| tracing::warn!(error = %e, "the deployment writer commits events without lingering"))
+        .ok();
     let mut group = Vec::with_capacity(MAX_GROUP);
     while let Some(first) = queue.blocking_recv() {
-        group.extend(first);
-        // Whatever else is queued by now goes into the same transaction.
-        while group.len() < MAX_GROUP
-            && let Ok(more) = queue.try_recv()
+        take_queued(&mut group, first, &mut queue);
+        // Only events nobody waits for: what follows them soon joins them.
+        if let Some(clock) = &clock
+            && group.iter().all(|job| job.done.is_closed())
+            && let Ok(Some(more)) =
+                clock.block_on(async { tokio::time::timeout(LINGER, queue.recv()).await })
         {
-            group.extend(more);
+            take_queued(&mut group, more, &mut queue);
         }
         let outcome = direct.commit_group(&writes_of(&group));
         if let Some(group) = settle(&bus, &mut group, outcome) {
@@ -171,6 +185,21 @@ fn run_direct(
                 settle_one(&bus, job, outcome);
             }
         }
+    }
+}
+
+/// Adds `first` to the group, and whatever else is queued by now: it all goes
+/// into the same transaction.
+fn take_queued(
+    group: &mut Vec<Job>,
+    first: Vec<Job>,
+    queue: &mut mpsc::UnboundedReceiver<Vec<Job>>,
+) {
+    group.extend(first);
+    while group.len() < MAX_GROUP
+        && let Ok(more) = queue.try_recv()
+    {
+        group.extend(more);
     }
 }
 
