@@ -192,14 +192,23 @@ impl Direct {
             let mut forget = txn
                 .prepare_cached("DELETE FROM invalid_elements WHERE element_id = ?1")
                 .map_err(error)?;
-            let mut drop_artifacts = txn
-                .prepare_cached("DELETE FROM artifacts WHERE element_id = ?1")
+            // A changed element's artifacts are replaced in place: a row that
+            // is listed as it was is not written, so a refresh dirties the
+            // pages of what changed, not of every artifact the element has
+            // (a delete and an insert touch the table and both its indexes).
+            let mut listed_urns = txn
+                .prepare_cached("SELECT urn FROM artifacts WHERE element_id = ?1")
+                .map_err(error)?;
+            let mut drop_artifact = txn
+                .prepare_cached("DELETE FROM artifacts WHERE element_id = ?1 AND urn = ?2")
                 .map_err(error)?;
             let mut artifact = txn
                 .prepare_cached(
                     "INSERT INTO artifacts (id, element_id, urn, category, file_name) \
                      VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (element_id, urn) \
-                     DO UPDATE SET category = excluded.category, file_name = excluded.file_name",
+                     DO UPDATE SET category = excluded.category, file_name = excluded.file_name \
+                     WHERE artifacts.category IS NOT excluded.category \
+                     OR artifacts.file_name IS NOT excluded.file_name",
                 )
                 .map_err(error)?;
             let mut artifacts_of = |id: &[u8], list: Option<Vec<(String, String, String)>>| {
@@ -211,6 +220,20 @@ impl Direct {
                         category,
                         file_name
                     ])?;
+                }
+                Ok::<_, rusqlite::Error>(())
+            };
+            // What an element had that its new listing leaves out.
+            let mut drop_unlisted = |id: &[u8], list: &[(String, String, String)]| {
+                let gone: Vec<String> = listed_urns
+                    .query_map([id], |row| row.get::<_, String>(0))?
+                    .filter(|urn| {
+                        urn.as_ref()
+                            .map_or(true, |urn| !list.iter().any(|(u, _, _)| u == urn))
+                    })
+                    .collect::<Result<_, _>>()?;
+                for urn in gone {
+                    drop_artifact.execute(rusqlite::params![id, urn])?;
                 }
                 Ok::<_, rusqlite::Error>(())
             };
@@ -232,8 +255,8 @@ impl Direct {
             for write in updates {
                 let id = write.id.as_bytes().as_slice();
                 forget.execute([id]).map_err(error)?;
-                if write.artifacts.is_some() {
-                    drop_artifacts.execute([id]).map_err(error)?;
+                if let Some(list) = &write.artifacts {
+                    drop_unlisted(id, list).map_err(error)?;
                 }
                 update
                     .execute(rusqlite::params![id, write.hash, write.manifest, now])

@@ -105,6 +105,81 @@ async fn lazy_lists_and_serves_the_artifacts_copy_does() {
     assert_eq!(listed[1], want, "LAZY lists and serves what COPY does");
 }
 
+#[tokio::test]
+async fn a_refresh_replaces_the_artifacts_changed_at_the_source() {
+    let served = tempfile::tempdir().unwrap();
+    let root = served.path();
+    let before = [
+        ("images", "img-1", "disk.qcow2"),
+        ("configs", "c-1", "app.conf"),
+        ("templates", "t-1", "app.j2"),
+    ];
+    // `img-1` gets another file, `c-1` is dropped, `t-1` stays, `a-1` is new.
+    let after = [
+        ("images", "img-1", "disk-v2.qcow2"),
+        ("templates", "t-1", "app.j2"),
+        ("artifacts", "a-1", "setup.sh"),
+    ];
+    // The artifacts are listed in the top inventory only (no element's own
+    // `inventory.json`), so what the sync writes is what is read back.
+    let listing = |artifacts: &[(&str, &str, &str)]| {
+        let mut entries = vec![put_element(root, "app", "1.0.0", json!({}), artifacts)];
+        std::fs::remove_file(root.join("app/1.0.0/inventory.json")).unwrap();
+        entries.push(put_element(root, "other", "1.0.0", json!({}), &before));
+        write_inventory(root, &entries);
+    };
+    listing(&before);
+    let nginx = Nginx::start(root);
+    let app = TestApp::spawn().await;
+
+    for mode in ["COPY", "LAZY"] {
+        listing(&before);
+        let id = create_id(
+            &app,
+            json!({"name": mode, "driver": {"http": {"url": nginx.url()}}, "syncMode": mode}),
+        )
+        .await;
+        settled(&app, &id, "ACTIVE").await;
+        let ids = element_ids(&app, &id).await;
+        assert_eq!(artifacts(&app, &ids["app 1.0.0"]).await.len(), 3, "{mode}");
+
+        listing(&after);
+        refresh(&app, &id).await;
+        let again = element_ids(&app, &id).await;
+        assert_eq!(
+            again["app 1.0.0"], ids["app 1.0.0"],
+            "{mode}: the same element"
+        );
+        let contents = |file: &str| format!("contents of {file}");
+        assert_eq!(
+            artifacts(&app, &ids["app 1.0.0"]).await,
+            vec![
+                (
+                    "artifacts:a-1".to_owned(),
+                    "setup.sh".to_owned(),
+                    contents("setup.sh")
+                ),
+                (
+                    "images:img-1".to_owned(),
+                    "disk-v2.qcow2".to_owned(),
+                    contents("disk-v2.qcow2")
+                ),
+                (
+                    "templates:t-1".to_owned(),
+                    "app.j2".to_owned(),
+                    contents("app.j2")
+                ),
+            ],
+            "{mode}: the listing after the refresh, nothing else"
+        );
+        assert_eq!(
+            artifacts(&app, &ids["other 1.0.0"]).await.len(),
+            3,
+            "{mode}: an unchanged element keeps its artifacts"
+        );
+    }
+}
+
 /// Writes `name 1.0.0`'s manifest with `description`, and returns its entry
 /// with the manifest's digest.
 fn publish(root: &std::path::Path, description: &str) -> Value {
