@@ -225,11 +225,13 @@ impl Direct {
             };
             // What an element had that its new listing leaves out.
             let mut drop_unlisted = |id: &[u8], list: &[(String, String, String)]| {
+                let listed: std::collections::HashSet<&str> =
+                    list.iter().map(|(urn, _, _)| urn.as_str()).collect();
                 let gone: Vec<String> = listed_urns
                     .query_map([id], |row| row.get::<_, String>(0))?
                     .filter(|urn| {
                         urn.as_ref()
-                            .map_or(true, |urn| !list.iter().any(|(u, _, _)| u == urn))
+                            .map_or(true, |urn| !listed.contains(urn.as_str()))
                     })
                     .collect::<Result<_, _>>()?;
                 for urn in gone {

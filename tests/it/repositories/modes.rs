@@ -39,6 +39,23 @@ async fn artifacts(app: &TestApp, element: &str) -> Vec<(String, String, String)
     out
 }
 
+/// A repository named `mode` in that sync mode, reading `nginx`, once ACTIVE:
+/// its id, and its elements' ids by `name version`.
+async fn synced(
+    app: &TestApp,
+    nginx: &Nginx,
+    mode: &str,
+) -> (String, std::collections::BTreeMap<String, String>) {
+    let id = create_id(
+        app,
+        json!({"name": mode, "driver": {"http": {"url": nginx.url()}}, "syncMode": mode}),
+    )
+    .await;
+    settled(app, &id, "ACTIVE").await;
+    let ids = element_ids(app, &id).await;
+    (id, ids)
+}
+
 #[tokio::test]
 async fn lazy_lists_and_serves_the_artifacts_copy_does() {
     let served = tempfile::tempdir().unwrap();
@@ -70,13 +87,7 @@ async fn lazy_lists_and_serves_the_artifacts_copy_does() {
 
     let mut listed: Vec<Vec<Vec<(String, String, String)>>> = Vec::new();
     for mode in ["COPY", "LAZY"] {
-        let id = create_id(
-            &app,
-            json!({"name": mode, "driver": {"http": {"url": nginx.url()}}, "syncMode": mode}),
-        )
-        .await;
-        settled(&app, &id, "ACTIVE").await;
-        let ids = element_ids(&app, &id).await;
+        let (_, ids) = synced(&app, &nginx, mode).await;
         listed.push(vec![
             artifacts(&app, &ids["top 1.0.0"]).await,
             artifacts(&app, &ids["own 2.0.0"]).await,
@@ -128,19 +139,12 @@ async fn a_refresh_replaces_the_artifacts_changed_at_the_source() {
         entries.push(put_element(root, "other", "1.0.0", json!({}), &before));
         write_inventory(root, &entries);
     };
-    listing(&before);
     let nginx = Nginx::start(root);
     let app = TestApp::spawn().await;
 
     for mode in ["COPY", "LAZY"] {
         listing(&before);
-        let id = create_id(
-            &app,
-            json!({"name": mode, "driver": {"http": {"url": nginx.url()}}, "syncMode": mode}),
-        )
-        .await;
-        settled(&app, &id, "ACTIVE").await;
-        let ids = element_ids(&app, &id).await;
+        let (id, ids) = synced(&app, &nginx, mode).await;
         assert_eq!(artifacts(&app, &ids["app 1.0.0"]).await.len(), 3, "{mode}");
 
         listing(&after);
