@@ -9,8 +9,12 @@ pub mod v1 {
     tonic::include_proto!("corbel.provider.v1");
 }
 
-/// The protocol versions this build speaks, oldest first.
-pub const SUPPORTED_VERSIONS: &[u32] = &[1];
+/// The protocol versions this build speaks, oldest first. Version 2 is
+/// version 1 plus `UpdateResource` and `ResourceDescription.updatable_keys`.
+pub const SUPPORTED_VERSIONS: &[u32] = &[1, 2];
+
+/// The first version with `UpdateResource` and `updatable_keys`.
+pub const UPDATE_VERSION: u32 = 2;
 
 /// The highest version both lists contain, or a message naming both lists.
 pub fn negotiate(ours: &[u32], theirs: &[u32]) -> Result<u32, String> {
@@ -45,6 +49,9 @@ mod tests {
     fn the_highest_common_version_wins() {
         assert_eq!(negotiate(&[1, 2, 3], &[2, 3, 4]), Ok(3));
         assert_eq!(negotiate(&[1], &[1]), Ok(1));
+        // A provider that speaks only version 1 keeps working with version 1.
+        assert_eq!(negotiate(SUPPORTED_VERSIONS, &[1]), Ok(1));
+        assert_eq!(negotiate(SUPPORTED_VERSIONS, &[1, 2]), Ok(UPDATE_VERSION));
         let refused = negotiate(&[1, 2], &[3]).unwrap_err();
         assert!(
             refused.contains("[1, 2]") && refused.contains("[3]"),
