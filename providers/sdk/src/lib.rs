@@ -47,7 +47,9 @@ pub use provider::{
     Events, Failure, InventorySink, Provider, ProviderInfo, Registration, StepError, StepResult,
 };
 pub use records::{Records, StateLock};
-pub use serve::{REGISTRY_HEALTH_SERVICE, Stopped, connect, serve, serve_env, serve_with};
+pub use serve::{
+    REGISTRY_HEALTH_SERVICE, Stopped, connect, serve, serve_env, serve_env_with, serve_with,
+};
 pub use settings::{
     ENV_PROVIDER_ID, ENV_PROVIDER_TOKEN, ENV_REGISTRY, ENV_SOCKET_DIR, ENV_STATE_DIR, PROVIDER_ENV,
     Settings,

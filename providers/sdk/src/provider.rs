@@ -65,7 +65,8 @@ pub struct Registration {
     pub endpoint: String,
 }
 
-/// A deploy or destroy that did not succeed: sent as the stream's `error` event.
+/// A deploy, update or destroy that did not succeed: sent as the stream's
+/// `error` event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
     pub message: String,
@@ -158,6 +159,22 @@ pub trait Provider: Send + Sync + 'static {
         _events: Events,
     ) -> StepResult {
         Err(unimplemented("DeployResource").into())
+    }
+
+    /// Protocol version 2: changes one deployed resource in place to
+    /// `request.resource`'s config, from `request.previous_config_json`;
+    /// returns its new outputs. Corbel calls it only when every top-level key
+    /// that changed is one `describe_resources` listed in `updatable_keys`.
+    /// Idempotent: updating to the config the resource already has succeeds
+    /// with its outputs. Answer NOT_FOUND when the resource is gone. Like a
+    /// deploy, it takes its turn on the resource after any deploy, update or
+    /// destroy of the same `resource_id` that arrived before it.
+    async fn update_resource(
+        &self,
+        _request: proto::UpdateResourceRequest,
+        _events: Events,
+    ) -> StepResult {
+        Err(unimplemented("UpdateResource").into())
     }
 
     /// Destroys one resource. Destroying something already gone should succeed.

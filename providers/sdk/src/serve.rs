@@ -63,6 +63,16 @@ pub async fn serve<P: Provider>(provider: P) -> ExitCode {
 
 /// [`serve`] with the variables [`ProviderEnv::take`] took (by [`run`](crate::run)).
 pub async fn serve_env<P: Provider>(env: ProviderEnv, provider: P) -> ExitCode {
+    serve_env_with(env, provider, |_| {}).await
+}
+
+/// [`serve_env`], with the settings read from `env` changed by `adjust` first
+/// (e.g. fewer [`Settings::protocol_versions`]).
+pub async fn serve_env_with<P: Provider>(
+    env: ProviderEnv,
+    provider: P,
+    adjust: impl FnOnce(&mut Settings),
+) -> ExitCode {
     init_tracing();
     let name = provider.info().name;
     if !env.removed() {
@@ -73,10 +83,11 @@ pub async fn serve_env<P: Provider>(env: ProviderEnv, provider: P) -> ExitCode {
             PROVIDER_ENV.join(", ")
         );
     }
-    let settings = match env.settings() {
+    let mut settings = match env.settings() {
         Ok(settings) => settings,
         Err(error) => return fail(&name, error),
     };
+    adjust(&mut settings);
     let shutdown = match termination() {
         Ok(shutdown) => shutdown,
         Err(error) => {
@@ -186,7 +197,7 @@ struct Prepared {
 async fn prepare<P: Provider>(settings: &Settings, provider: Arc<P>) -> Result<Prepared, SdkError> {
     let deadline = settings.call_timeout;
     let channel = connect(&settings.registry, deadline).await?;
-    let ours = corbel_proto::SUPPORTED_VERSIONS.to_vec();
+    let ours = settings.protocol_versions.clone();
     let handshake = call(
         deadline,
         RegistryClient::new(channel.clone()).handshake(request(

@@ -37,8 +37,8 @@ impl<P> ProviderService<P> {
     }
 }
 
-/// One deploy or destroy at a time per `resource_id`, in the order they
-/// arrived. A step goes on after its caller hangs up (a lost outcome); the
+/// One deploy, update or destroy at a time per `resource_id`, in the order
+/// they arrived. A step goes on after its caller hangs up (a lost outcome); the
 /// retry, or the destroy, that follows must not overtake it, or a destroy
 /// could finish before the lost deploy creates what it then leaves behind.
 ///
@@ -173,6 +173,22 @@ impl<P: Provider> proto::provider_server::Provider for ProviderService<P> {
         step("DeployResource", move |events| async move {
             let _turn = wait_turn(turn, &events).await;
             provider.deploy_resource(request, events).await
+        })
+        .await
+    }
+
+    type UpdateResourceStream = BoxStream<proto::ResourceEvent>;
+
+    async fn update_resource(
+        &self,
+        request: Request<proto::UpdateResourceRequest>,
+    ) -> Result<Response<Self::UpdateResourceStream>, Status> {
+        let request = request.into_inner();
+        let provider = self.provider.clone();
+        let turn = self.turn(request.resource.as_ref());
+        step("UpdateResource", move |events| async move {
+            let _turn = wait_turn(turn, &events).await;
+            provider.update_resource(request, events).await
         })
         .await
     }

@@ -47,6 +47,10 @@ pub struct Settings {
     pub unregister_timeout: Duration,
     /// How long in-flight calls may finish once the provider stops serving.
     pub shutdown_grace: Duration,
+    /// The protocol versions offered in `Handshake`: every one this SDK speaks
+    /// ([`SUPPORTED_VERSIONS`](crate::SUPPORTED_VERSIONS)) unless narrowed,
+    /// e.g. to `[1]` to behave as a provider that predates version 2.
+    pub protocol_versions: Vec<u32>,
 }
 
 impl Settings {
@@ -65,6 +69,7 @@ impl Settings {
             call_timeout: Duration::from_secs(10),
             unregister_timeout: Duration::from_secs(2),
             shutdown_grace: Duration::from_secs(2),
+            protocol_versions: corbel_proto::SUPPORTED_VERSIONS.to_vec(),
         }
     }
 
@@ -135,6 +140,7 @@ impl fmt::Debug for Settings {
             .field("call_timeout", &self.call_timeout)
             .field("unregister_timeout", &self.unregister_timeout)
             .field("shutdown_grace", &self.shutdown_grace)
+            .field("protocol_versions", &self.protocol_versions)
             .finish()
     }
 }

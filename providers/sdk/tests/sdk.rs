@@ -53,6 +53,22 @@ impl Provider for Echo {
         events.progress(100, "done").await;
         Ok(json!({ "greeting": greeting, "key": resource.key }))
     }
+
+    /// Answers what it was given, so a test sees every field arrive.
+    async fn update_resource(
+        &self,
+        request: proto::UpdateResourceRequest,
+        events: Events,
+    ) -> StepResult {
+        let resource = request.resource.unwrap();
+        events.log(format!("updating {}", resource.key)).await;
+        let parse = |text: &str| serde_json::from_str::<Value>(text).unwrap();
+        Ok(json!({
+            "config": parse(&resource.config_json),
+            "previous": parse(&request.previous_config_json),
+            "outputs": parse(&request.outputs_json),
+        }))
+    }
 }
 
 /// Implements nothing but `info`.
@@ -83,7 +99,8 @@ async fn registers_configures_and_deploys_with_exactly_one_done() {
     assert_eq!(registration.id, TEST_PROVIDER_ID);
     assert_eq!(registration.name, "echo");
     assert_eq!(registration.version, "1.2.3");
-    assert_eq!(registration.protocol_version, 1);
+    // The highest version both sides speak: 2, with UpdateResource.
+    assert_eq!(registration.protocol_version, 2);
     assert_eq!(registration.features, ["deploy", "teleport"]);
     assert_eq!(registration.resource_types, ["echo.v1.thing"]);
     assert_eq!(
@@ -141,6 +158,45 @@ async fn registers_configures_and_deploys_with_exactly_one_done() {
         .await
         .unwrap_err();
     assert_eq!(refused.code(), Code::InvalidArgument);
+
+    let events = host
+        .update(
+            resource("echo.v1.thing", "web", json!({ "label": "new" })),
+            json!({ "label": "old" }),
+            json!({ "greeting": "hi", "key": "web" }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(messages(&events), ["updating web"]);
+    assert_eq!(
+        outcome(&events).unwrap(),
+        json!({
+            "config": { "label": "new" },
+            "previous": { "label": "old" },
+            "outputs": { "greeting": "hi", "key": "web" },
+        })
+    );
+}
+
+#[tokio::test]
+async fn a_provider_offering_only_version_1_registers_with_1() {
+    let registry = TestRegistry::start().await;
+    let mut settings = registry.settings("old");
+    settings.protocol_versions = vec![1];
+    let task = tokio::spawn(serve_with(settings, Bare, std::future::pending()));
+    let registered = registry
+        .wait_for_registrations(1, DEADLINE)
+        .await
+        .expect("the provider registered");
+    assert_eq!(registered[0].request.protocol_version, 1);
+    task.abort();
+}
+
+#[tokio::test]
+async fn a_registry_of_version_1_gets_version_1() {
+    let registry = TestRegistry::builder().versions(&[1]).start().await;
+    let host = TestHost::start_with(registry, Bare).await;
+    assert_eq!(host.registration().protocol_version, 1);
 }
 
 #[tokio::test]
@@ -171,6 +227,18 @@ async fn unimplemented_methods_answer_unimplemented_naming_the_method() {
     let inventory = host.inventory().await.unwrap_err();
     assert_eq!(inventory.code(), Code::Unimplemented);
     assert!(inventory.message().contains("GetInventory"));
+
+    // Version 2's call: refused the same way unless implemented.
+    let update = host
+        .update(resource("t", "k", json!({})), json!({}), json!({}))
+        .await
+        .unwrap_err();
+    assert_eq!(update.code(), Code::Unimplemented);
+    assert!(
+        update.message().contains("UpdateResource"),
+        "{}",
+        update.message()
+    );
 
     let nodes = host.list_nodes().await.unwrap_err();
     assert!(nodes.message().contains("ListNodes"));
@@ -252,7 +320,7 @@ async fn a_registry_with_no_common_version_is_refused_naming_both_lists() {
     };
     assert_eq!(code, Code::FailedPrecondition);
     let text = error.to_string();
-    assert!(text.contains("[99]") && text.contains("[1]"), "{text}");
+    assert!(text.contains("[99]") && text.contains("[1, 2]"), "{text}");
     assert_eq!(error.exit_code(), 1);
     assert!(registry.registrations().is_empty());
 }

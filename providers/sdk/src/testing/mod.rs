@@ -139,6 +139,29 @@ impl TestHost {
         collect(stream).await
     }
 
+    /// Updates `resource` (its new config) in place from `previous_config`,
+    /// with the `outputs` recorded for it (no dependency outputs), and
+    /// collects every event.
+    pub async fn update(
+        &self,
+        resource: proto::Resource,
+        previous_config: Value,
+        outputs: Value,
+    ) -> Result<Vec<proto::ResourceEvent>, Status> {
+        let message = proto::UpdateResourceRequest {
+            resource: Some(resource),
+            previous_config_json: previous_config.to_string(),
+            outputs_json: outputs.to_string(),
+            dependency_outputs_json: Default::default(),
+        };
+        let stream = call(
+            DEADLINE,
+            self.client().update_resource(request(message, DEADLINE)),
+        )
+        .await?;
+        collect(stream).await
+    }
+
     /// Destroys `resource`, deployed with `outputs`, and collects every event.
     pub async fn destroy(
         &self,
