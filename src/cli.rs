@@ -1,5 +1,6 @@
 //! The command line: `serve`, `migrate`, `schema`, `config`, `secret-key`,
-//! `--version`.
+//! `provider check`, `--version`; and the client's commands (`login`,
+//! `deploy`, `get`…), which `crate::client` runs against a server's API.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,6 +9,7 @@ use anyhow::Context as _;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::app::{App, shutdown_signal};
+use crate::client::{ClientArgs, ClientCommand};
 use crate::config::{Config, Overrides};
 use crate::store::lock::{Holder, ServerLock};
 
@@ -15,7 +17,8 @@ use crate::store::lock::{Holder, ServerLock};
 #[command(
     name = "corbel",
     version,
-    about = "Corbel: providers, repositories and deployments behind one GraphQL API"
+    about = "Corbel: providers, repositories and deployments behind one GraphQL API",
+    after_help = crate::client::EXIT_CODES
 )]
 pub struct Cli {
     /// Optional TOML file with the same settings as the flags, in the form
@@ -25,6 +28,9 @@ pub struct Cli {
 
     #[command(flatten)]
     pub overrides: Overrides,
+
+    #[command(flatten)]
+    pub client: ClientArgs,
 
     #[command(subcommand)]
     pub command: Command,
@@ -50,6 +56,9 @@ pub enum Command {
         #[command(subcommand)]
         command: ProviderCommand,
     },
+    /// The client's commands, run against a server's API.
+    #[command(flatten)]
+    Client(ClientCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -97,7 +106,18 @@ pub enum SecretKeyCommand {
 
 pub fn main() -> ExitCode {
     let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
-    match run(cli) {
+    let Cli {
+        config,
+        overrides,
+        client,
+        command,
+    } = cli;
+    let command = match command {
+        // A client command needs none of the server's configuration.
+        Command::Client(command) => return crate::client::run(client, command),
+        command => command,
+    };
+    match run(&overrides, config.as_deref(), command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("corbel: {e:#}");
@@ -134,6 +154,14 @@ fn default_shown(defaults: &toml::Table, long: &str) -> Option<String> {
         "provider-docker-host" => {
             return Some("$DOCKER_HOST, else unix:///var/run/docker.sock".to_owned());
         }
+        "server" => {
+            return Some(format!(
+                "the one `corbel login` signed in to, else {}",
+                crate::client::DEFAULT_SERVER
+            ));
+        }
+        "token" => return Some("the one `corbel login` stored for that server".to_owned()),
+        "output" => return Some("text".to_owned()),
         _ => {}
     }
     const SECTIONS: [(&str, &str); 5] = [
@@ -166,9 +194,13 @@ fn default_shown(defaults: &toml::Table, long: &str) -> Option<String> {
     Some(shown)
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
-    let config = Config::load(&cli.overrides, cli.config.as_deref())?;
-    match cli.command {
+fn run(
+    overrides: &Overrides,
+    config_file: Option<&std::path::Path>,
+    command: Command,
+) -> anyhow::Result<()> {
+    let config = Config::load(overrides, config_file)?;
+    match command {
         Command::Schema => {
             print!("{}", crate::api::sdl());
             Ok(())
@@ -217,6 +249,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     keep,
                 },
         } => runtime()?.block_on(check_provider(config, source, reference, path, keep)),
+        Command::Client(_) => unreachable!("`main` runs the client's commands"),
     }
 }
 

@@ -6,6 +6,7 @@ pub mod app;
 pub mod audit;
 pub mod auth;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod deploy;
 pub mod events;

@@ -14,7 +14,8 @@
 //! 4. `deploy`: uses `provider` and `repository`;
 //! 5. `api`, `web`: the edge, over the areas; `api` never touches `store`;
 //! 6. `config` (assembles the areas' settings), `app` (wires everything),
-//!    `cli`.
+//!    `cli`; and `client`, the command line client, which speaks only the
+//!    API over HTTP and imports nothing of the crate (`cli` runs it).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -35,7 +36,7 @@ const LAYERS: &[&[&str]] = &[
     &["provider"],
     &["deploy"],
     &["api", "web"],
-    &["config", "app", "cli"],
+    &["config", "app", "cli", "client"],
 ];
 
 /// Imports that skip layers on purpose are fine, but these never are.
@@ -219,6 +220,22 @@ fn imports_only_point_down() {
         "imports against the layers:\n{}",
         wrong.join("\n")
     );
+}
+
+/// The client is a client of the API like any other: no server type (store,
+/// area, API object, configuration) reaches it, not even a leaf's.
+#[test]
+fn the_client_imports_no_area() {
+    let graph = graph();
+    let imported = graph.edges.get("client").cloned().unwrap_or_default();
+    assert!(
+        imported.is_empty(),
+        "the client speaks the API only, yet imports {:?}",
+        imported
+    );
+    // And it is there to be checked: a module of its own under `src/`.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    assert!(src.join("client").join("mod.rs").is_file());
 }
 
 #[test]

@@ -1,0 +1,115 @@
+//! `corbel get deployments|providers|repositories [NAME]`: a table, or with
+//! `-o json` the API's objects (an array, or the one object named).
+
+use serde_json::Value;
+
+use super::Context;
+use super::error::ClientError;
+use super::output::{cell, table};
+use super::resolve;
+
+#[derive(Debug, clap::Subcommand)]
+pub enum GetCommand {
+    /// Deployments: every one, or one by name or id.
+    #[command(alias = "deployment")]
+    Deployments { name: Option<String> },
+    /// Providers: every one, or one by name.
+    #[command(alias = "provider")]
+    Providers { name: Option<String> },
+    /// Repositories: every one, or one by name.
+    #[command(alias = "repository")]
+    Repositories { name: Option<String> },
+}
+
+pub async fn get(context: &Context, command: GetCommand) -> Result<(), ClientError> {
+    let api = context.signed_in()?;
+    let (items, one) = match &command {
+        GetCommand::Deployments { name: Some(name) } => {
+            (vec![resolve::deployment(api, name).await?], true)
+        }
+        GetCommand::Deployments { name: None } => (
+            api.all("deployments", None, resolve::DEPLOYMENT).await?,
+            false,
+        ),
+        GetCommand::Providers { name: Some(name) } => {
+            (vec![resolve::provider(api, name).await?], true)
+        }
+        GetCommand::Providers { name: None } => {
+            (api.all("providers", None, resolve::PROVIDER).await?, false)
+        }
+        GetCommand::Repositories { name: Some(name) } => {
+            (vec![resolve::repository(api, name).await?], true)
+        }
+        GetCommand::Repositories { name: None } => (
+            api.all("repositories", None, resolve::REPOSITORY).await?,
+            false,
+        ),
+    };
+    if context.output.json() {
+        match (one, items.first()) {
+            (true, Some(item)) => context.output.value(item),
+            _ => context.output.value(&Value::Array(items)),
+        }
+        return Ok(());
+    }
+    let (header, rows): (&[&str], Vec<Vec<String>>) = match command {
+        GetCommand::Deployments { .. } => (
+            &["NAME", "STATE", "PHASE", "NODES", "UPDATED", "ID"],
+            items.iter().map(deployment_row).collect(),
+        ),
+        GetCommand::Providers { .. } => (
+            &["NAME", "STATUS", "RESOURCE TYPES", "RESTARTS", "ID"],
+            items.iter().map(provider_row).collect(),
+        ),
+        GetCommand::Repositories { .. } => (
+            &["NAME", "STATUS", "MODE", "ELEMENTS", "LAST SYNC", "ID"],
+            items.iter().map(repository_row).collect(),
+        ),
+    };
+    print!("{}", table(header, &rows));
+    Ok(())
+}
+
+fn deployment_row(d: &Value) -> Vec<String> {
+    let nodes = d["nodes"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let complete = nodes.iter().filter(|n| n["state"] == "COMPLETE").count();
+    vec![
+        cell(&d["name"]),
+        cell(&d["state"]),
+        cell(&d["phase"]),
+        format!("{complete}/{}", nodes.len()),
+        cell(&d["updatedAt"]),
+        cell(&d["id"]),
+    ]
+}
+
+fn provider_row(p: &Value) -> Vec<String> {
+    let types: Vec<String> = p["resourceTypes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(cell)
+        .collect();
+    vec![
+        cell(&p["name"]),
+        cell(&p["status"]),
+        if types.is_empty() {
+            "-".to_owned()
+        } else {
+            types.join(",")
+        },
+        cell(&p["restarts"]),
+        cell(&p["id"]),
+    ]
+}
+
+fn repository_row(r: &Value) -> Vec<String> {
+    vec![
+        cell(&r["name"]),
+        cell(&r["status"]),
+        cell(&r["syncMode"]),
+        cell(&r["progress"]["stored"]),
+        cell(&r["lastSyncedAt"]),
+        cell(&r["id"]),
+    ]
+}
