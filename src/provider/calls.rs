@@ -1,5 +1,5 @@
 //! Calls on a connected provider, for the deployment engine and the API:
-//! deploy, destroy, inspect, describe, list nodes; finding the provider that
+//! deploy, update (protocol version 2), destroy, inspect, describe, list nodes; finding the provider that
 //! serves a resource type, and waiting for a provider to connect. Protocol
 //! types are converted here; the engine sees only these domain types.
 //!
@@ -60,6 +60,24 @@ impl ResourceCall {
                 .collect(),
         }
     }
+
+    fn into_update(
+        self,
+        previous_config: &serde_json::Value,
+        outputs: &serde_json::Value,
+    ) -> proto::UpdateResourceRequest {
+        let resource = self.resource();
+        proto::UpdateResourceRequest {
+            resource: Some(resource),
+            previous_config_json: previous_config.to_string(),
+            outputs_json: outputs.to_string(),
+            dependency_outputs_json: self
+                .dependency_outputs
+                .into_iter()
+                .map(|(k, v)| (k, v.to_string()))
+                .collect(),
+        }
+    }
 }
 
 /// What a provider adds to a resource of a blueprint (`DescribeResources`).
@@ -69,6 +87,30 @@ pub struct ResourceDescription {
     pub depends_on: Vec<String>,
     pub features: Vec<String>,
     pub quota: Vec<(String, i64)>,
+    /// The top-level config keys `update` may change in place; a change of any
+    /// other key replaces the resource. Always empty for a provider that
+    /// registered with a protocol version before 2, whatever it answered.
+    pub updatable_keys: Vec<String>,
+}
+
+impl ResourceDescription {
+    /// What a provider registered with `version` described: a version 1
+    /// provider cannot be updated, so its `updatable_keys` are dropped.
+    fn from_wire(d: proto::ResourceDescription, version: u32) -> Self {
+        let mut quota: Vec<_> = d.quota.into_iter().collect();
+        quota.sort();
+        ResourceDescription {
+            key: d.key,
+            depends_on: d.depends_on,
+            features: d.features,
+            quota,
+            updatable_keys: if version >= corbel_proto::UPDATE_VERSION {
+                d.updatable_keys
+            } else {
+                Vec::new()
+            },
+        }
+    }
 }
 
 /// A step a provider reports while it works on a resource.
@@ -147,6 +189,41 @@ impl Calls {
         result
     }
 
+    /// Updates one deployed resource in place to `resource.config`, from
+    /// `previous_config`, with the `outputs` recorded for it; reports its
+    /// progress and returns its new outputs. Refused (`Invalid`, nothing sent)
+    /// for a provider registered with a protocol version before 2.
+    pub async fn update(
+        &self,
+        id: Uuid,
+        resource: ResourceCall,
+        previous_config: &serde_json::Value,
+        outputs: &serde_json::Value,
+        mut progress: impl FnMut(ResourceProgress) + Send,
+    ) -> Result<serde_json::Value, ProviderError> {
+        let link = self.connected(id).await?;
+        let version = link.protocol_version();
+        if version < corbel_proto::UPDATE_VERSION {
+            let name = self.catalog.row(id).await?.name;
+            return Err(ProviderError::Invalid(format!(
+                "provider `{name}` registered with protocol version {version}, which has no UpdateResource (version {} has): its resources are replaced, not updated",
+                corbel_proto::UPDATE_VERSION
+            )));
+        }
+        let started = std::time::Instant::now();
+        let tail = self.tail(id, &resource);
+        let result = bounded(&link, "UpdateResource", async {
+            let stream = link
+                .update_resource(resource.into_update(previous_config, outputs))
+                .await
+                .map_err(unavailable)?;
+            follow(&link, "UpdateResource", stream, &mut progress, tail).await
+        })
+        .await;
+        record("UpdateResource", &result, started);
+        result
+    }
+
     /// Destroys one resource through the provider.
     pub async fn destroy(
         &self,
@@ -219,22 +296,14 @@ impl Calls {
         resources: &[ResourceCall],
     ) -> Result<Vec<ResourceDescription>, ProviderError> {
         let link = self.connected(id).await?;
+        let version = link.protocol_version();
         let answer = link
             .describe_resources(resources.iter().map(ResourceCall::resource).collect())
             .await;
         match answer {
             Ok(descriptions) => Ok(descriptions
                 .into_iter()
-                .map(|d| {
-                    let mut quota: Vec<_> = d.quota.into_iter().collect();
-                    quota.sort();
-                    ResourceDescription {
-                        key: d.key,
-                        depends_on: d.depends_on,
-                        features: d.features,
-                        quota,
-                    }
-                })
+                .map(|d| ResourceDescription::from_wire(d, version))
                 .collect()),
             Err(LinkError::Refused {
                 code: tonic::Code::Unimplemented,
@@ -346,6 +415,14 @@ impl Calls {
             )));
         }
         Ok(link)
+    }
+
+    /// The protocol version the provider registered with, while it is connected.
+    pub fn protocol_version(&self, id: Uuid) -> Option<u32> {
+        self.slots
+            .existing(id)
+            .and_then(|slot| slot.link())
+            .map(|link| link.protocol_version())
     }
 
     /// Whether the provider is connected now.
@@ -575,4 +652,25 @@ async fn read_until_end(
     Err(ProviderError::Unavailable(format!(
         "the provider ended {call} without `done` or `error`"
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn updatable_keys_count_only_from_protocol_version_2() {
+        let wire = proto::ResourceDescription {
+            key: "web".into(),
+            quota: [("b".to_string(), 2), ("a".to_string(), 1)].into(),
+            updatable_keys: vec!["label".into()],
+            ..Default::default()
+        };
+        let v2 = ResourceDescription::from_wire(wire.clone(), 2);
+        assert_eq!(v2.updatable_keys, ["label"]);
+        assert_eq!(v2.quota, [("a".to_string(), 1), ("b".to_string(), 2)]);
+        let v1 = ResourceDescription::from_wire(wire, 1);
+        assert!(v1.updatable_keys.is_empty(), "{v1:?}");
+        assert_eq!(v1.key, "web");
+    }
 }

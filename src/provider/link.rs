@@ -1,9 +1,11 @@
 //! The link: Corbel's client to one registered provider. Every call carries a
 //! deadline, both as the gRPC timeout the provider sees and as a local timer, so
 //! a provider that hangs costs its caller the deadline and a clear error, never
-//! a stuck request. `DeployResource` and `DestroyResource` carry the longer
-//! resource deadline for the whole call, stream included; each of their events
-//! must also come within the call deadline of the one before.
+//! a stuck request. `DeployResource`, `UpdateResource` and `DestroyResource`
+//! carry the longer resource deadline for the whole call, stream included; each
+//! of their events must also come within the call deadline of the one before.
+//! A link knows the protocol version its provider agreed on, so a call and the
+//! version it depends on are always read together.
 //!
 //! It never knows about slots, statuses or the database: callers decide what a
 //! failed call means.
@@ -39,8 +41,12 @@ pub struct Link {
     client: ProviderClient<Channel>,
     health: HealthClient<Channel>,
     deadline: Duration,
-    /// Of a whole `DeployResource` or `DestroyResource`, events included.
+    /// Of a whole `DeployResource`, `UpdateResource` or `DestroyResource`,
+    /// events included.
     resource_deadline: Duration,
+    /// The version agreed in the handshake and named in `Register` (1 until
+    /// the registration sets it): what the provider may be sent.
+    protocol_version: u32,
 }
 
 impl Link {
@@ -66,7 +72,19 @@ impl Link {
             health: HealthClient::new(channel),
             deadline,
             resource_deadline,
+            protocol_version: 1,
         })
+    }
+
+    /// The same link, for a provider that registered with `version`.
+    pub fn with_protocol_version(mut self, version: u32) -> Link {
+        self.protocol_version = version;
+        self
+    }
+
+    /// The protocol version the provider registered with.
+    pub fn protocol_version(&self) -> u32 {
+        self.protocol_version
     }
 
     /// The same link with another deadline for its calls.
@@ -161,7 +179,8 @@ impl Link {
         .await
     }
 
-    /// The deadline of a whole `DeployResource` or `DestroyResource`.
+    /// The deadline of a whole `DeployResource`, `UpdateResource` or
+    /// `DestroyResource`.
     pub fn resource_deadline(&self) -> Duration {
         self.resource_deadline
     }
@@ -174,6 +193,18 @@ impl Link {
         let mut client = self.client.clone();
         let request = self.resource_request(request);
         self.open_stream("DeployResource", client.deploy_resource(request))
+            .await
+    }
+
+    /// Starts updating one resource in place (protocol version 2; the caller
+    /// checks the version); its events follow on the stream.
+    pub async fn update_resource(
+        &self,
+        request: proto::UpdateResourceRequest,
+    ) -> Result<tonic::Streaming<proto::ResourceEvent>, LinkError> {
+        let mut client = self.client.clone();
+        let request = self.resource_request(request);
+        self.open_stream("UpdateResource", client.update_resource(request))
             .await
     }
 

@@ -9,8 +9,8 @@
 //!   start, restart with backoff), health monitoring of each link, shutdown;
 //! - `registry`: the gRPC service providers register with (handshake, token
 //!   and endpoint checks, unregister);
-//! - `calls`: calls on a connected provider (deploy, destroy, inspect,
-//!   describe, nodes) and waiting for one to connect;
+//! - `calls`: calls on a connected provider (deploy, update, destroy,
+//!   inspect, describe, nodes) and waiting for one to connect;
 //! - `state`: the in-memory slots (live status, link, log ring);
 //! - `secrets`: `secretConfig` sealed at rest with the server's key;
 //! - `repository`: the provider host as a repository source;
@@ -406,6 +406,24 @@ impl Providers {
         self.inner.calls.deploy(id, resource, progress).await
     }
 
+    /// Updates one deployed resource in place (protocol version 2), reporting
+    /// its progress; its new outputs. `Invalid`, with nothing sent, when the
+    /// provider registered with version 1: its resources are replaced instead.
+    /// (Not `update`: that one changes a provider's stored row.)
+    pub async fn update_resource(
+        &self,
+        id: Uuid,
+        resource: ResourceCall,
+        previous_config: &serde_json::Value,
+        outputs: &serde_json::Value,
+        progress: impl FnMut(ResourceProgress) + Send,
+    ) -> Result<serde_json::Value, ProviderError> {
+        self.inner
+            .calls
+            .update(id, resource, previous_config, outputs, progress)
+            .await
+    }
+
     /// Destroys one resource, reporting its progress.
     pub async fn destroy(
         &self,
@@ -477,6 +495,12 @@ impl Providers {
     /// Whether the provider is connected now.
     pub fn is_connected(&self, id: Uuid) -> bool {
         self.inner.calls.is_connected(id)
+    }
+
+    /// The protocol version the provider registered with, while it is
+    /// connected (`None` otherwise). From 2 it can update resources in place.
+    pub fn protocol_version(&self, id: Uuid) -> Option<u32> {
+        self.inner.calls.protocol_version(id)
     }
 
     /// Waits until the provider is connected (or `limit` passes).

@@ -373,6 +373,8 @@ impl RegistryService {
         endpoint: &str,
     ) -> String {
         let id = slot.id;
+        // What the provider may be sent depends on it: it goes with the link.
+        let link = link.with_protocol_version(request.protocol_version);
         let (features, ignored): (Vec<String>, Vec<String>) = request
             .features
             .into_iter()

@@ -78,8 +78,9 @@ async fn a_grpcio_client_calls_the_registry_with_its_default_authority() {
     let out = tokio::task::spawn_blocking(move || python(RAW_CALLS, &[&socket_text, &provider]))
         .await
         .unwrap();
-    // HandshakeResponse { chosen_version: 1, server_versions: [1] }.
-    assert_eq!(line(&out, "handshake:"), "ok 0801120101", "{out}");
+    // HandshakeResponse { chosen_version: 1, server_versions: [1, 2] }: a
+    // client offering only version 1 keeps it.
+    assert_eq!(line(&out, "handshake:"), "ok 080112020102", "{out}");
     // HealthCheckResponse { status: SERVING }.
     assert_eq!(line(&out, "health:"), "ok 0801", "{out}");
     // A provider without a registration cannot unregister it.
