@@ -7,6 +7,7 @@ mod support;
 mod audit;
 mod auth;
 mod binary;
+mod cli;
 mod crash;
 mod deployments;
 mod engine;
