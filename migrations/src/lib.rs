@@ -13,6 +13,7 @@ mod m20261201_000006_provider_path;
 mod m20261201_000007_invalid_elements;
 pub mod m20261201_000008_projects;
 mod m20261201_000009_audit_and_quantities;
+mod m20261202_000010_plans_and_revisions;
 
 pub struct Migrator;
 
@@ -29,6 +30,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000007_invalid_elements::Migration),
             Box::new(m20261201_000008_projects::Migration),
             Box::new(m20261201_000009_audit_and_quantities::Migration),
+            Box::new(m20261202_000010_plans_and_revisions::Migration),
         ]
     }
 }

@@ -57,7 +57,8 @@ mirror_enum!(
     domain::Phase {
         Deploy,
         Rollback,
-        Destroy
+        Destroy,
+        Apply
     }
 );
 mirror_enum!(
@@ -72,7 +73,12 @@ mirror_enum!(
         Tainted,
         ToDestroy,
         Destroying,
-        Destroyed
+        Destroyed,
+        ToUpdate,
+        Updating,
+        ToRetire,
+        Retiring,
+        Retired
     }
 );
 mirror_enum!(OnFailure, domain::OnFailure { Rollback, Keep });
@@ -310,6 +316,12 @@ impl From<&domain::DeploymentEvent> for DeploymentEvent {
 
 pub struct Deployment(domain::Deployment);
 
+impl From<domain::Deployment> for Deployment {
+    fn from(d: domain::Deployment) -> Self {
+        Deployment(d)
+    }
+}
+
 #[Object]
 impl Deployment {
     async fn id(&self) -> ID {
@@ -386,6 +398,14 @@ impl Deployment {
             }
         }
         Ok(nodes)
+    }
+    /// Every deploy and apply made of it, oldest first: what each asked
+    /// for, who, when, and how it ended.
+    async fn revisions(
+        &self,
+        ctx: &Context<'_>,
+    ) -> Result<Vec<super::plans::DeploymentRevision>, ApiError> {
+        super::plans::revisions_of(ctx, self.0.id).await
     }
     /// The history, oldest first.
     async fn events(
@@ -642,13 +662,16 @@ impl DeployMutation {
         let blueprint = blueprint_in(ctx, &input.blueprint_id, "input.blueprintId").await?;
         let deployment = state::<Deployments>(ctx)?
             .runs()
-            .deploy(domain::NewDeployment {
-                blueprint_id: blueprint.id,
-                name: input.name,
-                variables: variables_object(input.variables.0)?,
-                on_failure: input.on_failure.into(),
-                expires_at: input.expires_at,
-            })
+            .deploy_as(
+                domain::NewDeployment {
+                    blueprint_id: blueprint.id,
+                    name: input.name,
+                    variables: variables_object(input.variables.0)?,
+                    on_failure: input.on_failure.into(),
+                    expires_at: input.expires_at,
+                },
+                super::principal(ctx).ok().map(|p| p.user.username.clone()),
+            )
             .await?;
         Ok(Deployment(deployment))
     }
@@ -870,7 +893,7 @@ async fn blueprint_in(
 }
 
 /// The deployment `id`, as [`blueprint_in`] gives a blueprint.
-async fn deployment_in(
+pub(super) async fn deployment_in(
     ctx: &Context<'_>,
     id: &ID,
     arg: &str,

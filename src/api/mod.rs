@@ -10,6 +10,7 @@ pub mod error;
 mod events;
 pub mod http;
 pub mod pagination;
+mod plans;
 pub mod policy;
 mod provider;
 mod repository;
@@ -33,6 +34,7 @@ pub struct Query(
     repository::RepositoryQuery,
     provider::ProviderQuery,
     deploy::DeployQuery,
+    plans::PlanQuery,
     audit::AuditQueryRoot,
 );
 
@@ -43,6 +45,7 @@ pub struct Mutation(
     repository::RepositoryMutation,
     provider::ProviderMutation,
     deploy::DeployMutation,
+    plans::PlanMutation,
 );
 
 #[derive(MergedSubscription, Default)]

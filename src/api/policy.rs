@@ -120,6 +120,11 @@ pub const POLICY: &[(&str, Need)] = &[
     ("redeployDeployment", DEPLOYER),
     ("extendDeployment", DEPLOYER),
     ("powerResource", DEPLOYER),
+    // Plans, applies and rollback.
+    ("plan", VIEWER),
+    ("planDeployment", DEPLOYER),
+    ("applyPlan", DEPLOYER),
+    ("rollbackDeployment", DEPLOYER),
 ];
 
 /// What `field` needs, if the table names it.

@@ -143,7 +143,7 @@ pub(super) fn check_name(name: &str) -> Result<(), DeployError> {
 }
 
 /// Parses and checks a blueprint; every problem is named at once.
-fn parse_checked(source: &str) -> Result<blueprint::Blueprint, DeployError> {
+pub(super) fn parse_checked(source: &str) -> Result<blueprint::Blueprint, DeployError> {
     let located = |problems: Vec<blueprint::Problem>| {
         DeployError::Blueprint(
             problems

@@ -22,7 +22,9 @@ use tokio::task::JoinSet;
 use uuid::Uuid;
 
 use super::blueprint::{self, Blueprint};
+use super::changes::Capability;
 use super::plan::Quantities;
+use super::plans::Described;
 use super::runs::Lock;
 use super::schedule::{self, Direction, Schedule};
 use super::step::{Begun, StepError};
@@ -30,6 +32,7 @@ use super::template;
 use super::writer::Write;
 use super::{
     DEPLOYED, DeploymentState, Deployments, EventKind, NodeState, OnFailure, Phase, REPLACED,
+    RETIRING,
 };
 use crate::provider::ResourceCall;
 use crate::store::deployments::{self as rows, NodeChange, NodeRow};
@@ -52,6 +55,8 @@ enum Scope {
     Marked,
     /// Nodes the operation deployed (a rollback).
     Operation(Uuid),
+    /// Nodes an apply retires: replaced ones, and those no longer asked for.
+    Retiring,
 }
 
 /// The executor part of [`Deployments`].
@@ -102,6 +107,79 @@ impl Executor<'_> {
         let id = lock.id;
         let result = self.roll_back(id, error).await;
         self.ran(id, result);
+    }
+
+    /// Runs an apply (`applyPlan`, a rollback to a revision) to its end:
+    /// the replacements that cannot overlap are destroyed first, then
+    /// creates and updates run in dependency order, then what the plan
+    /// retires goes, dependents first. On failure, what was to be retired
+    /// and still has no running replacement stays, running; the deployment
+    /// ends `FAILED` and its revision with it.
+    pub(super) async fn run_apply(&self, lock: &Lock) {
+        let id = lock.id;
+        let result = match self.apply_operation(id).await {
+            Ok(()) => match self.0.power().resting_state(id).await {
+                Ok(state) => self.0.runs().settle(id, state, None).await,
+                Err(e) => Err(e),
+            },
+            Err(Stopped::Interrupted) => {
+                tracing::info!(deployment.id = %id, "apply interrupted by shutdown; it resumes at the next start");
+                Ok(())
+            }
+            Err(Stopped::Failed(error)) => self.apply_failed(id, error).await,
+        };
+        self.ran(id, result);
+    }
+
+    async fn apply_operation(&self, id: Uuid) -> Result<(), Stopped> {
+        let row = self.deployment_row(id).await.map_err(Stopped::Failed)?;
+        let operation = row
+            .operation_id
+            .ok_or_else(|| Stopped::Failed("the apply has no operation".into()))?;
+        let (bp, variables, _) = self.effective(id).await?;
+        // The blueprint that ran before: its order retires what goes.
+        let before = match crate::store::plans::find_plan(&self.0.inner.db, operation).await {
+            Ok(Some(plan)) => blueprint::parse(&plan.base_source).ok(),
+            Ok(None) => None,
+            Err(e) => return Err(Stopped::Failed(e.to_string())),
+        };
+        self.destroy_phase(id, Some(&bp), Scope::Marked).await?;
+        self.deploy_phase(id, &bp, &variables, operation).await?;
+        self.destroy_phase(id, Some(before.as_ref().unwrap_or(&bp)), Scope::Retiring)
+            .await?;
+        crate::store::plans::remove_nodes(&self.0.inner.db, id, &[NodeState::Retired.as_str()])
+            .await
+            .map_err(|e| Stopped::Failed(e.to_string()))?;
+        Ok(())
+    }
+
+    /// An apply failed: what it was retiring, with no running replacement,
+    /// keeps running; the deployment ends `FAILED`.
+    async fn apply_failed(&self, id: Uuid, error: String) -> Result<(), super::DeployError> {
+        let nodes = rows::nodes_of(&self.0.inner.db, id).await?;
+        let running: BTreeSet<(&str, i32)> = nodes
+            .iter()
+            .filter(|n| {
+                n.state
+                    .parse::<NodeState>()
+                    .is_ok_and(|s| DEPLOYED.contains(&s))
+            })
+            .map(|n| (n.key.as_str(), n.replica))
+            .collect();
+        let restore: Vec<Uuid> = nodes
+            .iter()
+            .filter(|n| n.state == NodeState::ToRetire.as_str())
+            .filter(|n| !running.contains(&(n.key.as_str(), n.replica)))
+            .map(|n| n.id)
+            .collect();
+        crate::store::plans::move_nodes(&self.0.inner.db, &restore, NodeState::Complete.as_str())
+            .await?;
+        crate::store::plans::remove_nodes(&self.0.inner.db, id, &[NodeState::Retired.as_str()])
+            .await?;
+        self.0
+            .runs()
+            .settle(id, DeploymentState::Failed, Some(&error))
+            .await
     }
 
     fn ran(&self, id: Uuid, result: Result<(), super::DeployError>) {
@@ -279,7 +357,7 @@ impl Executor<'_> {
             nodes
                 .iter()
                 .zip(&states)
-                .filter(|(_, state)| !DEPLOYED.contains(state))
+                .filter(|(_, state)| !DEPLOYED.contains(state) && !RETIRING.contains(state))
                 .map(|(n, _)| n),
         );
         // Replica 0 speaks for its resource; a dependent starts only once all
@@ -333,9 +411,10 @@ impl Executor<'_> {
                     None => Err("the resource is not in the blueprint".to_owned()),
                 };
                 for node in &pending[key] {
+                    let updating = is_update(node);
                     let early = match (&rendered, node.provider_id) {
                         (Ok(config), Some(provider))
-                            if self.0.inner.providers.is_connected(provider) =>
+                            if !updating && self.0.inner.providers.is_connected(provider) =>
                         {
                             limit.clone().try_acquire_owned().ok().map(|permit| {
                                 let (entry, write) = self.0.steps().begin_deploy(
@@ -376,9 +455,15 @@ impl Executor<'_> {
                                 Some((begun, permit)) => (Some(begun), Ok(permit)),
                                 None => (None, limit.acquire_owned().await),
                             };
-                            this.steps()
-                                .deploy_node(node, config, dependency_outputs, operation, begun)
-                                .await
+                            if is_update(&node) {
+                                this.steps()
+                                    .update_node(node, config, dependency_outputs, operation)
+                                    .await
+                            } else {
+                                this.steps()
+                                    .deploy_node(node, config, dependency_outputs, operation, begun)
+                                    .await
+                            }
                         }
                         Err(error) => {
                             this.steps().fail_node(&node, &error).await;
@@ -463,11 +548,15 @@ impl Executor<'_> {
                 .iter()
                 .zip(&states)
                 .filter(|(n, state)| match scope {
-                    Scope::All => **state != NodeState::Destroyed,
+                    Scope::All => !matches!(state, NodeState::Destroyed | NodeState::Retired),
                     Scope::Marked => {
                         matches!(state, NodeState::ToDestroy | NodeState::Destroying)
                     }
-                    Scope::Operation(op) => n.run_id == Some(op) && **state != NodeState::Destroyed,
+                    Scope::Operation(op) => {
+                        n.run_id == Some(op)
+                            && !matches!(state, NodeState::Destroyed | NodeState::Retired)
+                    }
+                    Scope::Retiring => matches!(state, NodeState::ToRetire | NodeState::Retiring),
                 })
                 .map(|(n, _)| n),
         );
@@ -559,6 +648,21 @@ impl Executor<'_> {
         let bp = blueprint::parse(&row.source).map_err(|p| Stopped::Failed(p.to_string()))?;
         let variables: BTreeMap<String, Value> = serde_json::from_str(&row.variables)
             .map_err(|e| Stopped::Failed(format!("variables: {e}")))?;
+        let described = self.describe(&bp).await.map_err(|e| {
+            if self.0.inner.stopping.is_cancelled() {
+                Stopped::Interrupted
+            } else {
+                Stopped::Failed(e)
+            }
+        })?;
+        Ok((described.blueprint, variables, described.quantities))
+    }
+
+    /// A blueprint as its providers describe it: with the dependencies they
+    /// add, what each resource counts against named quotas, and each key's
+    /// provider with the config keys it can update in place. Waits for
+    /// providers that are still loading or restarting.
+    pub(super) async fn describe(&self, bp: &Blueprint) -> Result<Described, String> {
         let mut by_provider: BTreeMap<Uuid, Vec<ResourceCall>> = BTreeMap::new();
         let mut known: HashMap<(&str, Option<&str>), Uuid> = HashMap::new();
         for resource in &bp.resources {
@@ -575,9 +679,7 @@ impl Executor<'_> {
                         .providers
                         .for_resource_type(asked.0, asked.1)
                         .await
-                        .map_err(|e| {
-                            Stopped::Failed(format!("resources.{}.type: {e}", resource.key))
-                        })?;
+                        .map_err(|e| format!("resources.{}.type: {e}", resource.key))?;
                     known.insert(asked, id);
                     id
                 }
@@ -594,36 +696,45 @@ impl Executor<'_> {
         }
         let mut extra = Vec::new();
         let mut quantities = Quantities::new();
+        let mut capabilities = BTreeMap::new();
         for (provider, calls) in by_provider {
-            if let Err(error) = self.0.steps().await_provider(provider).await {
-                return Err(if self.0.inner.stopping.is_cancelled() {
-                    Stopped::Interrupted
-                } else {
-                    Stopped::Failed(error)
-                });
-            }
+            self.0.steps().await_provider(provider).await?;
             let described = self
                 .0
                 .inner
                 .providers
                 .describe(provider, &calls)
                 .await
-                .map_err(|e| Stopped::Failed(e.to_string()))?;
+                .map_err(|e| e.to_string())?;
             let has = self
                 .0
                 .inner
                 .providers
                 .get(provider)
                 .await
-                .map_err(|e| Stopped::Failed(e.to_string()))?;
+                .map_err(|e| e.to_string())?;
+            let version = self.0.inner.providers.protocol_version(provider);
+            for call in &calls {
+                capabilities.insert(
+                    call.key.clone(),
+                    Capability {
+                        provider_id: provider,
+                        provider_name: has.name.clone(),
+                        updatable: Described::updatable(Vec::new(), version),
+                    },
+                );
+            }
             for d in described {
                 // A feature the resource needs and its provider lacks fails
                 // the deploy before anything is made.
                 if let Some(missing) = d.features.iter().find(|f| !has.features.contains(f)) {
-                    return Err(Stopped::Failed(format!(
+                    return Err(format!(
                         "resources.{}: needs the `{missing}` feature, which provider `{}` does not have",
                         d.key, has.name
-                    )));
+                    ));
+                }
+                if let Some(capability) = capabilities.get_mut(&d.key) {
+                    capability.updatable = Described::updatable(d.updatable_keys, version);
                 }
                 if !d.quota.is_empty() {
                     quantities.insert(d.key.clone(), d.quota.into_iter().collect());
@@ -633,19 +744,27 @@ impl Executor<'_> {
                 }
             }
         }
-        let bp = if extra.is_empty() {
-            bp
+        let blueprint = if extra.is_empty() {
+            bp.clone()
         } else {
-            blueprint::with_extra_dependencies(&bp, &extra)
-                .map_err(|p| Stopped::Failed(p.to_string()))?
+            blueprint::with_extra_dependencies(bp, &extra).map_err(|p| p.to_string())?
         };
-        Ok((bp, variables, quantities))
+        Ok(Described {
+            blueprint,
+            capabilities,
+            quantities,
+        })
     }
 }
 
 /// What a deploy task gives back: its outputs and its result's write, or
 /// why it failed.
 type Deployed = Result<(Value, Write), StepError>;
+
+/// Whether a pending node is to be updated in place (an apply's).
+fn is_update(node: &NodeRow) -> bool {
+    node.state == NodeState::ToUpdate.as_str() || node.state == NodeState::Updating.as_str()
+}
 
 /// Each node's state, typed: unknown text is a corrupt row.
 fn node_states(nodes: &[NodeRow]) -> Result<Vec<NodeState>, Stopped> {

@@ -56,6 +56,7 @@ impl Installations for Deployments {
                 variables: "{}".to_owned(),
                 on_failure: OnFailure::Rollback.as_str().to_owned(),
                 expires_at: None,
+                created_by: None,
             },
             DeploymentState::Pending.as_str(),
             super::Phase::Deploy.as_str(),

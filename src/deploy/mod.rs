@@ -8,6 +8,8 @@
 //! - [`executor`] — `Executor`: runs a run's DAG to its end (phases, rollback);
 //! - [`step`] — `Steps`: one journaled provider call for one node;
 //! - [`plan`] — `Planner`: providers and placement of a deployment's nodes;
+//! - [`plans`] — `Plans`: plan a change, apply it, revisions and rollback
+//!   (what a plan does is computed by the pure [`changes`]);
 //! - [`recovery`] — `Recovery`: journal settling, resuming after a restart,
 //!   the lease (extend, the reaper);
 //! - [`installations`] — the repository area's `Installations` port;
@@ -20,9 +22,11 @@
 
 pub mod blueprint;
 mod blueprints;
+pub mod changes;
 mod executor;
 mod installations;
 mod plan;
+mod plans;
 mod power;
 mod queries;
 mod recovery;
@@ -51,6 +55,7 @@ use crate::text::text_enum;
 
 pub use blueprints::Blueprints;
 pub use plan::Planner;
+pub use plans::{Ask, PlanState, Plans, Revision, StoredPlan};
 pub use power::{MAX_LOG_LINES, Power};
 pub use queries::Queries;
 pub use recovery::Recovery;
@@ -128,6 +133,17 @@ text_enum! {
         ToDestroy = "TO_DESTROY",
         Destroying = "DESTROYING",
         Destroyed = "DESTROYED",
+        /// Deployed, to be updated in place by the apply under way.
+        ToUpdate = "TO_UPDATE",
+        /// Its `UpdateResource` call is under way.
+        Updating = "UPDATING",
+        /// Deployed, and going once the apply's creates and updates are
+        /// done: replaced by a newer generation, or no longer asked for.
+        ToRetire = "TO_RETIRE",
+        /// Its `DestroyResource` call, as a retirement, is under way.
+        Retiring = "RETIRING",
+        /// Retired: its resource is gone; the row goes when the apply ends.
+        Retired = "RETIRED",
     }
 }
 
@@ -142,6 +158,7 @@ text_enum! {
     pub enum Intent {
         Deploy = "DEPLOY",
         Destroy = "DESTROY",
+        Update = "UPDATE",
     }
 }
 
@@ -152,12 +169,14 @@ text_enum! {
         Deploy = "DEPLOY",
         Rollback = "ROLLBACK",
         Destroy = "DESTROY",
+        /// Applying a plan (`applyPlan`): the operation's id is the plan's.
+        Apply = "APPLY",
     }
 }
 
 /// Node states that hold (or are about to hold) a resource: they count
 /// against a provider node's capacity.
-const LIVE_NODE_STATES: [NodeState; 7] = [
+const LIVE_NODE_STATES: [NodeState; 11] = [
     NodeState::ToDeploy,
     NodeState::Waiting,
     NodeState::InProgress,
@@ -165,7 +184,15 @@ const LIVE_NODE_STATES: [NodeState; 7] = [
     NodeState::Suspended,
     NodeState::ToDestroy,
     NodeState::Destroying,
+    NodeState::ToUpdate,
+    NodeState::Updating,
+    NodeState::ToRetire,
+    NodeState::Retiring,
 ];
+
+/// Node states of a resource an apply is retiring, or has retired: no deploy
+/// takes them up again.
+const RETIRING: [NodeState; 3] = [NodeState::ToRetire, NodeState::Retiring, NodeState::Retired];
 
 const REPLACED: [NodeState; 3] = [NodeState::Complete, NodeState::Suspended, NodeState::Failed];
 
@@ -316,6 +343,11 @@ impl Deployments {
     /// Starting runs: deploy, destroy, redeploy.
     pub fn runs(&self) -> Runs<'_> {
         Runs(self)
+    }
+
+    /// Plans, applies, revisions and rollback.
+    pub fn plans(&self) -> Plans<'_> {
+        Plans(self)
     }
 
     /// Planning and placement.

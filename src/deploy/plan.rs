@@ -12,6 +12,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::blueprint::{self, Blueprint, Resource};
+use super::changes::{Action, Draft};
+use super::plans::Described;
 use super::strategy::{self, NodeInput};
 use super::{DeployError, DeploymentState, Deployments, LIVE_NODE_STATES, NodeState};
 use crate::provider::ProviderNode;
@@ -142,6 +144,118 @@ impl Planner<'_> {
         Ok(())
     }
 
+    /// Where a plan's new nodes would go now, without holding room: each
+    /// create of a new node, and each replacement made before its old node
+    /// goes. A replacement with no room beside its old node is made
+    /// destroy-first instead, in the old one's place, and says so.
+    pub(super) async fn preview(
+        &self,
+        bp: &Blueprint,
+        draft: &mut Draft,
+    ) -> Result<(), DeployError> {
+        let _placing = self.0.inner.placing.lock().await;
+        let mut placer = Placer::new(self.0);
+        let mut keys: Vec<String> = Vec::new();
+        for change in &draft.changes {
+            if !keys.contains(&change.key) {
+                keys.push(change.key.clone());
+            }
+        }
+        for key in keys {
+            let Some(resource) = bp.resource(&key) else {
+                continue;
+            };
+            let of = |action: Action, draft: &Draft| -> Vec<usize> {
+                draft
+                    .changes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| c.key == key && c.action() == action)
+                    .filter(|(_, c)| match action {
+                        Action::Create => c.node_id.is_none(),
+                        _ => c.create_before_destroy,
+                    })
+                    .map(|(i, _)| i)
+                    .collect()
+            };
+            let creates = of(Action::Create, draft);
+            let replaces = of(Action::Replace, draft);
+            if creates.is_empty() && replaces.is_empty() {
+                continue;
+            }
+            let all: Vec<usize> = creates.iter().chain(&replaces).copied().collect();
+            let total = all.len() as i64;
+            let placed = match placer.place_count(resource, total, None).await {
+                Ok(placed) => Some((placed, all)),
+                Err(_) if !replaces.is_empty() => {
+                    for &i in &replaces {
+                        let change = &mut draft.changes[i];
+                        change.create_before_destroy = false;
+                        change.placement = change.placement_before.clone();
+                        let reason = change.reason.take().unwrap_or_default();
+                        change.reason = Some(format!(
+                            "{reason}; destroyed before it is made again: no room for both on \
+                             its provider's nodes"
+                        ));
+                    }
+                    if creates.is_empty() {
+                        None
+                    } else {
+                        let placed = placer
+                            .place_count(resource, creates.len() as i64, None)
+                            .await
+                            .map_err(|e| DeployError::Invalid(format!("resources.{key}: {e}")))?;
+                        Some((placed, creates))
+                    }
+                }
+                Err(e) => return Err(DeployError::Invalid(format!("resources.{key}: {e}"))),
+            };
+            if let Some((placed, indices)) = placed {
+                for (i, node) in indices.into_iter().zip(placed.nodes) {
+                    draft.changes[i].placement = node;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Places an apply's new nodes (`(key, replica)`), with its project's
+    /// limits checked; the caller holds the placing lock and writes them
+    /// under it.
+    pub(super) async fn place_new(
+        &self,
+        id: Uuid,
+        described: &Described,
+        wanted: &[(String, i32)],
+    ) -> Result<Vec<(String, i32, Uuid, Option<String>)>, String> {
+        let mut placer = Placer::new(self.0);
+        let mut by_key: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+        for (key, replica) in wanted {
+            by_key.entry(key.as_str()).or_default().push(*replica);
+        }
+        let mut out = Vec::new();
+        let mut quantities = BTreeMap::<String, i64>::new();
+        for (key, replicas) in by_key {
+            let resource = described
+                .blueprint
+                .resource(key)
+                .ok_or_else(|| format!("`{key}` is not in the plan's blueprint"))?;
+            let placed = placer
+                .place_count(resource, replicas.len() as i64, None)
+                .await
+                .map_err(|e| format!("resources.{key}: {e}"))?;
+            for (replica, node) in replicas.into_iter().zip(placed.nodes) {
+                for (name, amount) in described.quantities.get(key).into_iter().flatten() {
+                    let total = quantities.entry(name.clone()).or_default();
+                    *total = total.saturating_add((*amount).max(0));
+                }
+                out.push((key.to_owned(), replica, placed.provider_id, node));
+            }
+        }
+        self.within_quota(id, out.len(), &quantities).await?;
+        Ok(out)
+    }
+
     /// What the placement of one resource of a blueprint would be now, without
     /// allocating; with no strategy, each node's raw capacity.
     pub async fn calculate_capacity(
@@ -233,9 +347,19 @@ impl<'a> Placer<'a> {
         variables: &BTreeMap<String, Value>,
         strategy: Option<strategy::Strategy>,
     ) -> Result<Placed, DeployError> {
-        let provider_id = self.provider_for(resource).await?;
         let need = blueprint::replicas(resource, variables)
             .map_err(|p| DeployError::Invalid(p.to_string()))?;
+        self.place_count(resource, need, strategy).await
+    }
+
+    /// Places `need` replicas of one resource.
+    async fn place_count(
+        &mut self,
+        resource: &Resource,
+        need: i64,
+        strategy: Option<strategy::Strategy>,
+    ) -> Result<Placed, DeployError> {
+        let provider_id = self.provider_for(resource).await?;
         let (name, has_nodes) = self.about(provider_id).await?;
         if !has_nodes {
             let count = usize::try_from(need).unwrap_or(0);

@@ -26,7 +26,7 @@ use futures_util::StreamExt;
 use uuid::Uuid;
 
 use super::runs::Lock;
-use super::step::{destroyed, node_change_event, resource_call};
+use super::step::{gone, node_change_event, resource_call};
 use super::writer::Write;
 use super::{DeployError, Deployment, DeploymentState, Deployments, Intent, NodeState, Phase};
 use crate::store::deployments::{self as rows, JournalRow, NodeChange, NodeRow};
@@ -173,6 +173,22 @@ impl Recovery<'_> {
                     .await;
                 let error = row.error.unwrap_or_else(|| "the deploy failed".into());
                 self.0.executor().run_rollback(&lock, error).await;
+            }
+            (
+                Ok(DeploymentState::Pending | DeploymentState::InProgress),
+                Ok(Some(Phase::Apply)),
+            ) => {
+                self.0
+                    .runs()
+                    .record(
+                        id,
+                        super::EventKind::State,
+                        None,
+                        None,
+                        "resuming the apply after a restart".into(),
+                    )
+                    .await;
+                self.0.executor().run_apply(&lock).await;
             }
             (Ok(DeploymentState::Pending | DeploymentState::InProgress), Ok(_)) => {
                 self.0
@@ -342,7 +358,9 @@ impl Recovery<'_> {
         // idempotent per resource id, so the provider adopts what the lost
         // call made, and finishes it: a container created but not started
         // yet exists (`Inspect` finds it) but is not deployed.
-        let present = if (intent, state) == (Intent::Deploy, NodeState::InProgress) {
+        let present = if (intent, state) == (Intent::Deploy, NodeState::InProgress)
+            || intent == Intent::Update
+        {
             None
         } else {
             self.0
@@ -370,6 +388,14 @@ impl Recovery<'_> {
                 None
             }
             (Intent::Deploy, _, None) => None,
+            // Interrupted while updating: update again when the apply
+            // resumes (`UpdateResource` to the same config is idempotent);
+            // the node still holds the config it had.
+            (Intent::Update, NodeState::Updating, _) => Some(NodeChange {
+                state: NodeState::ToUpdate.as_str().to_owned(),
+                ..NodeChange::default()
+            }),
+            (Intent::Update, _, _) => None,
             // A destroy that was cut short: finish it.
             (Intent::Destroy, _, Some(outputs)) => {
                 self.0
@@ -378,9 +404,9 @@ impl Recovery<'_> {
                     .destroy(entry.provider_id, call, &outputs, |_| {})
                     .await
                     .map_err(|e| e.to_string())?;
-                Some(destroyed())
+                Some(gone(node).0)
             }
-            (Intent::Destroy, _, None) => Some(destroyed()),
+            (Intent::Destroy, _, None) => Some(gone(node).0),
         };
         let Some(change) = change else {
             rows::drop_entry(db, entry.id)

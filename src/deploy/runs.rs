@@ -43,6 +43,16 @@ pub struct Runs<'a>(pub(super) &'a Deployments);
 impl<'a> Runs<'a> {
     /// Creates the deployment and starts deploying it in the background.
     pub async fn deploy(&self, new: NewDeployment) -> Result<Deployment, DeployError> {
+        self.deploy_as(new, None).await
+    }
+
+    /// [`Runs::deploy`], recording who asked (a user's name) on the
+    /// deployment's first revision.
+    pub async fn deploy_as(
+        &self,
+        new: NewDeployment,
+        by: Option<String>,
+    ) -> Result<Deployment, DeployError> {
         check_name(&new.name)?;
         super::recovery::check_lease("expiresAt", new.expires_at, chrono::Utc::now())?;
         let blueprint = self.0.blueprints().get(new.blueprint_id).await?;
@@ -67,6 +77,7 @@ impl<'a> Runs<'a> {
                     .map_err(|e| DeployError::Invalid(format!("variables: {e}")))?,
                 on_failure: new.on_failure.as_str().to_owned(),
                 expires_at,
+                created_by: by,
             },
             DeploymentState::Pending.as_str(),
             Phase::Deploy.as_str(),
@@ -279,7 +290,18 @@ impl<'a> Runs<'a> {
         state: DeploymentState,
         error: Option<&str>,
     ) -> Result<(), DeployError> {
-        self.change(id, state, None, error, None).await
+        self.change(id, state, None, error, None).await?;
+        // The revision the operation opened ends with it.
+        let outcome = match state {
+            DeploymentState::Complete | DeploymentState::Suspended => Some("COMPLETE"),
+            DeploymentState::Failed => Some("FAILED"),
+            _ => None,
+        };
+        if let Some(outcome) = outcome {
+            crate::store::plans::end_revisions(&self.0.inner.db, id, "IN_PROGRESS", outcome, error)
+                .await?;
+        }
+        Ok(())
     }
 
     /// Stores an event in the history and publishes it. A failure to store is

@@ -78,6 +78,13 @@ enum Call {
         operation: Uuid,
     },
     Destroy,
+    /// An apply's in-place update to `config` (the node keeps its old one
+    /// until the update succeeds).
+    Update {
+        config: Value,
+        dependency_outputs: Vec<(String, Value)>,
+        operation: Uuid,
+    },
 }
 
 impl Call {
@@ -85,6 +92,7 @@ impl Call {
         match self {
             Call::Deploy { .. } => Intent::Deploy,
             Call::Destroy => Intent::Destroy,
+            Call::Update { .. } => Intent::Update,
         }
     }
 }
@@ -125,8 +133,30 @@ impl Steps<'_> {
         self.journaled_call(&node, provider, call, begun).await
     }
 
+    /// Updates one node's resource in place to `config` (an apply's);
+    /// returns its new outputs, and the write of its result.
+    pub(super) async fn update_node(
+        &self,
+        node: NodeRow,
+        config: Value,
+        dependency_outputs: Vec<(String, Value)>,
+        operation: Uuid,
+    ) -> Result<(Value, Write), StepError> {
+        let Some(provider) = node.provider_id else {
+            let error = "no provider was chosen for it".to_owned();
+            self.fail_node(&node, &error).await;
+            return Err(StepError::Invalid(error));
+        };
+        let call = Call::Update {
+            config,
+            dependency_outputs,
+            operation,
+        };
+        self.journaled_call(&node, provider, call, None).await
+    }
+
     /// Destroys one node's resource. A node that never reached its provider
-    /// is simply marked destroyed.
+    /// is simply marked destroyed (or retired).
     pub(super) async fn destroy_node(&self, node: NodeRow) -> Result<(), StepError> {
         let state = node
             .state
@@ -143,7 +173,7 @@ impl Steps<'_> {
                     .await?;
                 self.0.inner.writer.write(finish).await.map_err(store_error)
             }
-            None => rows::change_node(&self.0.inner.db, node.id, destroyed())
+            None => rows::change_node(&self.0.inner.db, node.id, gone(&node).0)
                 .await
                 .map_err(|e| StepError::Store(format!("cannot store the node: {e}"))),
         }
@@ -160,7 +190,7 @@ impl Steps<'_> {
     ) -> Result<(Value, Write), StepError> {
         let intent = call.intent();
         let attempts = match intent {
-            Intent::Deploy => DEPLOY_ATTEMPTS,
+            Intent::Deploy | Intent::Update => DEPLOY_ATTEMPTS,
             Intent::Destroy => DESTROY_ATTEMPTS,
         };
         let mut entry: Option<Uuid> = None;
@@ -197,7 +227,7 @@ impl Steps<'_> {
                     };
                     match self.call_provider(node, provider, &call).await {
                         Ok(outputs) => {
-                            let finish = self.finish(node, entry, intent, &outputs);
+                            let finish = self.finish(node, entry, &call, &outputs);
                             crate::telemetry::record_deploy_step(intent.as_str(), "complete");
                             return Ok((outputs, finish));
                         }
@@ -288,6 +318,14 @@ impl Steps<'_> {
                 NodeState::InProgress,
                 "deploying",
             ),
+            Call::Destroy if is_retiring(node) => (
+                NodeChange {
+                    state: NodeState::Retiring.as_str().to_owned(),
+                    ..NodeChange::default()
+                },
+                NodeState::Retiring,
+                "retiring",
+            ),
             Call::Destroy => (
                 NodeChange {
                     state: NodeState::Destroying.as_str().to_owned(),
@@ -295,6 +333,16 @@ impl Steps<'_> {
                 },
                 NodeState::Destroying,
                 "destroying",
+            ),
+            Call::Update { operation, .. } => (
+                NodeChange {
+                    state: NodeState::Updating.as_str().to_owned(),
+                    error: Some(None),
+                    run_id: Some(Some(*operation)),
+                    ..NodeChange::default()
+                },
+                NodeState::Updating,
+                "updating in place",
             ),
         };
         let entry = Uuid::now_v7();
@@ -314,9 +362,19 @@ impl Steps<'_> {
     }
 
     /// The write after a call that succeeded, for the caller to queue.
-    fn finish(&self, node: &NodeRow, entry: Uuid, intent: Intent, outputs: &Value) -> Write {
-        let (change, state, message) = match intent {
-            Intent::Deploy => (
+    fn finish(&self, node: &NodeRow, entry: Uuid, call: &Call, outputs: &Value) -> Write {
+        let (change, state, message) = match call {
+            Call::Update { config, .. } => (
+                NodeChange {
+                    state: NodeState::Complete.as_str().to_owned(),
+                    config: Some(config.to_string()),
+                    outputs: Some(Some(outputs.to_string())),
+                    ..NodeChange::default()
+                },
+                NodeState::Complete,
+                "updated in place",
+            ),
+            Call::Deploy { .. } => (
                 NodeChange {
                     state: NodeState::Complete.as_str().to_owned(),
                     outputs: Some(Some(outputs.to_string())),
@@ -325,7 +383,15 @@ impl Steps<'_> {
                 NodeState::Complete,
                 "deployed",
             ),
-            Intent::Destroy => (destroyed(), NodeState::Destroyed, "destroyed"),
+            Call::Destroy => {
+                let (change, state) = gone(node);
+                let message = if state == NodeState::Retired {
+                    "retired"
+                } else {
+                    "destroyed"
+                };
+                (change, state, message)
+            }
         };
         Write::Finish {
             deployment: node.deployment_id,
@@ -412,6 +478,30 @@ impl Steps<'_> {
                     ..resource_call(node)
                 };
                 providers.deploy(provider, resource, progress).await
+            }
+            Call::Update {
+                config,
+                dependency_outputs,
+                ..
+            } => {
+                let previous = node
+                    .config
+                    .as_deref()
+                    .and_then(|c| serde_json::from_str(c).ok())
+                    .unwrap_or_else(|| serde_json::json!({}));
+                let outputs: Value = node
+                    .outputs
+                    .as_deref()
+                    .and_then(|o| serde_json::from_str(o).ok())
+                    .unwrap_or_else(|| serde_json::json!({}));
+                let resource = ResourceCall {
+                    config: config.clone(),
+                    dependency_outputs: dependency_outputs.clone(),
+                    ..resource_call(node)
+                };
+                providers
+                    .update_resource(provider, resource, &previous, &outputs, progress)
+                    .await
             }
             Call::Destroy => {
                 let outputs: Value = node
@@ -507,6 +597,29 @@ fn call_name(intent: Intent) -> &'static str {
     match intent {
         Intent::Deploy => "DeployResource",
         Intent::Destroy => "DestroyResource",
+        Intent::Update => "UpdateResource",
+    }
+}
+
+/// Whether a node is being retired by an apply (its destroy ends `RETIRED`).
+pub(super) fn is_retiring(node: &NodeRow) -> bool {
+    node.state == NodeState::ToRetire.as_str() || node.state == NodeState::Retiring.as_str()
+}
+
+/// The change that records a node's resource as gone: retired when an apply
+/// was retiring it, else destroyed.
+pub(super) fn gone(node: &NodeRow) -> (NodeChange, NodeState) {
+    if is_retiring(node) {
+        (
+            NodeChange {
+                state: NodeState::Retired.as_str().to_owned(),
+                outputs: Some(None),
+                ..NodeChange::default()
+            },
+            NodeState::Retired,
+        )
+    } else {
+        (destroyed(), NodeState::Destroyed)
     }
 }
 

@@ -125,9 +125,12 @@ pub struct NewDeployment {
     pub variables: String,
     pub on_failure: String,
     pub expires_at: Option<DateTime<Utc>>,
+    /// Who asked for it, for its first revision.
+    pub created_by: Option<String>,
 }
 
-/// Stores a new deployment with its first operation (`phase`) under way.
+/// Stores a new deployment with its first operation (`phase`) under way,
+/// and its first revision (`DEPLOY`, `IN_PROGRESS`).
 pub async fn insert_deployment(
     db: &DatabaseConnection,
     new: NewDeployment,
@@ -135,7 +138,19 @@ pub async fn insert_deployment(
     phase: &str,
 ) -> Result<DeploymentRow, DbErr> {
     let now = Utc::now();
-    deployment::ActiveModel {
+    let operation = Uuid::now_v7();
+    let revision = super::plans::NewRevision {
+        kind: "DEPLOY".to_owned(),
+        source: new.source.clone(),
+        variables: new.variables.clone(),
+        blueprint_id: new.blueprint_id,
+        plan_id: None,
+        operation_id: Some(operation),
+        created_by: new.created_by,
+        outcome: "IN_PROGRESS".to_owned(),
+    };
+    let txn = db.begin().await?;
+    let row = deployment::ActiveModel {
         id: Set(Uuid::new_v4()),
         name: Set(new.name),
         blueprint_id: Set(new.blueprint_id),
@@ -148,12 +163,15 @@ pub async fn insert_deployment(
         expires_at: Set(new.expires_at),
         created_at: Set(now),
         updated_at: Set(now),
-        operation_id: Set(Some(Uuid::now_v7())),
+        operation_id: Set(Some(operation)),
         phase: Set(Some(phase.to_owned())),
         project_id: Set(Some(new.project_id)),
     }
-    .insert(db)
-    .await
+    .insert(&txn)
+    .await?;
+    super::plans::insert_revision(&txn, row.id, revision).await?;
+    txn.commit().await?;
+    Ok(row)
 }
 
 pub async fn find_deployment(
@@ -360,6 +378,7 @@ pub async fn insert_nodes(
             run_id: Set(None),
             updated_at: Set(now),
             quota: Set(n.quota.clone()),
+            generation: Set(0),
         });
         deployment_node::Entity::insert_many(models)
             .exec_without_returning(&txn)

@@ -381,6 +381,9 @@ pub mod deployment_node {
         /// What it counts against its project's named quotas, as its provider
         /// described it: a JSON object of name to amount, or none.
         pub quota: Option<String>,
+        /// 0, or one more than the node it replaces while that one still
+        /// runs (a replacement made before the old one is destroyed).
+        pub generation: i32,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
@@ -417,6 +420,70 @@ pub mod journal {
         /// `DEPLOY` or `DESTROY`.
         pub intent: String,
         pub created_at: DateTimeUtc,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod deployment_plan {
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "deployment_plans")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub id: Uuid,
+        pub deployment_id: Uuid,
+        pub created_at: DateTimeUtc,
+        pub created_by: Option<String>,
+        pub blueprint_id: Option<Uuid>,
+        /// What is asked: the blueprint (YAML) and the bound variables (JSON).
+        pub source: String,
+        pub variables: String,
+        /// What ran when the plan was made.
+        pub base_source: String,
+        pub base_variables: String,
+        /// The deployment's state and nodes as the plan saw them (JSON).
+        pub basis: String,
+        /// The changes (JSON).
+        pub changes: String,
+        /// `PENDING` or `APPLIED`.
+        pub state: String,
+        pub applied_at: Option<DateTimeUtc>,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod deployment_revision {
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "deployment_revisions")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub id: Uuid,
+        pub deployment_id: Uuid,
+        /// 1, 2, … per deployment.
+        pub number: i32,
+        /// `DEPLOY`, `APPLY` or `ROLLBACK`.
+        pub kind: String,
+        pub source: String,
+        pub variables: String,
+        pub blueprint_id: Option<Uuid>,
+        pub plan_id: Option<Uuid>,
+        pub operation_id: Option<Uuid>,
+        pub created_by: Option<String>,
+        pub created_at: DateTimeUtc,
+        /// `IN_PROGRESS`, `COMPLETE` or `FAILED`.
+        pub outcome: String,
+        pub error: Option<String>,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

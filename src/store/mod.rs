@@ -10,6 +10,7 @@ pub mod direct;
 pub mod entities;
 mod location;
 pub mod lock;
+pub mod plans;
 pub mod projects;
 pub mod providers;
 pub mod repositories;

@@ -100,6 +100,7 @@ async fn a_group_leaves_what_its_writes_in_order_leave(through_direct: bool) {
             variables: "{}".into(),
             on_failure: "ROLLBACK".into(),
             expires_at: None,
+            created_by: None,
         },
         "IN_PROGRESS",
         "DEPLOY",

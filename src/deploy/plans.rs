@@ -1,0 +1,622 @@
+//! Plans, applies, revisions and rollback.
+//!
+//! `plan` compares what runs with what is asked (a blueprint and variables)
+//! through [`changes`](super::changes), previews where new replicas would go,
+//! and stores the result with the state it saw; nothing runs. `apply` refuses
+//! a plan the deployment moved away from (`CONFLICT`, naming what moved),
+//! else places the new nodes, marks the others and opens a revision in one
+//! transaction (under the run lock and the placing lock), and hands the run
+//! to `executor::run_apply`. Every deploy and apply is a revision;
+//! `rollback` plans and applies back to one.
+//!
+//! Never calls a provider's resources itself nor runs a DAG.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::changes::{self, Action, Capability, Draft, NodeView};
+use super::{
+    DEPLOYED, DeployError, Deployment, DeploymentState, Deployments, EventKind, NodeState, Phase,
+    blueprint,
+};
+use crate::store::deployments::{self as rows, DeploymentChange, NewNode, NodeRow};
+use crate::store::plans::{self as stored, AddedNode, ApplyStart, NewRevision, NodeMark};
+use crate::text::text_enum;
+
+text_enum! {
+    pub enum PlanState {
+        Pending = "PENDING",
+        Applied = "APPLIED",
+    }
+}
+
+/// A stored plan.
+#[derive(Clone, Debug)]
+pub struct StoredPlan {
+    pub id: Uuid,
+    pub deployment_id: Uuid,
+    pub created_at: DateTime<Utc>,
+    pub created_by: Option<String>,
+    pub blueprint_id: Option<Uuid>,
+    pub source: String,
+    pub variables: Value,
+    pub draft: Draft,
+    /// `PENDING` or `APPLIED`.
+    pub state: String,
+    pub applied_at: Option<DateTime<Utc>>,
+}
+
+/// One revision of a deployment.
+#[derive(Clone, Debug)]
+pub struct Revision {
+    pub number: i32,
+    pub kind: String,
+    pub source: String,
+    pub variables: Value,
+    pub blueprint_id: Option<Uuid>,
+    pub plan_id: Option<Uuid>,
+    pub created_by: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub outcome: String,
+    pub error: Option<String>,
+}
+
+/// What a plan is asked to reach. With neither a blueprint nor a source, the
+/// deployment's blueprint as it is stored now; without variables, the
+/// deployment's own (those the blueprint still declares).
+#[derive(Clone, Debug, Default)]
+pub struct Ask {
+    pub blueprint_id: Option<Uuid>,
+    pub source: Option<String>,
+    pub variables: Option<serde_json::Map<String, Value>>,
+}
+
+/// The deployment as a plan saw it: an apply refuses a plan whose basis is
+/// no longer the deployment's.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Basis {
+    operation: Option<Uuid>,
+    state: String,
+    /// Node id → `key[replica] STATE`, and its config.
+    nodes: BTreeMap<Uuid, (String, Option<String>)>,
+}
+
+impl Basis {
+    fn of(deployment: &rows::DeploymentRow, nodes: &[NodeRow]) -> Basis {
+        Basis {
+            operation: deployment.operation_id,
+            state: deployment.state.clone(),
+            nodes: nodes
+                .iter()
+                .filter(|n| !is_gone(n))
+                .map(|n| {
+                    (
+                        n.id,
+                        (
+                            format!("{}[{}] {}", n.key, n.replica, n.state),
+                            n.config.clone(),
+                        ),
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    /// What moved from `self` (the plan's) to `now`.
+    fn moved(&self, now: &Basis) -> Vec<String> {
+        let mut moved = Vec::new();
+        if self.operation != now.operation {
+            moved.push("another operation ran on the deployment since".to_owned());
+        }
+        if self.state != now.state {
+            moved.push(format!(
+                "its state went from {} to {}",
+                self.state, now.state
+            ));
+        }
+        for (id, (label, config)) in &self.nodes {
+            match now.nodes.get(id) {
+                None => moved.push(format!("{} is gone", node_name(label))),
+                Some((now_label, _)) if now_label != label => {
+                    moved.push(format!("{label} is now {}", state_of(now_label)));
+                }
+                Some((_, now_config)) if now_config != config => {
+                    moved.push(format!("{}'s config changed", node_name(label)));
+                }
+                Some(_) => {}
+            }
+        }
+        for (id, (label, _)) in &now.nodes {
+            if !self.nodes.contains_key(id) {
+                moved.push(format!("{label} was added"));
+            }
+        }
+        moved
+    }
+}
+
+fn node_name(label: &str) -> &str {
+    label.split(' ').next().unwrap_or(label)
+}
+
+fn state_of(label: &str) -> &str {
+    label.rsplit(' ').next().unwrap_or(label)
+}
+
+/// Rows that hold nothing and never will: destroyed or retired.
+fn is_gone(node: &NodeRow) -> bool {
+    node.state == NodeState::Destroyed.as_str() || node.state == NodeState::Retired.as_str()
+}
+
+/// The plans part of [`Deployments`].
+#[derive(Clone, Copy)]
+pub struct Plans<'a>(pub(super) &'a Deployments);
+
+impl Plans<'_> {
+    /// Computes and stores a plan; nothing runs.
+    pub async fn plan(
+        &self,
+        id: Uuid,
+        ask: Ask,
+        by: Option<String>,
+    ) -> Result<StoredPlan, DeployError> {
+        let db = &self.0.inner.db;
+        let deployment = self.settled(id, "plan").await?;
+        let row = rows::find_deployment(db, id)
+            .await?
+            .ok_or_else(|| DeployError::NotFound(format!("deployment {id} not found")))?;
+        let (blueprint_id, source) = match (ask.blueprint_id, ask.source) {
+            (Some(_), Some(_)) => {
+                return Err(DeployError::Invalid(
+                    "give a blueprintId or a blueprint source, not both".into(),
+                ));
+            }
+            (Some(bid), None) => {
+                let stored = self.0.blueprints().get(bid).await?;
+                if stored.project_id != deployment.project_id {
+                    return Err(DeployError::Invalid(format!(
+                        "blueprintId: blueprint `{}` is not in the deployment's project",
+                        stored.name
+                    )));
+                }
+                (Some(stored.id), stored.source)
+            }
+            (None, Some(source)) => (deployment.blueprint_id, source),
+            (None, None) => match deployment.blueprint_id {
+                Some(bid) => (Some(bid), self.0.blueprints().get(bid).await?.source),
+                None => {
+                    return Err(DeployError::Invalid(format!(
+                        "deployment `{}` has no blueprint of its own: give a blueprint",
+                        deployment.name
+                    )));
+                }
+            },
+        };
+        let parsed = super::blueprints::parse_checked(&source)?;
+        let given = match ask.variables {
+            Some(given) => given,
+            None => match &deployment.variables {
+                Value::Object(current) => current
+                    .iter()
+                    .filter(|(k, _)| parsed.variable(k).is_some())
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+                _ => serde_json::Map::new(),
+            },
+        };
+        let variables =
+            blueprint::bind(&parsed, &given).map_err(|p| DeployError::Invalid(p.to_string()))?;
+        let described = self
+            .0
+            .executor()
+            .describe(&parsed)
+            .await
+            .map_err(DeployError::Invalid)?;
+        let old = blueprint::parse(&row.source).map_err(|p| DeployError::Corrupt(p.to_string()))?;
+        let nodes = rows::nodes_of(db, id).await?;
+        let views: Vec<NodeView> = nodes.iter().filter(|n| !is_gone(n)).map(view).collect();
+        let mut draft = changes::compute(&changes::Input {
+            old: &old,
+            new: &described.blueprint,
+            variables: &variables,
+            nodes: &views,
+            capabilities: &described.capabilities,
+        })
+        .map_err(|p| DeployError::Invalid(p.to_string()))?;
+        self.0
+            .planner()
+            .preview(&described.blueprint, &mut draft)
+            .await?;
+        let plan = stored::PlanRow {
+            id: Uuid::now_v7(),
+            deployment_id: id,
+            created_at: Utc::now(),
+            created_by: by,
+            blueprint_id,
+            source,
+            variables: json_text(&variables)?,
+            base_source: row.source.clone(),
+            base_variables: row.variables.clone(),
+            basis: json_text(&Basis::of(&row, &nodes))?,
+            changes: json_text(&draft)?,
+            state: PlanState::Pending.as_str().to_owned(),
+            applied_at: None,
+        };
+        stored::insert_plan(db, plan.clone()).await?;
+        to_plan(plan)
+    }
+
+    pub async fn get(&self, plan_id: Uuid) -> Result<StoredPlan, DeployError> {
+        let row = stored::find_plan(&self.0.inner.db, plan_id)
+            .await?
+            .ok_or_else(|| DeployError::NotFound(format!("plan {plan_id} not found")))?;
+        to_plan(row)
+    }
+
+    /// Applies a plan in the background; refuses one the deployment moved
+    /// away from.
+    pub async fn apply(
+        &self,
+        plan_id: Uuid,
+        by: Option<String>,
+    ) -> Result<Deployment, DeployError> {
+        self.apply_as(plan_id, by, "APPLY").await
+    }
+
+    /// Plans back to revision `number` and applies that plan.
+    pub async fn rollback(
+        &self,
+        id: Uuid,
+        number: i32,
+        by: Option<String>,
+    ) -> Result<(StoredPlan, Deployment), DeployError> {
+        let revision = stored::find_revision(&self.0.inner.db, id, number)
+            .await?
+            .ok_or_else(|| {
+                DeployError::NotFound(format!("deployment {id} has no revision {number}"))
+            })?;
+        let variables: serde_json::Map<String, Value> =
+            serde_json::from_str(&revision.variables)
+                .map_err(|e| DeployError::Corrupt(format!("revision {number}'s variables: {e}")))?;
+        let plan = self
+            .plan(
+                id,
+                Ask {
+                    blueprint_id: None,
+                    source: Some(revision.source),
+                    variables: Some(variables),
+                },
+                by.clone(),
+            )
+            .await?;
+        let deployment = self.apply_as(plan.id, by, "ROLLBACK").await?;
+        Ok((self.get(plan.id).await?, deployment))
+    }
+
+    pub async fn revisions(&self, id: Uuid) -> Result<Vec<Revision>, DeployError> {
+        stored::revisions_of(&self.0.inner.db, id)
+            .await?
+            .into_iter()
+            .map(|r| {
+                Ok(Revision {
+                    number: r.number,
+                    kind: r.kind,
+                    variables: serde_json::from_str(&r.variables)
+                        .map_err(|e| DeployError::Corrupt(format!("revision variables: {e}")))?,
+                    source: r.source,
+                    blueprint_id: r.blueprint_id,
+                    plan_id: r.plan_id,
+                    created_by: r.created_by,
+                    created_at: r.created_at,
+                    outcome: r.outcome,
+                    error: r.error,
+                })
+            })
+            .collect()
+    }
+
+    /// The deployment, when it is settled enough to plan or apply.
+    async fn settled(&self, id: Uuid, doing: &str) -> Result<Deployment, DeployError> {
+        let deployment = self.0.queries().get(id).await?;
+        match deployment.state {
+            DeploymentState::Destroying | DeploymentState::Destroyed => {
+                Err(DeployError::Conflict(format!(
+                    "deployment `{}` is {}; deploy the blueprint again instead",
+                    deployment.name,
+                    deployment.state.as_str()
+                )))
+            }
+            DeploymentState::Pending | DeploymentState::InProgress => {
+                Err(DeployError::Conflict(format!(
+                    "deployment `{}` is {}; {doing} once it settles",
+                    deployment.name,
+                    deployment.state.as_str()
+                )))
+            }
+            _ => Ok(deployment),
+        }
+    }
+
+    async fn apply_as(
+        &self,
+        plan_id: Uuid,
+        by: Option<String>,
+        kind: &str,
+    ) -> Result<Deployment, DeployError> {
+        let db = &self.0.inner.db;
+        let plan = stored::find_plan(db, plan_id)
+            .await?
+            .ok_or_else(|| DeployError::NotFound(format!("plan {plan_id} not found")))?;
+        if plan.state != PlanState::Pending.as_str() {
+            return Err(DeployError::Conflict(format!(
+                "plan {plan_id} was applied already{}",
+                plan.applied_at
+                    .map(|at| format!(" (at {})", at.to_rfc3339()))
+                    .unwrap_or_default()
+            )));
+        }
+        let id = plan.deployment_id;
+        let deployment = self.settled(id, "apply").await?;
+        let lock = self
+            .0
+            .runs()
+            .lock_for_request(id, deployment.state, "apply")
+            .await?;
+        let row = rows::find_deployment(db, id)
+            .await?
+            .ok_or_else(|| DeployError::NotFound(format!("deployment {id} not found")))?;
+        let nodes = rows::nodes_of(db, id).await?;
+        let then: Basis = serde_json::from_str(&plan.basis)
+            .map_err(|e| DeployError::Corrupt(format!("plan basis: {e}")))?;
+        let mut moved = then.moved(&Basis::of(&row, &nodes));
+        if row.source != plan.base_source {
+            moved.insert(0, "its blueprint changed".to_owned());
+        }
+        if row.variables != plan.base_variables {
+            moved.insert(0, "its variables changed".to_owned());
+        }
+        if !moved.is_empty() {
+            return Err(DeployError::Conflict(format!(
+                "the deployment moved since plan {plan_id} was made: {}; plan again",
+                moved.join("; ")
+            )));
+        }
+        let draft: Draft = serde_json::from_str(&plan.changes)
+            .map_err(|e| DeployError::Corrupt(format!("plan changes: {e}")))?;
+        let parsed =
+            blueprint::parse(&plan.source).map_err(|p| DeployError::Corrupt(p.to_string()))?;
+        let described = self
+            .0
+            .executor()
+            .describe(&parsed)
+            .await
+            .map_err(DeployError::Invalid)?;
+        let by_id: BTreeMap<Uuid, &NodeRow> = nodes.iter().map(|n| (n.id, n)).collect();
+        let mut generation: BTreeMap<(String, i32), i32> = BTreeMap::new();
+        for n in &nodes {
+            let g = generation.entry((n.key.clone(), n.replica)).or_insert(0);
+            *g = (*g).max(n.generation + 1);
+        }
+        let mut marks = Vec::new();
+        let mut wanted: Vec<(String, i32)> = Vec::new();
+        let state = |s: NodeState| s.as_str().to_owned();
+        for change in &draft.changes {
+            let node = change.node_id.and_then(|n| by_id.get(&n).copied());
+            let capability = described.capabilities.get(&change.key);
+            let quota = || {
+                described
+                    .quantities
+                    .get(&change.key)
+                    .map(|q| serde_json::to_string(q).unwrap_or_default())
+            };
+            match (change.action(), node) {
+                (Action::Keep, _) => {}
+                (Action::Update, Some(node)) => {
+                    marks.push(mark(node.id, state(NodeState::ToUpdate)))
+                }
+                (Action::Destroy, Some(node)) => {
+                    marks.push(mark(node.id, state(NodeState::ToRetire)));
+                }
+                (Action::Create, Some(node)) => marks.push(NodeMark {
+                    resource_type: Some(change.resource_type.clone()),
+                    provider_id: capability.map(|c| c.provider_id),
+                    quota: Some(quota()),
+                    ..mark(node.id, state(NodeState::ToDeploy))
+                }),
+                (Action::Replace, Some(node)) if !change.create_before_destroy => {
+                    marks.push(NodeMark {
+                        resource_type: Some(change.resource_type.clone()),
+                        provider_id: capability.map(|c| c.provider_id),
+                        quota: Some(quota()),
+                        ..mark(node.id, state(NodeState::ToDestroy))
+                    });
+                }
+                (Action::Replace, Some(node)) => {
+                    marks.push(mark(node.id, state(NodeState::ToRetire)));
+                    wanted.push((change.key.clone(), change.replica));
+                }
+                (Action::Create, None) => wanted.push((change.key.clone(), change.replica)),
+                (_, None) => {
+                    return Err(DeployError::Conflict(format!(
+                        "plan {plan_id}: {}[{}]'s node is gone; plan again",
+                        change.key, change.replica
+                    )));
+                }
+            }
+        }
+        let counts = draft.changes.iter().fold(BTreeMap::new(), |mut m, c| {
+            *m.entry(c.action.as_str()).or_insert(0) += 1;
+            m
+        });
+        let summary = counts
+            .iter()
+            .filter(|(a, _)| **a != Action::Keep.as_str())
+            .map(|(a, n)| format!("{n} to {}", a.to_lowercase()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let _placing = self.0.inner.placing.lock().await;
+        let placed = self
+            .0
+            .planner()
+            .place_new(id, &described, &wanted)
+            .await
+            .map_err(|e| {
+                DeployError::Conflict(format!(
+                    "plan {plan_id} cannot be placed now: {e}; plan again"
+                ))
+            })?;
+        let added = placed
+            .into_iter()
+            .map(|(key, replica, provider_id, node)| {
+                let generation = generation
+                    .get(&(key.clone(), replica))
+                    .copied()
+                    .unwrap_or(0);
+                AddedNode {
+                    node: NewNode {
+                        resource_type: parsed
+                            .resource(&key)
+                            .map(|r| r.resource_type.clone())
+                            .unwrap_or_default(),
+                        quota: described
+                            .quantities
+                            .get(&key)
+                            .map(|q| serde_json::to_string(q).unwrap_or_default()),
+                        key,
+                        replica,
+                        provider_id: Some(provider_id),
+                        node,
+                    },
+                    generation,
+                }
+            })
+            .collect();
+        let number = stored::begin_apply(
+            db,
+            ApplyStart {
+                deployment_id: id,
+                plan_id,
+                source: plan.source.clone(),
+                variables: plan.variables.clone(),
+                blueprint_id: plan.blueprint_id,
+                change: DeploymentChange {
+                    state: DeploymentState::InProgress.as_str(),
+                    phase: Some(Phase::Apply.as_str()),
+                    error: None,
+                    operation_id: Some(plan_id),
+                },
+                marks,
+                added,
+                node_state: NodeState::ToDeploy.as_str(),
+                plan_state: PlanState::Applied.as_str(),
+                revision: NewRevision {
+                    kind: kind.to_owned(),
+                    source: plan.source.clone(),
+                    variables: plan.variables.clone(),
+                    blueprint_id: plan.blueprint_id,
+                    plan_id: Some(plan_id),
+                    operation_id: Some(plan_id),
+                    created_by: by,
+                    outcome: "IN_PROGRESS".to_owned(),
+                },
+                remove_states: &[NodeState::Retired.as_str()],
+            },
+        )
+        .await?;
+        drop(_placing);
+        self.0
+            .runs()
+            .record(
+                id,
+                EventKind::State,
+                None,
+                Some(DeploymentState::InProgress.as_str()),
+                format!(
+                    "applying plan {plan_id} as revision {number}: {}",
+                    if summary.is_empty() {
+                        "nothing to change".to_owned()
+                    } else {
+                        summary
+                    }
+                ),
+            )
+            .await;
+        let this = self.0.clone();
+        self.0.inner.tasks.spawn(async move {
+            this.executor().run_apply(&lock).await;
+        });
+        self.0.queries().get(id).await
+    }
+}
+
+fn mark(id: Uuid, state: String) -> NodeMark {
+    NodeMark {
+        id,
+        state,
+        resource_type: None,
+        provider_id: None,
+        node: None,
+        quota: None,
+    }
+}
+
+fn view(n: &NodeRow) -> NodeView {
+    let state = n.state.parse::<NodeState>().ok();
+    NodeView {
+        id: n.id,
+        key: n.key.clone(),
+        replica: n.replica,
+        generation: n.generation,
+        resource_type: n.resource_type.clone(),
+        provider_id: n.provider_id,
+        node: n.node.clone(),
+        deployed: state.is_some_and(|s| DEPLOYED.contains(&s)),
+        state: n.state.clone(),
+        config: n
+            .config
+            .as_deref()
+            .and_then(|c| serde_json::from_str(c).ok()),
+        outputs: n
+            .outputs
+            .as_deref()
+            .and_then(|c| serde_json::from_str(c).ok()),
+    }
+}
+
+fn json_text<T: Serialize>(value: &T) -> Result<String, DeployError> {
+    serde_json::to_string(value).map_err(|e| DeployError::Invalid(format!("cannot store: {e}")))
+}
+
+fn to_plan(row: stored::PlanRow) -> Result<StoredPlan, DeployError> {
+    Ok(StoredPlan {
+        id: row.id,
+        deployment_id: row.deployment_id,
+        created_at: row.created_at,
+        created_by: row.created_by,
+        blueprint_id: row.blueprint_id,
+        variables: serde_json::from_str(&row.variables)
+            .map_err(|e| DeployError::Corrupt(format!("plan variables: {e}")))?,
+        draft: serde_json::from_str(&row.changes)
+            .map_err(|e| DeployError::Corrupt(format!("plan changes: {e}")))?,
+        source: row.source,
+        state: row.state,
+        applied_at: row.applied_at,
+    })
+}
+
+/// The capabilities a plan needs of each key's provider.
+pub(super) struct Described {
+    pub blueprint: blueprint::Blueprint,
+    pub capabilities: BTreeMap<String, Capability>,
+    pub quantities: super::plan::Quantities,
+}
+
+impl Described {
+    pub(super) fn updatable(keys: Vec<String>, version: Option<u32>) -> Option<BTreeSet<String>> {
+        (version.unwrap_or(1) >= 2).then(|| keys.into_iter().collect())
+    }
+}
