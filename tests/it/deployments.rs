@@ -9,6 +9,7 @@ mod installs;
 mod journal;
 mod lifecycle;
 mod placement;
+mod plans;
 mod recovery;
 mod rollback;
 mod validation;

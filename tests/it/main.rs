@@ -16,7 +16,7 @@ mod input;
 mod limits;
 mod lock;
 mod login;
-mod providers;
+pub(crate) mod providers;
 mod repositories;
 mod schema;
 mod server;

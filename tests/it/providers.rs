@@ -12,7 +12,7 @@ mod docker;
 mod failures;
 mod faults;
 mod lifecycle;
-mod protocol;
+pub(crate) mod protocol;
 mod python;
 mod secrets;
 mod sources;

@@ -13,7 +13,7 @@ use crate::support::{TestApp, data};
 
 /// The fixture's `corbel-provider.yaml`, its run line with `env` set and its
 /// calls noted in `call_log`.
-fn fixture_metadata(env: &str, call_log: &Path) -> String {
+pub(crate) fn fixture_metadata(env: &str, call_log: &Path) -> String {
     format!(
         "name: fixture\nversion: 0.1.0\ndescription: test provider\nruntime: shell\nshell:\n  \
          build: echo prebuilt\n  run: echo $$ > provider.pid; {env} FIXTURE_CALL_LOG={} exec {}\n\
@@ -24,7 +24,7 @@ fn fixture_metadata(env: &str, call_log: &Path) -> String {
 }
 
 /// A fixture loaded with `env`; its id once it is connected.
-async fn loaded(app: &TestApp, env: &str, call_log: &Path) -> (String, ProviderRepo) {
+pub(crate) async fn loaded(app: &TestApp, env: &str, call_log: &Path) -> (String, ProviderRepo) {
     let repo = ProviderRepo::new(&fixture_metadata(env, call_log), &[]);
     let (id, _) = create_provider(app, json!({ "name": "fixture", "gitUrl": repo.url() })).await;
     wait_status(app, &id, "CONNECTED").await;
@@ -32,7 +32,7 @@ async fn loaded(app: &TestApp, env: &str, call_log: &Path) -> (String, ProviderR
 }
 
 /// The calls the fixture noted, as `(call, key)`.
-fn calls(call_log: &Path) -> Vec<(String, String)> {
+pub(crate) fn calls(call_log: &Path) -> Vec<(String, String)> {
     std::fs::read_to_string(call_log)
         .unwrap_or_default()
         .lines()
