@@ -182,7 +182,7 @@ async fn store_blueprint(
 }
 
 /// `--var k=v`s as a JSON object.
-fn variables(vars: &[String]) -> Result<Value, ClientError> {
+pub(super) fn variables(vars: &[String]) -> Result<Value, ClientError> {
     let mut object = Map::new();
     for var in vars {
         let Some((key, value)) = var.split_once('=') else {
@@ -216,7 +216,11 @@ fn shown(context: &Context, deployment: &Value, what: &str) -> Result<(), Client
 }
 
 /// A settled deployment: shown, and an error unless it is in `wanted`.
-fn settled(context: &Context, deployment: &Value, wanted: &str) -> Result<(), ClientError> {
+pub(super) fn settled(
+    context: &Context,
+    deployment: &Value,
+    wanted: &str,
+) -> Result<(), ClientError> {
     let state = cell(&deployment["state"]);
     if context.output.json() {
         context.output.value(deployment);

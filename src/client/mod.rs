@@ -7,7 +7,7 @@
 //! `credentials.rs` (what `login` stores), `error.rs` (errors and their exit
 //! codes), `output.rs` (text and JSON), `resolve.rs` (names to objects),
 //! `follow.rs` (a run followed to its end); one file per command group
-//! (`login.rs`, `deploy.rs`, `get.rs`, `logs.rs`). A new command is a variant
+//! (`login.rs`, `deploy.rs`, `plan.rs`, `get.rs`, `logs.rs`). A new command is a variant
 //! of [`ClientCommand`], its function in a file of its own, and an arm in
 //! [`run`].
 
@@ -20,6 +20,7 @@ mod get;
 mod login;
 mod logs;
 mod output;
+mod plan;
 mod resolve;
 mod ws;
 
@@ -34,7 +35,7 @@ pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";
 
 /// The client's exit codes, as `corbel --help` shows them.
 pub const EXIT_CODES: &str = "\
-Exit codes of the client commands (login, logout, deploy, destroy, get, logs, events):
+Exit codes of the client commands (login, logout, deploy, plan, apply, rollback, revisions, destroy, get, logs, events):
   0  success
   1  the operation ran and failed (a deployment ended FAILED)
   2  usage error (a bad flag; a name several live deployments share)
@@ -78,6 +79,15 @@ pub enum ClientCommand {
     Deploy(deploy::DeployArgs),
     /// Destroy a deployment (dependents first).
     Destroy(deploy::DestroyArgs),
+    /// Plan a change to a deployment (a blueprint file, variables) and show
+    /// it as a diff; nothing runs.
+    Plan(plan::PlanArgs),
+    /// Apply a plan (refused when the deployment moved since it was made).
+    Apply(plan::ApplyArgs),
+    /// Plan and apply a deployment back to an earlier revision.
+    Rollback(plan::RollbackArgs),
+    /// A deployment's revisions: every deploy and apply, who, when, outcome.
+    Revisions(plan::RevisionsArgs),
     /// List deployments, providers or repositories, or show one.
     Get {
         #[command(subcommand)]
@@ -177,6 +187,10 @@ async fn dispatch(context: &Context, command: ClientCommand) -> Result<(), Clien
         ClientCommand::Logout => login::logout(context).await,
         ClientCommand::Deploy(args) => deploy::deploy(context, args).await,
         ClientCommand::Destroy(args) => deploy::destroy(context, args).await,
+        ClientCommand::Plan(args) => plan::plan(context, args).await,
+        ClientCommand::Apply(args) => plan::apply(context, args).await,
+        ClientCommand::Rollback(args) => plan::rollback(context, args).await,
+        ClientCommand::Revisions(args) => plan::revisions(context, args).await,
         ClientCommand::Get { what } => get::get(context, what).await,
         ClientCommand::Logs { what } => logs::logs(context, what).await,
         ClientCommand::Events { what } => logs::events(context, what).await,
