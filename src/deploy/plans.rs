@@ -274,10 +274,19 @@ impl Plans<'_> {
         number: i32,
         by: Option<String>,
     ) -> Result<(StoredPlan, Deployment), DeployError> {
+        if number < 1 {
+            return Err(DeployError::Invalid(format!(
+                "revision: revisions are numbered from 1, not {number}"
+            )));
+        }
+        let deployment = self.0.queries().get(id).await?;
         let revision = stored::find_revision(&self.0.inner.db, id, number)
             .await?
             .ok_or_else(|| {
-                DeployError::NotFound(format!("deployment {id} has no revision {number}"))
+                DeployError::NotFound(format!(
+                    "deployment `{}` has no revision {number}",
+                    deployment.name
+                ))
             })?;
         let variables: serde_json::Map<String, Value> =
             serde_json::from_str(&revision.variables)

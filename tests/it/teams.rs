@@ -388,6 +388,8 @@ struct Fixture {
     destroyed: String,
     node: String,
     provider: String,
+    /// A plan of `deployment`, applied already.
+    plan: String,
 }
 
 /// Each root field, an operation that uses it, and its variables. Each
@@ -699,10 +701,54 @@ fn operations(f: &Fixture) -> Vec<(&'static str, String, Value)> {
             "mutation($id: ID!) { powerResource(deploymentId: $id, key: \"svc\", action: STOP) { state } }",
             json!({ "id": d }),
         ),
+        (
+            "plan",
+            "query($id: ID!) { plan(id: $id) { state } }",
+            json!({ "id": f.plan }),
+        ),
+        (
+            "planDeployment",
+            "mutation($id: ID!) { planDeployment(input: { deploymentId: $id, variables: \"x\" }) { id } }",
+            json!({ "id": d }),
+        ),
+        (
+            "applyPlan",
+            "mutation($id: ID!) { applyPlan(id: $id) { id } }",
+            json!({ "id": f.plan }),
+        ),
+        (
+            "rollbackDeployment",
+            "mutation($id: ID!) { rollbackDeployment(id: $id, revision: 0) { plan { id } } }",
+            json!({ "id": d }),
+        ),
     ];
     ops.into_iter()
         .map(|(field, query, vars)| (field, query.to_owned(), vars))
         .collect()
+}
+
+/// A plan of `deployment` that changes nothing, applied (by the admin): an
+/// `applyPlan` of it by anyone allowed is a `CONFLICT`, changing nothing.
+async fn applied_plan(app: &TestApp, deployment: &str) -> String {
+    let body = app
+        .gql(
+            "mutation($id: ID!) { planDeployment(input: { deploymentId: $id }) { id } }",
+            json!({ "id": deployment }),
+        )
+        .await;
+    let plan = data(&body)["planDeployment"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let body = app
+        .gql(
+            "mutation($id: ID!) { applyPlan(id: $id) { id } }",
+            json!({ "id": plan }),
+        )
+        .await;
+    data(&body);
+    settled(app, deployment, &["COMPLETE"]).await;
+    plan
 }
 
 /// Whether an answer is a refusal: not signed in, not allowed, or told that
@@ -793,6 +839,7 @@ async fn every_root_field_answers_every_caller_as_the_policy_says() {
         destroyed: gone.clone(),
         node: done.node("svc").id.clone(),
         provider: provider.clone(),
+        plan: applied_plan(&app, &running).await,
     };
     let disabled_id = {
         let users = app.gql("{ users { id username } }", json!({})).await;
@@ -828,6 +875,7 @@ async fn every_root_field_answers_every_caller_as_the_policy_says() {
         fixture.deployment.as_str(),
         fixture.destroyed.as_str(),
         fixture.node.as_str(),
+        fixture.plan.as_str(),
     ];
     let mut wrong = Vec::new();
     for (field, query, vars) in &ops {
