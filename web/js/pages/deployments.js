@@ -1,4 +1,5 @@
-// Deployments: list, deploy form, one deployment live. Nothing polls.
+// Deployments: list, deploy form, one deployment live (with its plans and
+// revisions). Nothing polls, bar a bounded re-read for a revision's end (`catchUp`).
 
 import { gql } from "../api.js";
 import { allows, navigate, projectLink, projectsFor, roleIn } from "../app.js";
@@ -212,8 +213,9 @@ function capacityPreview(section, blueprint, variables) {
     result);
 }
 
-const FIELDS = `id name projectId blueprintId elementId state phase onFailure error expiresAt createdAt updatedAt
-  nodes { id key replica type node state outputs error updatedAt provider { id name features } }`;
+const FIELDS = `id name projectId blueprintId elementId state phase onFailure error expiresAt createdAt updatedAt variables
+  nodes { id key replica type node state outputs error updatedAt provider { id name features } }
+  revisions { number kind outcome createdBy createdAt }`;
 const DEPLOYMENT = `query Deployment($id: ID!) { deployment(id: $id) { ${FIELDS} } }`;
 const FIRST = `query Deployment($id: ID!) { deployment(id: $id) { ${FIELDS} resources { key type dependsOn } } }`;
 const EVENTS = `subscription Events($id: ID!) { deploymentEvents(id: $id) { id at kind nodeKey state message } }`;
@@ -223,6 +225,25 @@ function local(iso) {
   if (!iso) return "";
   const t = new Date(iso);
   return new Date(t.getTime() - t.getTimezoneOffset() * 60000).toISOString().slice(0, 16);
+}
+
+const PLAN = `id summary { create update replace destroy keep } notes
+  changes { key replica action reason createBeforeDestroy config { key before after known secret } }`;
+
+// A plan's action in a state's colour.
+const TONE = { CREATE: "complete", UPDATE: "pending", REPLACE: "suspended", DESTROY: "failed" };
+// A credential's values are never shown (the server masks them too).
+const shown = (v, c) => (c.secret ? "(secret)" : v == null ? "(not set)" : JSON.stringify(v));
+
+/** A plan as a diff: what it does per replica (KEEP left out), its counts and notes. */
+function planDiff(plan) {
+  const rows = plan.changes.filter((c) => c.action !== "KEEP").map((c) =>
+    h("li.change", { dataset: { action: c.action, key: `${c.key}[${c.replica}]` } },
+      h("span", { class: `badge state-${TONE[c.action]}` }, c.action), " ", h("code", `${c.key}[${c.replica}]`), c.action === "REPLACE" && c.createBeforeDestroy && " · new one first",
+      c.reason && h("p", c.reason),
+      h("ul", c.config.map((k) => h("li", h("code", k.key), ": ", shown(k.before, k), " → ", k.known ? shown(k.after, k) : "(known after apply)")))));
+  return h("div.plan", h("p", Object.entries(plan.summary).map(([w, n]) => h("span", { dataset: { count: w } }, h("strong", n), ` ${w} `))),
+    rows.length ? h("ul.changes", rows) : empty("Nothing to change."), plan.notes.map((n) => h("p", n)));
 }
 
 const failure = (error, id) => (error ? h("div.error", { id, role: "alert" }, h("strong", "Error"), " ", error) : null);
@@ -356,6 +377,56 @@ export async function detail(view, { id }, scope) {
       for (const box of picks.querySelectorAll("input:checked")) box.checked = false;
     });
 
+  // Change: plan against new variables or YAML, read the diff, then apply it.
+  const vars = jsonArea({ id: "change-variables" });
+  vars.value = JSON.stringify(d.variables, null, 2);
+  const yaml = jsonArea({ id: "change-source" });
+  const planSlot = errorSlot({ id: "plan-error" });
+  const applySlot = errorSlot({ id: "apply-error" });
+  const planButton = h("button#plan", { type: "button" }, "Plan");
+  const applyButton = h("button#apply-plan", { type: "button", hidden: true }, "Apply");
+  const planBox = h("div#plan-diff", { "aria-live": "polite" });
+  let planned = null;
+  planButton.onclick = () =>
+    busy(planButton, planSlot, async () => {
+      const input = { deploymentId: id, variables: parseJson(vars.value, "variables"), blueprintSource: yaml.value.trim() || null };
+      applyButton.hidden = true;
+      applySlot.clear();
+      replace(planBox);
+      planned = (await gql(`mutation($input: PlanDeploymentInput!) { planDeployment(input: $input) { ${PLAN} } }`, { input })).planDeployment;
+      replace(planBox, planDiff(planned));
+      applyButton.hidden = false;
+    });
+  // The run is then followed from deploymentEvents, as a redeploy's.
+  applyButton.onclick = () =>
+    busy(applyButton, applySlot, async () => {
+      await gql("mutation($id: ID!) { applyPlan(id: $id) { id } }", { id: planned.id });
+      applyButton.hidden = true;
+    });
+
+  // Revisions, oldest first; each but the last may be rolled back to.
+  const revisionBox = h("div#revisions");
+  const rollbackSlot = errorSlot({ id: "rollback-error" });
+  const rollbackBox = h("div#rollback-plan", { "aria-live": "polite" });
+  let drawnRevisions = ""; // redrawn only when they change: a focused button stays
+  const drawRevisions = () => {
+    const seen = JSON.stringify(d.revisions);
+    if (seen === drawnRevisions) return;
+    drawnRevisions = seen;
+    const back = (r) =>
+      h("button.secondary", { type: "button", dataset: { rollback: r.number }, onclick: (e) =>
+        busy(e.currentTarget, rollbackSlot, async () => {
+          const q = `mutation($id: ID!, $r: Int!) { rollbackDeployment(id: $id, revision: $r) { plan { ${PLAN} } } }`;
+          const { plan } = (await gql(q, { id, r: r.number })).rollbackDeployment;
+          replace(rollbackBox, h("h3", `Back to revision ${r.number}`), planDiff(plan));
+        }) }, "Roll back");
+    replace(revisionBox, table(["#", "Kind", "Outcome", "By", "At", ""], d.revisions.map((r) =>
+      h("tr", { dataset: { revision: r.number, kind: r.kind, outcome: r.outcome } },
+        h("td", r.number), h("td", words(r.kind)), h("td", badge(r.outcome)),
+        h("td", r.createdBy), h("td", time(r.createdAt)), h("td", mayAct && r.number < d.revisions.at(-1).number && back(r)))),
+    { id: "revision-list" }));
+  };
+
   // The last LOG_ROWS events, added in batches (a replay lays out once).
   const rows = h("tbody");
   const logBox = h("div.log-box", { tabindex: 0, "aria-label": "Event log" },
@@ -384,7 +455,10 @@ export async function detail(view, { id }, scope) {
     h("div.dag-layout", dagBox, panel),
     mayAct && h("div.actions", h("section.card", h("h2", "Redeploy"),
         h("p.hint", "Destroys and deploys again the chosen resources and what depends on them."), picks, redeploy, redeploySlot),
-      h("section.card.lease", h("h2", "Lease"), h("div.toolbar", field("Destroy at", leaseAt), extend, unlease), leaseSlot)),
+      h("section.card.lease", h("h2", "Lease"), h("div.toolbar", field("Destroy at", leaseAt), extend, unlease), leaseSlot),
+      h("section#change.card", h("h2", "Change"),
+        field("Variables (JSON)", vars), field("Blueprint (YAML; empty: as stored now)", yaml), planButton, planSlot, planBox, applyButton, applySlot)),
+    h("section#revisions-section.card", h("h2", "Revisions"), revisionBox, rollbackSlot, rollbackBox),
     h("h2", "Events"),
     liveSlot,
     logBox,
@@ -392,6 +466,7 @@ export async function detail(view, { id }, scope) {
   drawSummary();
   drawGraph();
   drawPicks();
+  drawRevisions();
 
   // An event older than what was read does not apply (a replay); one during a read is kept.
   const latest = new Map(); // label, key or "" (the deployment) -> newest event
@@ -416,6 +491,8 @@ export async function detail(view, { id }, scope) {
       d.state = deploymentState();
       for (const n of d.nodes) n.state = nodeState(n);
       drawSummary();
+      drawRevisions();
+      catchUp();
       if (d.nodes.map(label).join() !== drawn) {
         drawGraph();
         drawPicks();
@@ -431,6 +508,14 @@ export async function detail(view, { id }, scope) {
       again = false;
     }
   }
+
+  // The server publishes a run's last STATE event, then ends its revision: a
+  // read between the two sees a settled deployment (no phase) with a revision
+  // still IN_PROGRESS, and no event follows. Read again (10 times at most).
+  const readLate = later(scope, 400, read);
+  let lagging = 0;
+  const catchUp = () => (!d.phase && d.revisions.some((r) => r.outcome === "IN_PROGRESS") ? ++lagging <= 10 && readLate() : (lagging = 0));
+  catchUp();
 
   let lastId = 0;
   const askedFor = new Set(); // keys not drawn, read again for
