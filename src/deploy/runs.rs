@@ -290,8 +290,8 @@ impl<'a> Runs<'a> {
         state: DeploymentState,
         error: Option<&str>,
     ) -> Result<(), DeployError> {
-        self.change(id, state, None, error, None).await?;
-        // The revision the operation opened ends with it.
+        // The revision the operation opened ends with it, before the state
+        // event goes out: whoever reads on that event sees it ended.
         let outcome = match state {
             DeploymentState::Complete | DeploymentState::Suspended => Some("COMPLETE"),
             DeploymentState::Failed => Some("FAILED"),
@@ -301,7 +301,7 @@ impl<'a> Runs<'a> {
             crate::store::plans::end_revisions(&self.0.inner.db, id, "IN_PROGRESS", outcome, error)
                 .await?;
         }
-        Ok(())
+        self.change(id, state, None, error, None).await
     }
 
     /// Stores an event in the history and publishes it. A failure to store is
