@@ -526,10 +526,26 @@ async fn a_server_killed_mid_apply_converges() {
     let mut source = String::from(
         "variables:\n  greeting: { type: string, default: old }\n  mark: { type: string }\nresources:\n",
     );
+    // A tree (chains five deep, fan-out) closed by a fan-in: each resource
+    // after the first reads its parent's pid, so a replaced parent ripples.
     for i in 0..30 {
+        let (depends, parent) = match i {
+            0 => (String::new(), "none".to_owned()),
+            29 => (
+                "    depends_on: [r14, r27, r28]\n".to_owned(),
+                "{{ resources.r14.outputs.pid }}".to_owned(),
+            ),
+            _ => {
+                let p = (i - 1) / 2;
+                (
+                    format!("    depends_on: [r{p}]\n"),
+                    format!("{{{{ resources.r{p}.outputs.pid }}}}"),
+                )
+            }
+        };
         source.push_str(&format!(
-            "  r{i}:\n    type: process.v1.service\n    config: {{ command: sleep, args: [\"300\"], \
-             env: {{ GREETING: \"{{{{ greeting }}}}\", MARK: \"{{{{ mark }}}}\" }} }}\n"
+            "  r{i}:\n    type: process.v1.service\n{depends}    config: {{ command: sleep, args: [\"300\"], \
+             env: {{ GREETING: \"{{{{ greeting }}}}\", MARK: \"{{{{ mark }}}}\", PARENT: \"{parent}\" }} }}\n"
         ));
     }
     let blueprint = create_blueprint(&app, "many", &source).await;
@@ -620,6 +636,23 @@ async fn a_server_killed_mid_apply_converges() {
         30,
         "each resource runs once, nothing orphaned"
     );
+    // Each process was started with the pid its parent runs as now.
+    let pid_of = |key: &str| {
+        done.nodes
+            .iter()
+            .find(|n| n.key == key)
+            .and_then(|n| n.pid())
+            .unwrap()
+    };
+    for i in 1..30 {
+        let parent = if i == 29 { 14 } else { (i - 1) / 2 };
+        let child = pid_of(&format!("r{i}"));
+        assert_eq!(
+            env_of(child, "PARENT"),
+            Some(pid_of(&format!("r{parent}")).to_string()),
+            "r{i} reads r{parent}'s pid"
+        );
+    }
     let recorded: std::collections::BTreeSet<String> = std::fs::read_dir(
         store
             .data_dir()
