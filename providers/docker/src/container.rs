@@ -4,8 +4,9 @@ use std::collections::HashMap;
 
 use bollard::Docker;
 use bollard::models::{
-    ContainerCreateBody, ContainerInspectResponse, EndpointSettings, HostConfig, Mount, MountType,
-    NetworkingConfig, PortBinding, PortMap, RestartPolicy, RestartPolicyNameEnum,
+    ContainerCreateBody, ContainerInspectResponse, ContainerUpdateBody, EndpointSettings,
+    HostConfig, Mount, MountType, NetworkingConfig, PortBinding, PortMap, RestartPolicy,
+    RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{
     CreateContainerOptions, LogsOptions, RemoveContainerOptions, RestartContainerOptions,
@@ -15,7 +16,7 @@ use corbel_provider_sdk::serde_json::{Value, json};
 use corbel_provider_sdk::{Events, proto};
 use futures_util::StreamExt;
 
-use crate::config::{ContainerConfig, MountSource};
+use crate::config::{ContainerConfig, MountSource, Restart};
 use crate::engine::{self, Problem, call, carries, containers_of, default_name, status};
 use crate::image;
 
@@ -157,15 +158,7 @@ fn create_body(
             }
         })
         .collect();
-    let restart = config.restart.as_ref().map(|r| RestartPolicy {
-        name: Some(match r.name.as_str() {
-            "always" => RestartPolicyNameEnum::ALWAYS,
-            "unless-stopped" => RestartPolicyNameEnum::UNLESS_STOPPED,
-            "on-failure" => RestartPolicyNameEnum::ON_FAILURE,
-            _ => RestartPolicyNameEnum::NO,
-        }),
-        maximum_retry_count: r.max_retries,
-    });
+    let restart = config.restart.as_ref().map(restart_policy);
     let networking = config.network.as_ref().map(|network| {
         let mut aliases = Vec::new();
         if !is_builtin_network(network) {
@@ -205,6 +198,122 @@ fn create_body(
         networking_config: networking,
         ..Default::default()
     }
+}
+
+fn restart_policy(restart: &Restart) -> RestartPolicy {
+    RestartPolicy {
+        name: Some(match restart.name.as_str() {
+            "always" => RestartPolicyNameEnum::ALWAYS,
+            "unless-stopped" => RestartPolicyNameEnum::UNLESS_STOPPED,
+            "on-failure" => RestartPolicyNameEnum::ON_FAILURE,
+            _ => RestartPolicyNameEnum::NO,
+        }),
+        maximum_retry_count: restart.max_retries,
+    }
+}
+
+/// The config keys a container changes in place (`docker update`); any
+/// other change replaces it.
+pub const UPDATABLE_KEYS: [&str; 2] = ["limits", "restart"];
+
+/// Changes the running container of `resource` to `config`'s limits and
+/// restart policy, in place: same container, same id, its processes keep
+/// running. The engine cannot clear a limit on a container, so a limit the
+/// config no longer has is raised to the host's size (memory: the engine's
+/// total; CPUs: its count), which is no limit in effect. Idempotent.
+pub async fn update(
+    client: &Docker,
+    resource: &proto::Resource,
+    previous_config_json: &str,
+    config: &ContainerConfig,
+    events: &Events,
+) -> Result<Value, Problem> {
+    if let Some(key) = changed_key_not_updatable(previous_config_json, &resource.config_json) {
+        return Err(Problem::precondition(format!(
+            "`{key}` changed, and a container changes only {UPDATABLE_KEYS:?} in place: it must be \
+             replaced"
+        )));
+    }
+    let Some(found) = find(client, resource).await? else {
+        return Err(Problem::not_found(format!(
+            "no container of resource {}",
+            resource.resource_id
+        )));
+    };
+    let id = found.id.clone().unwrap_or_default();
+    let has = found.host_config.clone().unwrap_or_default();
+    let mut body = ContainerUpdateBody {
+        restart_policy: Some(restart_policy(config.restart.as_ref().unwrap_or(
+            &Restart {
+                name: "no".into(),
+                max_retries: None,
+            },
+        ))),
+        ..Default::default()
+    };
+    let limited = |n: Option<i64>| n.is_some_and(|n| n > 0);
+    let host = if (config.memory.is_none() && limited(has.memory))
+        || (config.nano_cpus.is_none() && limited(has.nano_cpus))
+    {
+        Some(call("reading the engine's info", client.info()).await?)
+    } else {
+        None
+    };
+    match (config.memory, host.as_ref().and_then(|h| h.mem_total)) {
+        // Swap as `docker run -m` sets it: as much again.
+        (Some(bytes), _) => {
+            body.memory = Some(bytes);
+            body.memory_swap = Some(bytes.saturating_mul(2));
+        }
+        (None, Some(total)) if limited(has.memory) => {
+            events
+                .log(format!(
+                    "the engine cannot clear a memory limit: raising it to the host's {total} bytes"
+                ))
+                .await;
+            // Swap as much again here too: runc on cgroup v1 refuses an
+            // unlimited swap (-1) together with a raised memory limit.
+            body.memory = Some(total);
+            body.memory_swap = Some(total.saturating_mul(2));
+        }
+        (None, _) => {}
+    }
+    match (config.nano_cpus, host.as_ref().and_then(|h| h.ncpu)) {
+        (Some(nano), _) => body.nano_cpus = Some(nano),
+        (None, Some(cpus)) if limited(has.nano_cpus) => {
+            events
+                .log(format!(
+                    "the engine cannot clear a CPU limit: raising it to the host's {cpus} CPUs"
+                ))
+                .await;
+            body.nano_cpus = Some(cpus.max(1) * 1_000_000_000);
+        }
+        (None, _) => {}
+    }
+    events
+        .progress(50, format!("updating container {}", short(&id)))
+        .await;
+    call("updating the container", client.update_container(&id, body)).await?;
+    let inspected = call(
+        "inspecting the container",
+        client.inspect_container(&id, None),
+    )
+    .await?;
+    Ok(outputs(&inspected))
+}
+
+/// The first top-level key, other than [`UPDATABLE_KEYS`], whose value differs
+/// between two configs.
+fn changed_key_not_updatable(previous: &str, next: &str) -> Option<String> {
+    let previous = crate::config::object(previous).unwrap_or_default();
+    let next = crate::config::object(next).unwrap_or_default();
+    let mut keys: Vec<&String> = previous.keys().chain(next.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|key| !UPDATABLE_KEYS.contains(&key.as_str()))
+        .find(|key| previous.get(*key) != next.get(*key))
+        .cloned()
 }
 
 /// `created`, `running`, `paused`, `exited`, ...

@@ -22,11 +22,13 @@ use std::sync::{Arc, Mutex as SyncMutex, RwLock};
 
 use bollard::Docker;
 use corbel_provider_sdk::serde_json::{Value, json};
-use corbel_provider_sdk::{Events, Provider, ProviderInfo, Status, StepResult, async_trait, proto};
+use corbel_provider_sdk::{
+    Events, Provider, ProviderInfo, Status, StepError, StepResult, async_trait, proto,
+};
 use tokio::sync::Mutex;
 
 use crate::config::{ContainerConfig, NetworkConfig, ProviderConfig, VolumeConfig};
-use crate::engine::{Problem, call, status};
+use crate::engine::{Kind, Problem, call, status};
 
 pub const CONTAINER: &str = "docker.v1.container";
 pub const NETWORK: &str = "docker.v1.network";
@@ -131,6 +133,36 @@ impl DockerProvider {
                 objects::deploy_volume(&client, resource, &config, events).await
             }
         }
+    }
+
+    /// A container's limits and restart policy, changed in place; networks and
+    /// volumes declare nothing updatable, so Corbel replaces them instead.
+    async fn update(
+        &self,
+        request: &proto::UpdateResourceRequest,
+        events: &Events,
+    ) -> Result<Value, Problem> {
+        let resource = request.resource.clone().unwrap_or_default();
+        let config = match resource.r#type.as_str() {
+            CONTAINER => ContainerConfig::parse(&resource.config_json).map_err(Problem::invalid)?,
+            NETWORK | VOLUME => {
+                return Err(Problem::precondition(format!(
+                    "a {} does not change in place: it must be replaced",
+                    resource.r#type
+                )));
+            }
+            other => return Err(unknown_type(other)),
+        };
+        require_id(&resource)?;
+        let client = self.client().await?;
+        container::update(
+            &client,
+            &resource,
+            &request.previous_config_json,
+            &config,
+            events,
+        )
+        .await
     }
 
     async fn destroy(&self, resource: &proto::Resource, events: &Events) -> Result<Value, Problem> {
@@ -303,6 +335,7 @@ impl Provider for DockerProvider {
                     key: r.key.clone(),
                     depends_on: network.into_iter().cloned().collect(),
                     quota: quota_of(&r.config_json),
+                    updatable_keys: container::UPDATABLE_KEYS.map(str::to_owned).to_vec(),
                     ..Default::default()
                 }
             })
@@ -323,6 +356,29 @@ impl Provider for DockerProvider {
         };
         self.release(&resource.resource_id, lock);
         Ok(result?)
+    }
+
+    async fn update_resource(
+        &self,
+        request: proto::UpdateResourceRequest,
+        events: Events,
+    ) -> StepResult {
+        let resource_id = request
+            .resource
+            .as_ref()
+            .map(|r| r.resource_id.clone())
+            .unwrap_or_default();
+        let lock = self.lock_for(&resource_id);
+        let result = {
+            let _held = lock.lock().await;
+            self.update(&request, &events).await
+        };
+        self.release(&resource_id, lock);
+        match result {
+            // The protocol's answer for a resource that is gone.
+            Err(problem) if problem.kind == Kind::NotFound => Err(StepError::Rpc(problem.into())),
+            other => Ok(other?),
+        }
     }
 
     async fn destroy_resource(

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::plans::{actions, apply, plan};
 use crate::support::binary::{admin_gql, serve};
 use crate::support::deployments::{
     create_blueprint, deploy, deployment, settled, with_docker_provider, with_process_provider,
@@ -348,4 +349,93 @@ async fn power_and_logs_need_the_providers_features() {
     settled(&app, &id, &["DESTROYED"]).await;
     let refused = power(&app, &id, "svc", "START").await;
     assert_eq!(error_code(&refused), Some("CONFLICT"), "{refused}");
+}
+
+/// `web` sized and restarted by variables; its greeting is in its environment.
+const SIZED: &str = r#"
+variables:
+  memory: { type: string, default: "64m" }
+  restart: { type: string, default: "on-failure:2" }
+  greeting: { type: string, default: hi }
+resources:
+  web:
+    type: docker.v1.container
+    config:
+      image: IMAGE
+      command: "exec sleep 3600"
+      env: { GREETING: "{{ greeting }}" }
+      limits: { memory: "{{ memory }}" }
+      restart: "{{ restart }}"
+"#;
+
+/// What the engine says of a container, through the CLI.
+fn inspected(container: &str, format: &str) -> String {
+    crate::support::docker::docker(&["inspect", "--format", format, container])
+}
+
+/// Issue 17 with the docker provider: a change of limits or restart policy is
+/// planned as UPDATE and made in place (the same container, its process never
+/// restarted); a change of anything else is a REPLACE, after which the engine
+/// runs only the new container.
+#[tokio::test]
+async fn limits_change_in_place_and_other_changes_replace_the_container() {
+    let image = busybox_image();
+    let (app, _provider, _repo) = with_docker_provider(Arc::new(TestStore::fresh().await)).await;
+    let blueprint = create_blueprint(&app, "sized", &SIZED.replace("IMAGE", image)).await;
+    let id = deploy(&app, &blueprint, "sized", json!({})).await;
+    let _cleanup = DeploymentCleanup(id.clone());
+    let done = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
+    assert_eq!(done.state, "COMPLETE", "{done:?}");
+    let label = format!("{LABEL_DEPLOYMENT}={id}");
+    let first = done.node("web").outputs["id"].as_str().unwrap().to_owned();
+    let limits = "{{.HostConfig.Memory}} {{.HostConfig.RestartPolicy.Name}}";
+    assert_eq!(inspected(&first, limits), "67108864 on-failure");
+    let process = inspected(&first, "{{.State.Pid}} {{.State.StartedAt}}");
+
+    let vars = |memory: &str, restart: &str, greeting: &str| json!({ "variables": { "memory": memory, "restart": restart, "greeting": greeting } });
+    let planned = plan(&app, &id, vars("128m", "always", "hi")).await;
+    assert_eq!(
+        actions(&planned),
+        [("web".to_owned(), 0, "UPDATE".to_owned())],
+        "{planned:#}"
+    );
+    let changed: Vec<&str> = planned["changes"][0]["config"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(changed, ["limits", "restart"], "{planned:#}");
+    data(&apply(&app, &planned).await);
+    let done = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
+    assert_eq!(done.state, "COMPLETE", "{done:?}");
+    assert_eq!(done.node("web").outputs["id"], first.as_str());
+    assert_eq!(containers(&label), std::slice::from_ref(&first));
+    assert_eq!(inspected(&first, limits), "134217728 always");
+    assert_eq!(
+        inspected(&first, "{{.State.Pid}} {{.State.StartedAt}}"),
+        process,
+        "updated in place: the same process runs"
+    );
+
+    // The environment cannot change in place: a replacement.
+    let planned = plan(&app, &id, vars("128m", "always", "hello")).await;
+    assert_eq!(
+        actions(&planned),
+        [("web".to_owned(), 0, "REPLACE".to_owned())],
+        "{planned:#}"
+    );
+    let reason = planned["changes"][0]["reason"].as_str().unwrap();
+    assert!(reason.contains("env"), "{reason}");
+    data(&apply(&app, &planned).await);
+    let done = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
+    assert_eq!(done.state, "COMPLETE", "{done:?}");
+    let second = done.node("web").outputs["id"].as_str().unwrap().to_owned();
+    assert_ne!(second, first);
+    assert_eq!(containers(&label), std::slice::from_ref(&second));
+    assert!(
+        inspected(&second, "{{json .Config.Env}}").contains("GREETING=hello"),
+        "the new container has the new environment"
+    );
+    assert_eq!(inspected(&second, limits), "134217728 always");
 }

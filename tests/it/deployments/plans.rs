@@ -23,7 +23,7 @@ const PLAN_FIELDS: &str = "id state summary { create update replace destroy keep
     changes { key replica action reason rippleFrom: ripplesFrom createBeforeDestroy \
     config { key before after known secret } } notes";
 
-async fn plan(app: &TestApp, deployment: &str, input: Value) -> Value {
+pub(crate) async fn plan(app: &TestApp, deployment: &str, input: Value) -> Value {
     let mut input = input;
     input["deploymentId"] = json!(deployment);
     let body = app
@@ -37,7 +37,7 @@ async fn plan(app: &TestApp, deployment: &str, input: Value) -> Value {
     data(&body)["planDeployment"].clone()
 }
 
-async fn apply(app: &TestApp, plan: &Value) -> Value {
+pub(crate) async fn apply(app: &TestApp, plan: &Value) -> Value {
     app.gql(
         "mutation($id: ID!) { applyPlan(id: $id) { id state } }",
         json!({ "id": plan["id"] }),
@@ -74,7 +74,7 @@ fn calls_since(log: &Path, from: usize) -> BTreeMap<(String, String), usize> {
     out
 }
 
-fn actions(plan: &Value) -> Vec<(String, i64, String)> {
+pub(crate) fn actions(plan: &Value) -> Vec<(String, i64, String)> {
     plan["changes"]
         .as_array()
         .unwrap()
