@@ -11,9 +11,13 @@
 //! `done` or `error`, `DeployResource` idempotent per `resource_id`, `Inspect`
 //! finding what a lost deploy made, `DestroyResource` of something gone
 //! succeeding, surviving a call whose deadline passed, and leaving: on SIGTERM
-//! (exit 0), and when its host goes away.
+//! (exit 0), and when its host goes away. A provider of protocol version 2
+//! that describes updatable keys, given a config to update its sample to
+//! (`check.updates`), must update it in place (Inspect agreeing), do nothing
+//! new when updated to the same config again, and answer NOT_FOUND for one
+//! that is gone.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -240,10 +244,24 @@ impl Check {
         self.check_health(&link).await;
         self.check_configure(&link, &config).await;
         let node = self.check_nodes(&link, &meta).await;
-        self.check_describe(&link, &meta).await;
+        let updatable = self.check_describe(&link, &meta).await;
+        // The version it registered with: what the server would send it.
+        let version = host
+            .seen()
+            .registrations
+            .first()
+            .map_or(1, |(request, _)| request.protocol_version);
         for kind in &meta.resource_types {
             match meta.check.resources.get(kind) {
-                Some(sample) => self.check_lifecycle(&link, kind, sample, &node).await,
+                Some(sample) => {
+                    self.check_lifecycle(&link, kind, sample, &node).await;
+                    let update = Update {
+                        version,
+                        updatable: updatable.get(kind).map(Vec::as_slice),
+                        to: meta.check.updates.get(kind),
+                    };
+                    self.check_update(&link, kind, sample, update, &node).await;
+                }
                 None => self.report.add(
                     format!("deploy {kind}"),
                     Outcome::Skip,
@@ -644,7 +662,14 @@ impl Check {
         }
     }
 
-    async fn check_describe(&mut self, link: &Link, meta: &metadata::Metadata) {
+    /// DescribeResources of the samples; the keys each sample's type says
+    /// may change in place.
+    async fn check_describe(
+        &mut self,
+        link: &Link,
+        meta: &metadata::Metadata,
+    ) -> HashMap<String, Vec<String>> {
+        let mut updatable = HashMap::new();
         let resources: Vec<proto::Resource> = meta
             .check
             .resources
@@ -658,12 +683,15 @@ impl Check {
                 Outcome::Skip,
                 "no samples under `check.resources`",
             );
-            return;
+            return updatable;
         }
-        let keys: HashSet<String> = resources.iter().map(|r| r.key.clone()).collect();
+        let kinds: HashMap<String, String> = resources
+            .iter()
+            .map(|r| (r.key.clone(), r.r#type.clone()))
+            .collect();
         match link.describe_resources(resources).await {
             Ok(descriptions) => {
-                let stray = descriptions.iter().find(|d| !keys.contains(&d.key));
+                let stray = descriptions.iter().find(|d| !kinds.contains_key(&d.key));
                 self.report.result(
                     "DescribeResources",
                     match stray {
@@ -671,6 +699,11 @@ impl Check {
                         None => Ok(format!("{} description(s)", descriptions.len())),
                     },
                 );
+                for description in descriptions {
+                    if let Some(kind) = kinds.get(&description.key) {
+                        updatable.insert(kind.clone(), description.updatable_keys);
+                    }
+                }
             }
             Err(LinkError::Refused {
                 code: tonic::Code::Unimplemented,
@@ -684,6 +717,145 @@ impl Check {
                 .report
                 .add("DescribeResources", Outcome::Fail, e.to_string()),
         }
+        updatable
+    }
+
+    /// Protocol version 2: a sample updated in place to its `check.updates`
+    /// config, which Inspect then shows; the same update again changes
+    /// nothing; an update of a resource that is gone is NOT_FOUND.
+    async fn check_update(
+        &mut self,
+        link: &Link,
+        kind: &str,
+        sample: &serde_json::Value,
+        update: Update<'_>,
+        node: &str,
+    ) {
+        let row = format!("update {kind} in place");
+        if update.version < corbel_proto::UPDATE_VERSION {
+            self.report.add(
+                row,
+                Outcome::Skip,
+                format!(
+                    "protocol version {}: never sent UpdateResource, a changed {kind} is replaced",
+                    update.version
+                ),
+            );
+            return;
+        }
+        let updatable = update.updatable.unwrap_or_default();
+        if updatable.is_empty() {
+            self.report.add(
+                row,
+                Outcome::Skip,
+                format!("DescribeResources lists no updatable_keys: a changed {kind} is replaced"),
+            );
+            return;
+        }
+        let Some(to) = update.to else {
+            self.report.add(
+                row,
+                Outcome::Skip,
+                format!(
+                    "{updatable:?} may change in place, but there is no config to update the \
+                     sample to: add one under `check.updates` in corbel-provider.yaml"
+                ),
+            );
+            return;
+        };
+        let changed = changed_keys(sample, to);
+        if changed.is_empty() {
+            self.report.add(
+                row,
+                Outcome::Fail,
+                format!("check.updates.{kind} is the sample as it is: change an updatable key"),
+            );
+            return;
+        }
+        if let Some(key) = changed.iter().find(|k| !updatable.contains(k)) {
+            self.report.add(
+                row,
+                Outcome::Fail,
+                format!(
+                    "check.updates.{kind} changes `{key}`, which DescribeResources does not list \
+                     as updatable ({updatable:?})"
+                ),
+            );
+            return;
+        }
+        (self.say)(&format!("updating a {kind} in place"));
+        let id = Uuid::new_v4().to_string();
+        let before = resource("check-update", kind, sample, &id, node);
+        let after = resource("check-update", kind, to, &id, node);
+        let deployed = match deploy(link, &before).await {
+            Ok(outputs) => outputs,
+            Err(e) => {
+                self.report
+                    .add(row, Outcome::Fail, format!("deploying the sample: {e}"));
+                return;
+            }
+        };
+        let result = async {
+            let outputs = update_call(link, &after, sample, &deployed).await?;
+            match inspect(link, &after).await? {
+                Some(seen) if seen == outputs => {}
+                Some(seen) => {
+                    return Err(format!(
+                        "Inspect says {seen} after the update, which answered {outputs}"
+                    ));
+                }
+                None => return Err("Inspect says absent after the update".to_owned()),
+            }
+            Ok(outputs)
+        }
+        .await;
+        let updated = result.is_ok();
+        self.report.result(
+            row,
+            result
+                .as_ref()
+                .map(|o| format!("{changed:?} changed; outputs {o}"))
+                .map_err(Clone::clone),
+        );
+        let outputs = result.unwrap_or(deployed);
+        if updated {
+            let again = update_call(link, &after, to, &outputs)
+                .await
+                .and_then(|second| {
+                    if second == outputs {
+                        Ok("the same outputs, nothing new".to_owned())
+                    } else {
+                        Err(format!("outputs differ: first {outputs}, then {second}"))
+                    }
+                });
+            self.report
+                .result(format!("update {kind} again (same config)"), again);
+        }
+        if let Err(e) = destroy(link, &after, &outputs).await {
+            self.report.add(
+                format!("update {kind} of one gone (NOT_FOUND)"),
+                Outcome::Fail,
+                format!("destroying the updated sample: {e}"),
+            );
+            return;
+        }
+        let gone = update_gone(link, &after, to, &outputs).await;
+        let (outcome, detail) = match gone {
+            Ok(()) => (
+                Outcome::Fail,
+                "succeeded, though the resource was destroyed: answer NOT_FOUND".to_owned(),
+            ),
+            Err((Some(tonic::Code::NotFound), message)) => (Outcome::Pass, message),
+            Err((_, message)) => (
+                Outcome::Warn,
+                format!("{message}; the protocol asks for NOT_FOUND when the resource is gone"),
+            ),
+        };
+        self.report.add(
+            format!("update {kind} of one gone (NOT_FOUND)"),
+            outcome,
+            detail,
+        );
     }
 
     /// Deploy, deploy again, inspect, destroy, inspect, destroy again; then
@@ -891,6 +1063,84 @@ async fn deploy(link: &Link, res: &proto::Resource) -> Result<serde_json::Value,
         .await
         .map_err(|e| e.to_string())?;
     follow(link, "DeployResource", stream).await
+}
+
+/// What `check_update` goes by.
+struct Update<'a> {
+    /// The version the provider registered with.
+    version: u32,
+    /// The keys DescribeResources listed for the type, if it described it.
+    updatable: Option<&'a [String]>,
+    /// `check.updates` for the type.
+    to: Option<&'a serde_json::Value>,
+}
+
+/// The top-level keys whose values differ between two configs.
+fn changed_keys(before: &serde_json::Value, after: &serde_json::Value) -> Vec<String> {
+    let empty = serde_json::Map::new();
+    let before = before.as_object().unwrap_or(&empty);
+    let after = after.as_object().unwrap_or(&empty);
+    let mut keys: Vec<&String> = before.keys().chain(after.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| before.get(*k) != after.get(*k))
+        .cloned()
+        .collect()
+}
+
+fn update_request(
+    res: &proto::Resource,
+    previous: &serde_json::Value,
+    outputs: &serde_json::Value,
+) -> proto::UpdateResourceRequest {
+    proto::UpdateResourceRequest {
+        resource: Some(res.clone()),
+        previous_config_json: previous.to_string(),
+        outputs_json: outputs.to_string(),
+        dependency_outputs_json: Default::default(),
+    }
+}
+
+async fn update_call(
+    link: &Link,
+    res: &proto::Resource,
+    previous: &serde_json::Value,
+    outputs: &serde_json::Value,
+) -> Result<serde_json::Value, String> {
+    let stream = link
+        .update_resource(update_request(res, previous, outputs))
+        .await
+        .map_err(|e| e.to_string())?;
+    follow(link, "UpdateResource", stream).await
+}
+
+/// An update of a resource that is gone: `Ok` if it succeeded, else the
+/// status code it was refused with (none for an `error` event) and what was said.
+async fn update_gone(
+    link: &Link,
+    res: &proto::Resource,
+    previous: &serde_json::Value,
+    outputs: &serde_json::Value,
+) -> Result<(), (Option<tonic::Code>, String)> {
+    let refused = |e: LinkError| match e {
+        LinkError::Refused { code, .. } => (Some(code), e.to_string()),
+        other => (None, other.to_string()),
+    };
+    let mut stream = link
+        .update_resource(update_request(res, previous, outputs))
+        .await
+        .map_err(refused)?;
+    while let Some(message) = link
+        .next("UpdateResource", &mut stream)
+        .await
+        .map_err(refused)?
+    {
+        if let Some(Event::Error(failure)) = message.event {
+            return Err((None, format!("an error event: {}", failure.message)));
+        }
+    }
+    Ok(())
 }
 
 async fn destroy(

@@ -54,6 +54,10 @@ pub struct Check {
     /// A sample resource configuration per resource type, deployed and
     /// destroyed by the check.
     pub resources: std::collections::BTreeMap<String, serde_json::Value>,
+    /// Per resource type, a configuration its sample is updated to in place
+    /// (protocol version 2): it changes only keys the provider describes as
+    /// updatable.
+    pub updates: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,12 +131,17 @@ struct RawMetadata {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields, expecting = "a mapping with config and resources")]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with config, resources and updates"
+)]
 struct RawCheck {
     #[serde(default)]
     config: serde_json::Map<String, serde_json::Value>,
     #[serde(default)]
     resources: std::collections::BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    updates: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -386,12 +395,27 @@ fn check(raw: RawMetadata) -> Result<Metadata, MetadataError> {
     let check = raw.check.map_or_else(Check::default, |c| Check {
         config: c.config,
         resources: c.resources,
+        updates: c.updates,
     });
     for kind in check.resources.keys() {
         if !raw.resource_types.contains(kind) {
             return Err(invalid(
                 format!("check.resources.{kind}"),
                 "is not one of resource_types",
+            ));
+        }
+    }
+    for (kind, update) in &check.updates {
+        if !check.resources.contains_key(kind) {
+            return Err(invalid(
+                format!("check.updates.{kind}"),
+                "has no sample under check.resources to update",
+            ));
+        }
+        if !update.is_object() {
+            return Err(invalid(
+                format!("check.updates.{kind}"),
+                "must be a mapping (the whole new configuration)",
             ));
         }
     }
@@ -580,6 +604,34 @@ resource_types: [process.v1.service]
                 nano_cpus: Some(1_500_000_000),
             })
         );
+    }
+
+    #[test]
+    fn check_updates_name_a_sampled_type_and_a_mapping() {
+        let with = |check: &str| {
+            format!(
+                "name: p\nversion: '1'\nruntime: shell\nshell: {{run: x}}\n\
+                 resource_types: [a.v1.x, a.v1.y]\ncheck:\n{check}"
+            )
+        };
+        let parsed = parse(&with(
+            "  resources: {a.v1.x: {n: 1}}\n  updates: {a.v1.x: {n: 2}}\n",
+        ))
+        .unwrap();
+        assert_eq!(parsed.check.updates["a.v1.x"], serde_json::json!({"n": 2}));
+        for (check, expected) in [
+            (
+                "  resources: {a.v1.x: {}}\n  updates: {a.v1.y: {n: 2}}\n",
+                "check.updates.a.v1.y: has no sample under check.resources",
+            ),
+            (
+                "  resources: {a.v1.x: {}}\n  updates: {a.v1.x: 2}\n",
+                "check.updates.a.v1.x: must be a mapping",
+            ),
+        ] {
+            let message = error(&with(check));
+            assert!(message.contains(expected), "{check}: {message}");
+        }
     }
 
     #[test]

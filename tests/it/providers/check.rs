@@ -269,3 +269,69 @@ fn the_python_example_provider_passes() {
         checked.table
     );
 }
+
+/// Protocol version 2: a sample updated in place to its `check.updates`
+/// config, again to the same, and once it is gone (NOT_FOUND). An update
+/// sample that changes a key the provider cannot update is the author's
+/// mistake, named; a provider of version 1 is never sent UpdateResource.
+#[test]
+fn updates_in_place_are_checked_on_a_provider_that_speaks_them() {
+    let with_updates = |run: &str, update: &str| {
+        format!(
+            "{run}check:\n  resources:\n    fixture.v1.noop: {{ label: a, size: 1 }}\n  \
+             updates:\n    fixture.v1.noop: {update}\n"
+        )
+    };
+    let repo = ProviderRepo::new(
+        &with_updates(&fixture_metadata("normal"), "{ label: b, size: 1 }"),
+        &[],
+    );
+    let checked = check(&[], &[&repo.url()]);
+    assert!(checked.success, "{}\n{}", checked.table, checked.progress);
+    for row in [
+        "update fixture.v1.noop in place",
+        "update fixture.v1.noop again (same config)",
+        "update fixture.v1.noop of one gone (NOT_FOUND)",
+    ] {
+        assert_eq!(checked.outcome(row), Some("PASS"), "{}", checked.table);
+    }
+    assert!(
+        checked
+            .row("update fixture.v1.noop in place")
+            .contains("[\"label\"] changed"),
+        "{}",
+        checked.table
+    );
+    assert!(
+        checked
+            .progress
+            .contains("updating a fixture.v1.noop in place")
+    );
+
+    // `size` is not one the fixture describes as updatable.
+    let repo = ProviderRepo::new(
+        &with_updates(&fixture_metadata("normal"), "{ label: b, size: 2 }"),
+        &[],
+    );
+    let checked = check(&[], &[&repo.url()]);
+    assert!(!checked.success, "{}", checked.table);
+    let row = checked.row("update fixture.v1.noop in place");
+    assert!(
+        row.contains("FAIL")
+            && row.contains("changes `size`, which DescribeResources does not list"),
+        "{row}"
+    );
+
+    // An old provider: UpdateResource is never sent.
+    let old =
+        fixture_metadata("normal").replace("FIXTURE_MODE=", "FIXTURE_PROTOCOL=1 FIXTURE_MODE=");
+    assert!(old.contains("FIXTURE_PROTOCOL=1"), "{old}");
+    let repo = ProviderRepo::new(&with_updates(&old, "{ label: b, size: 1 }"), &[]);
+    let checked = check(&[], &[&repo.url()]);
+    assert!(checked.success, "{}\n{}", checked.table, checked.progress);
+    let row = checked.row("update fixture.v1.noop in place");
+    assert!(
+        row.contains("SKIP") && row.contains("protocol version 1"),
+        "{row}"
+    );
+}
