@@ -496,6 +496,10 @@ resources:
   app:
     type: process.v1.service
     config: { command: sleep, args: ["300"], env: { GREETING: "{{ greeting }}" } }
+  watcher:
+    type: process.v1.service
+    depends_on: [app]
+    config: { command: sleep, args: ["301"], env: { PARENT: "{{ resources.app.outputs.pid }}" } }
 "#;
     let (app, _provider, _repo) = with_process_provider(|_| {}).await;
     let blueprint = create_blueprint(&app, "greeter", GREETER).await;
@@ -559,9 +563,14 @@ resources:
     let row = browser.wait_text(replace, "bonjour").await;
     assert!(row.contains("app[0]") && row.contains("REPLACE"), "{row}");
     assert!(row.contains("env") && row.contains("hello"), "{row}");
+    // What reads app's outputs changes with it, and says so.
+    let watcher = browser
+        .text(r#"#plan-diff .change[data-key="watcher[0]"] .ripple"#)
+        .await;
+    assert_eq!(watcher, "Follows app");
     assert_eq!(
         browser.text("#plan-diff [data-count=replace] strong").await,
-        "1"
+        "2"
     );
     assert_eq!(
         running_pid(&deployment(&app, &id).await),

@@ -1,5 +1,5 @@
 // Deployments: list, deploy form, one deployment live (with its plans and
-// revisions). Nothing polls, bar a bounded re-read for a revision's end (`catchUp`).
+// revisions). Nothing polls: a settled run's revision has ended before its STATE event goes out.
 
 import { gql } from "../api.js";
 import { allows, navigate, projectLink, projectsFor, roleIn } from "../app.js";
@@ -228,7 +228,7 @@ function local(iso) {
 }
 
 const PLAN = `id summary { create update replace destroy keep } notes
-  changes { key replica action reason createBeforeDestroy config { key before after known secret } }`;
+  changes { key replica action reason ripplesFrom createBeforeDestroy config { key before after known secret } }`;
 
 // A plan's action in a state's colour.
 const TONE = { CREATE: "complete", UPDATE: "pending", REPLACE: "suspended", DESTROY: "failed" };
@@ -240,7 +240,7 @@ function planDiff(plan) {
   const rows = plan.changes.filter((c) => c.action !== "KEEP").map((c) =>
     h("li.change", { dataset: { action: c.action, key: `${c.key}[${c.replica}]` } },
       h("span", { class: `badge state-${TONE[c.action]}` }, c.action), " ", h("code", `${c.key}[${c.replica}]`), c.action === "REPLACE" && c.createBeforeDestroy && " · new one first",
-      c.reason && h("p", c.reason),
+      c.reason && h("p", c.reason), c.ripplesFrom.length > 0 && h("p.ripple", `Follows ${c.ripplesFrom.join(", ")}`),
       h("ul", c.config.map((k) => h("li", h("code", k.key), ": ", shown(k.before, k), " → ", k.known ? shown(k.after, k) : "(known after apply)")))));
   return h("div.plan", h("p", Object.entries(plan.summary).map(([w, n]) => h("span", { dataset: { count: w } }, h("strong", n), ` ${w} `))),
     rows.length ? h("ul.changes", rows) : empty("Nothing to change."), plan.notes.map((n) => h("p", n)));
@@ -492,7 +492,6 @@ export async function detail(view, { id }, scope) {
       for (const n of d.nodes) n.state = nodeState(n);
       drawSummary();
       drawRevisions();
-      catchUp();
       if (d.nodes.map(label).join() !== drawn) {
         drawGraph();
         drawPicks();
@@ -508,14 +507,6 @@ export async function detail(view, { id }, scope) {
       again = false;
     }
   }
-
-  // The server publishes a run's last STATE event, then ends its revision: a
-  // read between the two sees a settled deployment (no phase) with a revision
-  // still IN_PROGRESS, and no event follows. Read again (10 times at most).
-  const readLate = later(scope, 400, read);
-  let lagging = 0;
-  const catchUp = () => (!d.phase && d.revisions.some((r) => r.outcome === "IN_PROGRESS") ? ++lagging <= 10 && readLate() : (lagging = 0));
-  catchUp();
 
   let lastId = 0;
   const askedFor = new Set(); // keys not drawn, read again for
