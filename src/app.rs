@@ -27,6 +27,7 @@ use crate::api::http::{self as api_http, HttpShared};
 use crate::api::{self, ServerFacts};
 use crate::audit::Audit;
 use crate::auth::Auth;
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::deploy::Deployments;
 use crate::events::Bus;
@@ -63,6 +64,8 @@ pub struct App {
     /// This server's hold on its data directory and database, from before
     /// anything was touched until the very end.
     lock: ServerLock,
+    /// This server as a replica: its membership and leadership.
+    cluster: Cluster,
 }
 
 impl App {
@@ -175,6 +178,27 @@ impl App {
         let audit = Audit::new(db.clone(), Bus::new(BUS_CAPACITY, stopping.clone()));
         audit.spawn_pruning(config.audit_retention_days, stopping.clone());
 
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let bound = listener
+            .local_addr()
+            .context("reading the listener's address")?;
+        // The server lock is held: no other replica of this database is alive.
+        let advertise_url = config
+            .cluster
+            .advertise_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{bound}"));
+        let cluster = Cluster::join(
+            db.clone(),
+            config.cluster.clone(),
+            advertise_url,
+            true,
+            stopping.clone(),
+        )
+        .await
+        .context("joining as a replica")?;
         let facts = ServerFacts {
             instance_id,
             database: location.kind(),
@@ -188,6 +212,7 @@ impl App {
                 .data(providers.clone())
                 .data(deployments.clone())
                 .data(audit.clone())
+                .data(cluster.clone())
                 .finish()
         };
         let schema = with_data(api::schema_builder(&config.graphql));
@@ -236,13 +261,8 @@ impl App {
             }))
             .layer(TraceLayer::new_for_http());
 
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.listen))?;
         let mut lock = held.take().expect("build holds the server lock");
-        if let Ok(addr) = listener.local_addr() {
-            lock.set_listen(addr).await;
-        }
+        lock.set_listen(bound).await;
         Ok(App {
             listener,
             router,
@@ -260,6 +280,7 @@ impl App {
             new_admin_token,
             facts,
             lock,
+            cluster,
         })
     }
 
@@ -286,10 +307,20 @@ impl App {
     ) -> anyhow::Result<()> {
         let stopping = self.stopping.clone();
         let background = tokio::spawn(purge_sessions(self.auth.clone(), stopping.clone()));
-        let refreshing = tokio::spawn(self.repositories.clone().run_refresh_loop());
         let registry = tokio::spawn(self.registry);
-        let reaper = self.deployments.clone();
-        let reaping = tokio::spawn(async move { reaper.recovery().run_reaper().await });
+        let membership = tokio::spawn(self.cluster.clone().run());
+        // The singletons run on the leader only.
+        let leading = {
+            let repositories = self.repositories.clone();
+            let deployments = self.deployments.clone();
+            tokio::spawn(self.cluster.clone().lead(move || {
+                let deployments = deployments.clone();
+                vec![
+                    tokio::spawn(repositories.clone().run_refresh_loop()),
+                    tokio::spawn(async move { deployments.recovery().run_reaper().await }),
+                ]
+            }))
+        };
         if let Err(e) = self.deployments.recovery().recover().await {
             tracing::error!(error = %e, "cannot recover deployments");
         }
@@ -337,7 +368,7 @@ impl App {
         }
         stopping.cancel();
         let _ = loading.await;
-        let _ = reaping.await;
+        let _ = leading.await;
         // Running deploy steps finish their provider call (a journal
         // boundary) before providers stop.
         self.deployments.shutdown(self.shutdown_grace).await;
@@ -346,7 +377,7 @@ impl App {
         self.registry_stop.cancel();
         let _ = registry.await;
         let _ = background.await;
-        let _ = refreshing.await;
+        let _ = membership.await;
         let closed = self.db.close().await.context("closing the database");
         self.lock.release().await;
         closed?;

@@ -162,10 +162,12 @@ fn default_shown(defaults: &toml::Table, long: &str) -> Option<String> {
         }
         "token" => return Some("the one `corbel login` stored for that server".to_owned()),
         "output" => return Some("text".to_owned()),
+        "advertise-url" => return Some("http://<the address it listens on>".to_owned()),
         _ => {}
     }
-    const SECTIONS: [(&str, &str); 5] = [
+    const SECTIONS: [(&str, &str); 6] = [
         ("graphql-", "graphql"),
+        ("cluster-", "cluster"),
         ("login-", "login"),
         ("repo-", "repository"),
         ("provider-", "provider"),

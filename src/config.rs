@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::{GraphqlFlags, GraphqlLimits};
 use crate::auth::{LoginFlags, LoginLimits};
+use crate::cluster::{ClusterFlags, ClusterSettings};
 use crate::deploy::{DeployFlags, DeploySettings};
 use crate::provider::{ProviderFlags, ProviderSettings};
 use crate::repository::{RepositoryFlags, RepositorySettings};
@@ -55,6 +56,7 @@ pub struct Config {
     pub repository: RepositorySettings,
     pub provider: ProviderSettings,
     pub deploy: DeploySettings,
+    pub cluster: ClusterSettings,
 }
 
 impl Default for Config {
@@ -75,6 +77,7 @@ impl Default for Config {
             repository: RepositorySettings::default(),
             provider: ProviderSettings::default(),
             deploy: DeploySettings::default(),
+            cluster: ClusterSettings::default(),
         }
     }
 }
@@ -146,6 +149,8 @@ pub struct Overrides {
     pub provider: ProviderFlags,
     #[command(flatten)]
     pub deploy: DeployFlags,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -188,6 +193,7 @@ impl Config {
                     None => ConfigError::Flags(e.to_string()),
                 })?;
         let config = config.bounded();
+        config.cluster.check().map_err(ConfigError::Flags)?;
         let database = config.database()?;
         if database.has_redacted_password() {
             return Err(ConfigError::Flags(format!(
@@ -215,6 +221,7 @@ impl Config {
             repository: self.repository.bounded(),
             provider: self.provider.bounded(),
             deploy: self.deploy.bounded(),
+            cluster: self.cluster.bounded(),
             ..self
         }
     }
@@ -374,6 +381,36 @@ mod tests {
         assert_eq!(config.data_dir, PathBuf::from("/srv/corbel"));
         assert_eq!(config.log_format, LogFormat::Json);
         assert_eq!(config.graphql, GraphqlLimits::default());
+    }
+
+    #[test]
+    fn the_advertised_url_is_an_http_url_with_a_host() {
+        let with = |url: &str| {
+            let flags = Overrides {
+                cluster: ClusterFlags {
+                    advertise_url: Some(url.to_owned()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            Config::load(&flags, None).map(|c| c.cluster.advertise_url)
+        };
+        assert_eq!(
+            with("https://corbel-2.example:8443").unwrap().as_deref(),
+            Some("https://corbel-2.example:8443")
+        );
+        for (bad, said) in [
+            ("corbel-2:8080", "must be an http:// or https:// URL"),
+            ("not a url", "is not a URL"),
+            ("ftp://host", "must be an http:// or https:// URL"),
+            ("http://u:p@host", "must not hold a user name or password"),
+        ] {
+            let err = with(bad).unwrap_err().to_string();
+            assert!(
+                err.contains("advertise_url:") && err.contains(said),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod audit;
 pub mod auth;
 pub mod cli;
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod deploy;
 pub mod events;

@@ -9,7 +9,7 @@
 //! 0. leaves: `seal`, `secret`, `settings`, `events`, `telemetry`, `text`, `yaml`, `redact`: import nothing of
 //!    the crate;
 //! 1. `store` (the database), `resolve` (pure dependency resolution);
-//! 2. `auth`, `audit`, `repository`: areas on the store;
+//! 2. `auth`, `audit`, `cluster`, `repository`: areas on the store;
 //! 3. `provider`: uses `repository` (it serves repositories through providers);
 //! 4. `deploy`: uses `provider` and `repository`;
 //! 5. `api`, `web`: the edge, over the areas; `api` never touches `store`;
@@ -32,7 +32,7 @@ const LAYERS: &[&[&str]] = &[
         "redact",
     ],
     &["store", "resolve"],
-    &["auth", "audit", "repository"],
+    &["auth", "audit", "cluster", "repository"],
     &["provider"],
     &["deploy"],
     &["api", "web"],

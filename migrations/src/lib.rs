@@ -14,6 +14,7 @@ mod m20261201_000007_invalid_elements;
 pub mod m20261201_000008_projects;
 mod m20261201_000009_audit_and_quantities;
 mod m20261202_000010_plans_and_revisions;
+mod m20261203_000011_replicas;
 
 pub struct Migrator;
 
@@ -31,6 +32,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000008_projects::Migration),
             Box::new(m20261201_000009_audit_and_quantities::Migration),
             Box::new(m20261202_000010_plans_and_revisions::Migration),
+            Box::new(m20261203_000011_replicas::Migration),
         ]
     }
 }

@@ -47,6 +47,7 @@ const PROJECT_ADMIN: Need = Project(ProjectRole::Admin);
 pub const POLICY: &[(&str, Need)] = &[
     // The server and the caller.
     ("serverInfo", Public),
+    ("replicas", ServerAdmin),
     ("login", Public),
     ("__typename", Public),
     ("__schema", Public),

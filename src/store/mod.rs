@@ -5,6 +5,7 @@
 //! modules expose and convert rows to their own types at the boundary.
 
 pub mod audit;
+pub mod cluster;
 pub mod deployments;
 pub mod direct;
 pub mod entities;
@@ -26,6 +27,8 @@ pub use location::{DatabaseLocation, InvalidDatabaseUrl, REDACTED};
 /// A pool of connections to the store. Areas hold one and hand it to the store's
 /// functions; only `store` builds queries or sea-orm models.
 pub type Db = DatabaseConnection;
+/// A transaction, for writes areas make inside one the store opened.
+pub use sea_orm::DatabaseTransaction as Transaction;
 /// An error the database answered with.
 pub use sea_orm::DbErr;
 

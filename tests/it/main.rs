@@ -8,6 +8,7 @@ mod audit;
 mod auth;
 mod binary;
 mod cli;
+mod cluster;
 mod crash;
 mod deployments;
 mod engine;

@@ -404,6 +404,7 @@ fn operations(f: &Fixture) -> Vec<(&'static str, String, Value)> {
     let r = &random;
     let ops: Vec<(&'static str, &str, Value)> = vec![
         ("serverInfo", "{ serverInfo { version } }", json!({})),
+        ("replicas", "{ replicas { id } }", json!({})),
         ("__typename", "{ __typename }", json!({})),
         ("__schema", "{ __schema { queryType { name } } }", json!({})),
         ("__type", "{ __type(name: \"Query\") { name } }", json!({})),
