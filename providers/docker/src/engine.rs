@@ -236,7 +236,7 @@ pub async fn networks_of(
         filters: label_filter(resource_id),
     };
     let listed = call("listing networks", client.list_networks(Some(options))).await?;
-    let mut found: Vec<(String, String, String)> = listed
+    let mut found: Vec<(String, String, (String, u32))> = listed
         .into_iter()
         .filter(|n| carries(n.labels.as_ref(), resource_id))
         .filter_map(|n| {
@@ -244,11 +244,56 @@ pub async fn networks_of(
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_owned))
                 .unwrap_or_default();
-            Some((n.id?, n.name.unwrap_or_default(), created))
+            Some((n.id?, n.name.unwrap_or_default(), time_key(&created)))
         })
         .collect();
     found.sort_by(|a, b| (&a.2, &a.0).cmp(&(&b.2, &b.0)));
     Ok(found.into_iter().map(|(id, name, _)| (id, name)).collect())
+}
+
+/// An engine's RFC 3339 time as a key that sorts by time: its seconds, then
+/// its nanoseconds. The text itself does not sort: the engine trims the
+/// fraction's trailing zeros, so `…:05.1Z` would sort after `…:05.12Z`. One
+/// engine writes every time with the same offset.
+fn time_key(created: &str) -> (String, u32) {
+    let seconds = created.get(..19).unwrap_or(created).to_owned();
+    let digits: String = created
+        .get(19..)
+        .and_then(|rest| rest.strip_prefix('.'))
+        .unwrap_or_default()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .take(9)
+        .collect();
+    let nanos = format!("{digits:0<9}").parse().unwrap_or(0);
+    (seconds, nanos)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::time_key;
+
+    #[test]
+    fn engine_times_sort_by_time_whatever_their_fraction() {
+        let mut times = [
+            "2026-12-03T02:59:05.1Z",
+            "2026-12-03T02:59:05.12Z",
+            "2026-12-03T02:59:05Z",
+            "2026-12-03T02:59:04.999999999Z",
+            "2026-12-03T02:59:05.0999Z",
+        ];
+        times.sort_by_key(|t| time_key(t));
+        assert_eq!(
+            times,
+            [
+                "2026-12-03T02:59:04.999999999Z",
+                "2026-12-03T02:59:05Z",
+                "2026-12-03T02:59:05.0999Z",
+                "2026-12-03T02:59:05.1Z",
+                "2026-12-03T02:59:05.12Z",
+            ]
+        );
+    }
 }
 
 /// Volumes labelled with `resource_id`: (name, mountpoint).
