@@ -116,6 +116,9 @@ pub struct Capability {
     /// The keys it can update in place; `None` when it cannot update at all
     /// (protocol version 1).
     pub updatable: Option<BTreeSet<String>>,
+    /// The resource and its replacement cannot exist at once: a replacement
+    /// destroys the old one first.
+    pub destroy_first: bool,
 }
 
 pub struct Input<'a> {
@@ -412,10 +415,7 @@ fn compare(
         _ => None,
     };
     if let Some(moved) = moved {
-        change.action = Action::Replace.as_str().to_owned();
-        change.reason = Some(moved);
-        change.create_before_destroy = true;
-        change.placement = None;
+        replaced(&mut change, capability, moved);
         return change;
     }
     if change.config.is_empty() {
@@ -439,10 +439,7 @@ fn compare(
                 .copied()
                 .filter(|k| !updatable.contains(*k))
                 .collect();
-            change.action = Action::Replace.as_str().to_owned();
-            change.create_before_destroy = true;
-            change.placement = None;
-            change.reason = Some(format!(
+            let reason = format!(
                 "{} changed, and provider `{name}` cannot update {} in place",
                 quoted(&changed),
                 if fixed.len() == changed.len() {
@@ -450,20 +447,39 @@ fn compare(
                 } else {
                     quoted(&fixed)
                 }
-            ));
+            );
+            replaced(&mut change, capability, reason);
         }
         None => {
-            change.action = Action::Replace.as_str().to_owned();
-            change.create_before_destroy = true;
-            change.placement = None;
-            change.reason = Some(format!(
+            let reason = format!(
                 "{} changed, and provider `{name}` cannot update in place (it speaks protocol \
                  version 1)",
                 quoted(&changed)
-            ));
+            );
+            replaced(&mut change, capability, reason);
         }
     }
     change
+}
+
+/// Makes `change` a replacement for `reason`: the new one first, unless its
+/// provider says the two cannot exist at once (placement may still make it
+/// destroy-first, for want of room).
+fn replaced(change: &mut Change, capability: Option<&Capability>, reason: String) {
+    change.action = Action::Replace.as_str().to_owned();
+    if let Some(c) = capability.filter(|c| c.destroy_first) {
+        change.create_before_destroy = false;
+        change.placement = change.placement_before.clone();
+        change.reason = Some(format!(
+            "{reason}; destroyed before it is made again: provider `{}` says the old and the \
+             new cannot exist at once",
+            c.provider_name
+        ));
+    } else {
+        change.create_before_destroy = true;
+        change.placement = None;
+        change.reason = Some(reason);
+    }
 }
 
 #[cfg(test)]
@@ -500,6 +516,7 @@ mod tests {
                         provider_id: Uuid::nil(),
                         provider_name: "p".into(),
                         updatable: updatable.map(|u| u.iter().map(|s| s.to_string()).collect()),
+                        destroy_first: false,
                     },
                 )
             })
@@ -603,6 +620,34 @@ resources:
         assert_eq!(web.ripples_from, vec!["db".to_owned()]);
         assert!(!web.config[0].known);
         assert!(web.reason.as_deref().unwrap().contains("`upstream`"));
+    }
+
+    #[test]
+    fn a_provider_that_cannot_hold_both_gets_its_replacements_destroyed_first() {
+        let (old, nodes) = (bp(OLD), running());
+        let variables = vars(json!({"port": 2}));
+        let mut capabilities = caps(&["db", "web"], Some(&["label"]));
+        for c in capabilities.values_mut() {
+            c.destroy_first = true;
+        }
+        let draft = compute(&Input {
+            old: &old,
+            new: &old,
+            variables: &variables,
+            nodes: &nodes,
+            capabilities: &capabilities,
+        })
+        .unwrap();
+        let change = &draft.changes[0];
+        assert_eq!(change.action, "REPLACE");
+        assert!(!change.create_before_destroy);
+        assert_eq!(change.placement, change.placement_before);
+        let reason = change.reason.as_deref().unwrap();
+        assert!(
+            reason.contains("cannot update them in place")
+                && reason.contains("destroyed before it is made again: provider `p` says"),
+            "{reason}"
+        );
     }
 
     #[test]

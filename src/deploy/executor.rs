@@ -721,6 +721,7 @@ impl Executor<'_> {
                         provider_id: provider,
                         provider_name: has.name.clone(),
                         updatable: Described::updatable(Vec::new(), version),
+                        destroy_first: false,
                     },
                 );
             }
@@ -735,6 +736,7 @@ impl Executor<'_> {
                 }
                 if let Some(capability) = capabilities.get_mut(&d.key) {
                     capability.updatable = Described::updatable(d.updatable_keys, version);
+                    capability.destroy_first = d.replace_destroys_first;
                 }
                 if !d.quota.is_empty() {
                     quantities.insert(d.key.clone(), d.quota.into_iter().collect());

@@ -91,6 +91,9 @@ pub struct ResourceDescription {
     /// other key replaces the resource. Always empty for a provider that
     /// registered with a protocol version before 2, whatever it answered.
     pub updatable_keys: Vec<String>,
+    /// The resource and its replacement cannot exist at once: a replacement
+    /// destroys the old one first.
+    pub replace_destroys_first: bool,
 }
 
 impl ResourceDescription {
@@ -109,6 +112,7 @@ impl ResourceDescription {
             } else {
                 Vec::new()
             },
+            replace_destroys_first: d.replace_destroys_first,
         }
     }
 }

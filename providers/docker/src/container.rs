@@ -302,6 +302,28 @@ pub async fn update(
     Ok(outputs(&inspected))
 }
 
+/// Whether a container holds something only one can hold at a time: a
+/// `name` of its own, or a fixed host port. Its replacement cannot run
+/// beside it, so Corbel is told to destroy it first. A config that does not
+/// parse yet (templates still in it) is read as far as it goes.
+pub fn holds_fixed_names(config_json: &str) -> bool {
+    let Ok(config) = crate::config::object(config_json) else {
+        return false;
+    };
+    let named = config.get("name").is_some_and(|n| !n.is_null());
+    let fixed_port = config
+        .get("ports")
+        .and_then(Value::as_array)
+        .is_some_and(|ports| {
+            ports.iter().any(|p| match p.get("host") {
+                None | Some(Value::Null) => false,
+                Some(Value::Number(n)) => n.as_u64() != Some(0),
+                Some(_) => true,
+            })
+        });
+    named || fixed_port
+}
+
 /// The first top-level key, other than [`UPDATABLE_KEYS`], whose value differs
 /// between two configs.
 fn changed_key_not_updatable(previous: &str, next: &str) -> Option<String> {

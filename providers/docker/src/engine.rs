@@ -269,6 +269,24 @@ fn time_key(created: &str) -> (String, u32) {
     (seconds, nanos)
 }
 
+/// Volumes labelled with `resource_id`: (name, mountpoint).
+pub async fn volumes_of(
+    client: &Docker,
+    resource_id: &str,
+) -> Result<Vec<(String, String)>, Problem> {
+    let options = ListVolumesOptions {
+        filters: label_filter(resource_id),
+    };
+    let listed = call("listing volumes", client.list_volumes(Some(options))).await?;
+    Ok(listed
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|v| carries(Some(&v.labels), resource_id))
+        .map(|v| (v.name, v.mountpoint))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::time_key;
@@ -294,22 +312,4 @@ mod tests {
             ]
         );
     }
-}
-
-/// Volumes labelled with `resource_id`: (name, mountpoint).
-pub async fn volumes_of(
-    client: &Docker,
-    resource_id: &str,
-) -> Result<Vec<(String, String)>, Problem> {
-    let options = ListVolumesOptions {
-        filters: label_filter(resource_id),
-    };
-    let listed = call("listing volumes", client.list_volumes(Some(options))).await?;
-    Ok(listed
-        .volumes
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|v| carries(Some(&v.labels), resource_id))
-        .map(|v| (v.name, v.mountpoint))
-        .collect())
 }

@@ -336,6 +336,7 @@ impl Provider for DockerProvider {
                     depends_on: network.into_iter().cloned().collect(),
                     quota: quota_of(&r.config_json),
                     updatable_keys: container::UPDATABLE_KEYS.map(str::to_owned).to_vec(),
+                    replace_destroys_first: container::holds_fixed_names(&r.config_json),
                     ..Default::default()
                 }
             })
@@ -509,6 +510,30 @@ fn quota_of(config_json: &str) -> HashMap<String, i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_container_with_a_name_or_a_fixed_host_port_is_replaced_destroy_first() {
+        for (config, first) in [
+            (r#"{"image": "x"}"#, false),
+            (r#"{"image": "x", "name": "web"}"#, true),
+            (r#"{"image": "x", "name": "{{ var.n }}"}"#, true),
+            (r#"{"image": "x", "ports": [{"container": 80}]}"#, false),
+            (
+                r#"{"image": "x", "ports": [{"container": 80, "host": 0}]}"#,
+                false,
+            ),
+            (
+                r#"{"image": "x", "ports": [{"container": 80, "host": 8080}]}"#,
+                true,
+            ),
+            (
+                r#"{"image": "x", "ports": [{"container": 80, "host": "{{ var.p }}"}]}"#,
+                true,
+            ),
+        ] {
+            assert_eq!(container::holds_fixed_names(config), first, "{config}");
+        }
+    }
 
     #[test]
     fn a_container_counts_itself_and_its_limits() {

@@ -363,6 +363,7 @@ resources:
     config:
       image: IMAGE
       command: "exec sleep 3600"
+      name: NAME
       env: { GREETING: "{{ greeting }}" }
       limits: { memory: "{{ memory }}" }
       restart: "{{ restart }}"
@@ -376,12 +377,18 @@ fn inspected(container: &str, format: &str) -> String {
 /// Issue 17 with the docker provider: a change of limits or restart policy is
 /// planned as UPDATE and made in place (the same container, its process never
 /// restarted); a change of anything else is a REPLACE, after which the engine
-/// runs only the new container.
+/// runs only the new container. The container has a name of its own, which
+/// two cannot hold at once, so the provider asks for the old one to go first.
 #[tokio::test]
 async fn limits_change_in_place_and_other_changes_replace_the_container() {
     let image = busybox_image();
     let (app, _provider, _repo) = with_docker_provider(Arc::new(TestStore::fresh().await)).await;
-    let blueprint = create_blueprint(&app, "sized", &SIZED.replace("IMAGE", image)).await;
+    let name = format!(
+        "corbel-test-sized-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    );
+    let source = SIZED.replace("IMAGE", image).replace("NAME", &name);
+    let blueprint = create_blueprint(&app, "sized", &source).await;
     let id = deploy(&app, &blueprint, "sized", json!({})).await;
     let _cleanup = DeploymentCleanup(id.clone());
     let done = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
@@ -426,7 +433,11 @@ async fn limits_change_in_place_and_other_changes_replace_the_container() {
         "{planned:#}"
     );
     let reason = planned["changes"][0]["reason"].as_str().unwrap();
-    assert!(reason.contains("env"), "{reason}");
+    assert!(
+        reason.contains("env") && reason.contains("cannot exist at once"),
+        "{reason}"
+    );
+    assert_eq!(planned["changes"][0]["createBeforeDestroy"], false);
     data(&apply(&app, &planned).await);
     let done = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
     assert_eq!(done.state, "COMPLETE", "{done:?}");
@@ -438,4 +449,5 @@ async fn limits_change_in_place_and_other_changes_replace_the_container() {
         "the new container has the new environment"
     );
     assert_eq!(inspected(&second, limits), "134217728 always");
+    assert_eq!(inspected(&second, "{{.Name}}"), format!("/{name}"));
 }
