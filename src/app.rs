@@ -377,6 +377,9 @@ impl App {
         self.registry_stop.cancel();
         let _ = registry.await;
         let _ = background.await;
+        // The refresh loop waits for its syncs; a replica that stopped
+        // leading has no loop, so it waits here.
+        self.repositories.finish_syncs().await;
         let _ = membership.await;
         let closed = self.db.close().await.context("closing the database");
         self.lock.release().await;

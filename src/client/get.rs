@@ -1,7 +1,8 @@
-//! `corbel get deployments|providers|repositories [NAME]`: a table, or with
-//! `-o json` the API's objects (an array, or the one object named).
+//! `corbel get deployments|providers|repositories [NAME]` and `corbel get
+//! replicas`: a table, or with `-o json` the API's objects (an array, or the
+//! one object named).
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::Context;
 use super::error::ClientError;
@@ -19,7 +20,12 @@ pub enum GetCommand {
     /// Repositories: every one, or one by name.
     #[command(alias = "repository")]
     Repositories { name: Option<String> },
+    /// The servers that joined the database as replicas (server admins).
+    #[command(alias = "replica")]
+    Replicas,
 }
+
+const REPLICA: &str = "id advertiseUrl host pid version state leader startedAt heartbeatAt";
 
 pub async fn get(context: &Context, command: GetCommand) -> Result<(), ClientError> {
     let api = context.signed_in()?;
@@ -44,6 +50,15 @@ pub async fn get(context: &Context, command: GetCommand) -> Result<(), ClientErr
             api.all("repositories", None, resolve::REPOSITORY).await?,
             false,
         ),
+        GetCommand::Replicas => (
+            api.get(
+                &format!("{{ replicas {{ {REPLICA} }} }}"),
+                json!({}),
+                "replicas",
+            )
+            .await?,
+            false,
+        ),
     };
     if context.output.json() {
         match (one, items.first()) {
@@ -64,6 +79,18 @@ pub async fn get(context: &Context, command: GetCommand) -> Result<(), ClientErr
         GetCommand::Repositories { .. } => (
             &["NAME", "STATUS", "MODE", "ELEMENTS", "LAST SYNC", "ID"],
             items.iter().map(repository_row).collect(),
+        ),
+        GetCommand::Replicas => (
+            &[
+                "ID",
+                "STATE",
+                "LEADER",
+                "ADVERTISE URL",
+                "HOST",
+                "PID",
+                "HEARTBEAT",
+            ],
+            items.iter().map(replica_row).collect(),
         ),
     };
     print!("{}", table(header, &rows));
@@ -111,5 +138,17 @@ fn repository_row(r: &Value) -> Vec<String> {
         cell(&r["progress"]["stored"]),
         cell(&r["lastSyncedAt"]),
         cell(&r["id"]),
+    ]
+}
+
+fn replica_row(r: &Value) -> Vec<String> {
+    vec![
+        cell(&r["id"]),
+        cell(&r["state"]),
+        if r["leader"] == true { "yes" } else { "-" }.to_owned(),
+        cell(&r["advertiseUrl"]),
+        cell(&r["host"]),
+        cell(&r["pid"]),
+        cell(&r["heartbeatAt"]),
     ]
 }

@@ -373,6 +373,13 @@ impl Repositories {
                 Err(e) => tracing::warn!(error = %e, "looking for due repository refreshes failed"),
             }
         }
+        self.finish_syncs().await;
+    }
+
+    /// Waits for the syncs under way to end (they end on shutdown): for a
+    /// server stopping whose refresh loop is not running, as on a replica
+    /// that stepped down as leader.
+    pub async fn finish_syncs(&self) {
         self.tasks.close();
         self.tasks.wait().await;
     }

@@ -283,6 +283,25 @@ async fn login_stores_a_private_token_that_later_commands_use_and_logout_revokes
     let unknown = cli.expect(&["get", "providers", "nowhere"], 4).await;
     assert!(unknown.stderr.contains("`nowhere`"), "{unknown:?}");
 
+    // The replicas: this server, alive and leading.
+    let replicas = cli.expect(&["get", "replicas"], 0).await;
+    let row = replicas
+        .stdout
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        replicas.stdout.starts_with("ID") && row.contains("ALIVE") && row.contains("yes"),
+        "{replicas:?}"
+    );
+    let replicas = cli
+        .expect(&["-o", "json", "get", "replicas"], 0)
+        .await
+        .json();
+    assert_eq!(replicas.as_array().map(Vec::len), Some(1), "{replicas}");
+    assert_eq!(replicas[0]["advertiseUrl"], format!("http://{}", app.addr));
+
     cli.expect(&["logout"], 0).await;
     assert!(!cli.credentials().exists());
     let after = app
