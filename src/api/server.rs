@@ -4,7 +4,7 @@
 use async_graphql::{Context, Enum, ID, Object, SimpleObject};
 use chrono::{DateTime, Utc};
 
-use super::{ApiError, ServerFacts, state};
+use super::{ApiError, Caller, ServerFacts, state};
 use crate::cluster::{Cluster, ReplicaState};
 
 #[derive(SimpleObject)]
@@ -19,8 +19,9 @@ pub struct ServerInfo {
     started_at: DateTime<Utc>,
     /// This server's id as a replica (new at every start).
     replica_id: ID,
-    /// The URL this replica advertises (`--advertise-url`).
-    advertise_url: String,
+    /// The URL this replica advertises (`--advertise-url`): for signed-in
+    /// callers only (it may name an internal address); null without a token.
+    advertise_url: Option<String>,
     /// Whether this replica leads: runs the singletons (lease reaper,
     /// background repository refresh).
     leader: bool,
@@ -73,7 +74,10 @@ impl ServerQuery {
             database: facts.database.to_owned(),
             started_at: facts.started_at,
             replica_id: ID(cluster.id().to_string()),
-            advertise_url: cluster.advertise_url().to_owned(),
+            advertise_url: ctx
+                .data_opt::<Caller>()
+                .is_some_and(Caller::is_signed_in)
+                .then(|| cluster.advertise_url().to_owned()),
             leader: cluster.leader_epoch().is_some(),
         })
     }

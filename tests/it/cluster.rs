@@ -182,6 +182,21 @@ async fn each_start_is_a_replica_and_the_dead_are_told_from_the_stopped() {
         (&json!("ALIVE"), &json!(true))
     );
     assert_eq!(me["pid"], first.child.id());
+    // Without a token the advertised URL (maybe an internal address) is not said.
+    let anonymous: Value = reqwest::Client::new()
+        .post(format!("http://{}/graphql", first.addr))
+        .json(&json!({ "query": "{ serverInfo { replicaId advertiseUrl leader } }" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        anonymous["data"]["serverInfo"],
+        json!({ "replicaId": first_id, "advertiseUrl": null, "leader": true }),
+        "{anonymous}"
+    );
 
     first.child.kill().unwrap();
     first.child.wait().unwrap();
