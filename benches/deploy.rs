@@ -344,7 +344,7 @@ impl Bench {
         // parameters a statement).
         for group in writes.chunks(256) {
             let group: Vec<_> = group.iter().collect();
-            rows::commit_group(db, &group)
+            rows::commit_group(db, &group, None)
                 .await
                 .expect("journal entries");
         }

@@ -66,6 +66,29 @@ pub struct App {
     lock: ServerLock,
     /// This server as a replica: its membership and leadership.
     cluster: Cluster,
+    /// One of several replicas (`--cluster`): membership was running before
+    /// this server was built (as a standby), and it serves only while it
+    /// leads.
+    replica: bool,
+}
+
+/// Where a replica's server listens.
+pub enum Listen {
+    /// The listener it announced as it started.
+    Bound(TcpListener),
+    /// The address it served at as a standby (that listener is closed).
+    At(SocketAddr),
+}
+
+/// What a replica's leading server ended with when it lost the leader lease.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "lost the leader lease (epoch {epoch}): another replica may lead now, so this one \
+     stops at once without finishing its work (the leader settles it from the journal); \
+     start it again to rejoin as a standby"
+)]
+pub struct LostLeadership {
+    pub epoch: i64,
 }
 
 impl App {
@@ -87,7 +110,47 @@ impl App {
         // so whatever the operator runs next (another start, `corbel
         // secret-key rotate`) finds it free.
         let mut held = Some(lock);
-        let built = Self::build_locked(config, provider_settings, location, &mut held).await;
+        let built = Self::build_locked(config, provider_settings, location, &mut held, None).await;
+        if built.is_err()
+            && let Some(lock) = held.take()
+        {
+            lock.release().await;
+        }
+        built
+    }
+
+    /// The server of a replica that has just taken the leader lease (`--cluster`):
+    /// `lock` holds its data directory; the database's lock is taken over
+    /// from the previous leader here. It listens on `listen`: the listener
+    /// given, or one bound to the address it served at as a standby.
+    pub async fn build_leader(
+        config: &Config,
+        lock: ServerLock,
+        cluster: Cluster,
+        listen: Listen,
+    ) -> anyhow::Result<App> {
+        let provider_settings = config
+            .provider_settings()
+            .context("resolving the data directory")?;
+        let location = config.database()?;
+        let mut held = Some(lock);
+        let taken = match held.as_mut() {
+            Some(lock) => lock.take_database_over(&location).await,
+            None => Ok(()),
+        };
+        let built = match taken {
+            Ok(()) => {
+                Self::build_locked(
+                    config,
+                    provider_settings,
+                    location,
+                    &mut held,
+                    Some((cluster, listen)),
+                )
+                .await
+            }
+            Err(e) => Err(e.into()),
+        };
         if built.is_err()
             && let Some(lock) = held.take()
         {
@@ -101,6 +164,7 @@ impl App {
         mut provider_settings: provider::ProviderSettings,
         location: store::DatabaseLocation,
         held: &mut Option<ServerLock>,
+        replica: Option<(Cluster, Listen)>,
     ) -> anyhow::Result<App> {
         // Read (or, the first time, made) before the store is touched: a
         // refused key file leaves the database as it was.
@@ -152,12 +216,21 @@ impl App {
             .await
             .context("starting the provider registry")?;
 
-        let deployments = Deployments::new(
+        // A leading replica's engine writes under the leader lease's fence.
+        let fence = replica.as_ref().and_then(|(cluster, _)| {
+            Some(store::cluster::Fence {
+                name: crate::cluster::LEADER.to_owned(),
+                holder: cluster.id(),
+                epoch: cluster.leader_epoch()?,
+            })
+        });
+        let deployments = Deployments::fenced(
             db.clone(),
             providers.clone(),
             Bus::new(BUS_CAPACITY, stopping.clone()),
             config.deploy.clone(),
             stopping.clone(),
+            fence,
         );
 
         let mut repository_settings = config.repository.clone();
@@ -178,27 +251,40 @@ impl App {
         let audit = Audit::new(db.clone(), Bus::new(BUS_CAPACITY, stopping.clone()));
         audit.spawn_pruning(config.audit_retention_days, stopping.clone());
 
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let (replica, listen) = match replica {
+            Some((cluster, listen)) => (Some(cluster), listen),
+            None => (None, Listen::At(config.listen)),
+        };
+        let listener = match listen {
+            Listen::Bound(listener) => listener,
+            Listen::At(at) => TcpListener::bind(at)
+                .await
+                .with_context(|| format!("cannot listen on {at}"))?,
+        };
         let bound = listener
             .local_addr()
             .context("reading the listener's address")?;
-        // The server lock is held: no other replica of this database is alive.
-        let advertise_url = config
-            .cluster
-            .advertise_url
-            .clone()
-            .unwrap_or_else(|| format!("http://{bound}"));
-        let cluster = Cluster::join(
-            db.clone(),
-            config.cluster.clone(),
-            advertise_url,
-            true,
-            stopping.clone(),
-        )
-        .await
-        .context("joining as a replica")?;
+        let is_replica = replica.is_some();
+        let cluster = match replica {
+            Some(cluster) => cluster,
+            None => {
+                // The server lock is held: no other replica of this database is alive.
+                let advertise_url = config
+                    .cluster
+                    .advertise_url
+                    .clone()
+                    .unwrap_or_else(|| format!("http://{bound}"));
+                Cluster::join(
+                    db.clone(),
+                    config.cluster.clone(),
+                    advertise_url,
+                    true,
+                    stopping.clone(),
+                )
+                .await
+                .context("joining as a replica")?
+            }
+        };
         let facts = ServerFacts {
             instance_id,
             database: location.kind(),
@@ -281,6 +367,7 @@ impl App {
             facts,
             lock,
             cluster,
+            replica: is_replica,
         })
     }
 
@@ -308,12 +395,15 @@ impl App {
         let stopping = self.stopping.clone();
         let background = tokio::spawn(purge_sessions(self.auth.clone(), stopping.clone()));
         let registry = tokio::spawn(self.registry);
-        let membership = tokio::spawn(self.cluster.clone().run());
+        // A replica's membership runs from before it led, in `standby`.
+        let membership = (!self.replica).then(|| tokio::spawn(self.cluster.clone().run()));
+        let mut leadership = self.cluster.leadership();
+        let led_with = *leadership.borrow_and_update();
         // The singletons run on the leader only.
         let leading = {
             let repositories = self.repositories.clone();
             let deployments = self.deployments.clone();
-            tokio::spawn(self.cluster.clone().lead(move || {
+            tokio::spawn(self.cluster.clone().lead(stopping.clone(), move || {
                 let deployments = deployments.clone();
                 vec![
                     tokio::spawn(repositories.clone().run_refresh_loop()),
@@ -349,10 +439,27 @@ impl App {
         let service = self
             .router
             .into_make_service_with_connect_info::<SocketAddr>();
-        axum::serve(self.listener, service)
-            .with_graceful_shutdown(signal)
-            .await
-            .context("serving HTTP")?;
+        let serving = axum::serve(self.listener, service).with_graceful_shutdown(signal);
+        if self.replica {
+            // A leader that loses its lease stops at once: by its own clock,
+            // a heartbeat before the database would let another take over.
+            let lost = async {
+                while leadership.borrow_and_update().is_some() {
+                    if leadership.changed().await.is_err() {
+                        break;
+                    }
+                }
+            };
+            tokio::select! {
+                served = serving => served.context("serving HTTP")?,
+                () = lost => {
+                    stopping.cancel();
+                    return Err(LostLeadership { epoch: led_with.unwrap_or_default() }.into());
+                }
+            }
+        } else {
+            serving.await.context("serving HTTP")?;
+        }
         // HTTP is drained; subscriptions ended when `stopping` fired. Now close the
         // websockets themselves and wait for them, within the grace period.
         self.ws_close.cancel();
@@ -380,7 +487,9 @@ impl App {
         // The refresh loop waits for its syncs; a replica that stopped
         // leading has no loop, so it waits here.
         self.repositories.finish_syncs().await;
-        let _ = membership.await;
+        if let Some(membership) = membership {
+            let _ = membership.await;
+        }
         let closed = self.db.close().await.context("closing the database");
         self.lock.release().await;
         closed?;

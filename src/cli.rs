@@ -355,6 +355,9 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 async fn serve(config: Config) -> anyhow::Result<()> {
     crate::telemetry::init_logging(config.log_format, &config.log_filter);
     let shutdown = shutdown_signal()?;
+    if config.cluster.enabled {
+        return serve_replica(config, shutdown).await;
+    }
     let app = App::build(&config).await?;
     if let Some(token) = app.new_admin_token() {
         // Shown on the terminal once, never through the logs.
@@ -372,6 +375,40 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         app.local_addr()
     );
     app.run_until_stopped(shutdown).await
+}
+
+/// `serve --cluster`: a standby until this replica leads, then the server.
+async fn serve_replica(
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let stop = tokio_util::sync::CancellationToken::new();
+    let stopping = stop.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        stopping.cancel();
+    });
+    let database = config.database()?.redacted();
+    let data_dir = config.data_dir.display().to_string();
+    let ran = crate::standby::serve(&config, stop, |addr, leading| {
+        tracing::info!(
+            url = %format!("http://{addr}"),
+            database = %database,
+            data_dir = %data_dir,
+            role = if leading { "leader" } else { "standby" },
+            "corbel {} listening on http://{addr} as a replica",
+            crate::VERSION,
+        );
+    })
+    .await;
+    if let Err(e) = &ran
+        && e.is::<crate::standby::LostLeadership>()
+    {
+        tracing::error!(error = %e, "stopping");
+        // Nothing of the lost leader's may go on: no drain, no more writes.
+        std::process::exit(75);
+    }
+    ran
 }
 
 #[cfg(test)]

@@ -47,6 +47,10 @@ const FORGET_AFTER: Duration = Duration::from_secs(24 * 3600);
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClusterSettings {
+    /// Run as one of several replicas on one PostgreSQL database: a server
+    /// that does not lead waits as a standby, forwarding requests to the
+    /// leader, and takes over when the leader's lease runs out.
+    pub enabled: bool,
     /// The URL other replicas and clients reach this one at; `None` is
     /// `http://<listen address>`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -63,6 +67,7 @@ pub struct ClusterSettings {
 impl Default for ClusterSettings {
     fn default() -> Self {
         Self {
+            enabled: false,
             advertise_url: None,
             heartbeat: Duration::from_secs(2),
             lease: Duration::from_secs(8),
@@ -103,6 +108,16 @@ impl ClusterSettings {
 /// The `--advertise-url` and `--cluster-*` flags, over `[cluster]`.
 #[derive(Clone, Debug, Default, Serialize, clap::Args)]
 pub struct ClusterFlags {
+    /// Run as one of several replicas on one PostgreSQL database.
+    #[arg(
+        long = "cluster",
+        env = "CORBEL_CLUSTER",
+        global = true,
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    #[serde(rename = "enabled", skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
     /// The URL this server is reached at by other replicas and clients, as
     /// `http(s)://host[:port]`.
     #[arg(long = "advertise-url", env = "CORBEL_ADVERTISE_URL", global = true)]
@@ -283,6 +298,15 @@ impl Cluster {
         rows::fenced(&self.0.db, LEADER, self.0.me, epoch, write).await
     }
 
+    /// The replica leading now and the URL it advertises, if one does.
+    pub async fn leader(&self) -> Result<Option<(Uuid, String)>, ClusterError> {
+        Ok(rows::holder_url(&self.0.db, LEADER).await?)
+    }
+
+    pub fn settings(&self) -> &ClusterSettings {
+        &self.0.settings
+    }
+
     /// Every replica that joined (and is not yet forgotten), newest first.
     pub async fn replicas(&self) -> Result<Vec<Replica>, ClusterError> {
         let (found, now) = rows::replicas(&self.0.db).await?;
@@ -353,10 +377,11 @@ impl Cluster {
                 tracing::debug!(error = %e, "cannot forget gone replicas");
             }
         }
-        if let Some(epoch) = self.leader_epoch() {
-            self.set_leading(None);
-            if let Err(e) = rows::release(&self.0.db, LEADER, self.0.me, epoch).await {
-                tracing::warn!(error = %e, "cannot give the leader lease up");
+        // Shutdown: leadership is given up, not lost (no warning).
+        if let Some(epoch) = self.0.leading.send_replace(None) {
+            match rows::release(&self.0.db, LEADER, self.0.me, epoch).await {
+                Ok(()) => tracing::info!(epoch, "gave the leader lease up"),
+                Err(e) => tracing::warn!(error = %e, "cannot give the leader lease up"),
             }
         }
         if let Err(e) = rows::leave(&self.0.db, self.0.me).await {
@@ -372,9 +397,13 @@ impl Cluster {
     }
 
     /// Runs `start`'s tasks while this replica leads, aborting them when it
-    /// steps down; at shutdown, waits for them to end (they watch for
-    /// shutdown themselves).
-    pub async fn lead(self, start: impl Fn() -> Vec<tokio::task::JoinHandle<()>>) {
+    /// steps down; once `stopping` fires, waits for them to end (they watch
+    /// for it themselves).
+    pub async fn lead(
+        self,
+        stopping: CancellationToken,
+        start: impl Fn() -> Vec<tokio::task::JoinHandle<()>>,
+    ) {
         let mut leadership = self.leadership();
         loop {
             let running = if leadership.borrow_and_update().is_some() {
@@ -384,7 +413,7 @@ impl Cluster {
             };
             let ending = tokio::select! {
                 changed = leadership.changed() => changed.is_err(),
-                _ = self.0.stopping.cancelled() => true,
+                _ = stopping.cancelled() => true,
             };
             for task in running {
                 if !ending {

@@ -195,6 +195,15 @@ impl Config {
         let config = config.bounded();
         config.cluster.check().map_err(ConfigError::Flags)?;
         let database = config.database()?;
+        if config.cluster.enabled
+            && !matches!(database, crate::store::DatabaseLocation::Postgres(_))
+        {
+            return Err(ConfigError::Flags(
+                "cluster: replicas share one PostgreSQL database; SQLite allows one server \
+                 (set database_url to a postgres:// URL, or leave --cluster off)"
+                    .to_owned(),
+            ));
+        }
         if database.has_redacted_password() {
             return Err(ConfigError::Flags(format!(
                 "database_url: the password is `{}`, the placeholder `corbel config` \
@@ -231,6 +240,10 @@ impl Config {
     pub fn provider_settings(&self) -> std::io::Result<ProviderSettings> {
         Ok(ProviderSettings {
             data_dir: std::path::absolute(&self.data_dir)?,
+            state_dir: match &self.provider.state_dir {
+                Some(dir) => Some(std::path::absolute(dir)?),
+                None => None,
+            },
             ..self.provider.clone()
         })
     }

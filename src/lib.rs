@@ -18,6 +18,7 @@ pub mod resolve;
 pub mod seal;
 pub mod secret;
 pub mod settings;
+pub mod standby;
 pub mod store;
 pub mod telemetry;
 pub mod text;

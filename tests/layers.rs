@@ -14,6 +14,7 @@
 //! 4. `deploy`: uses `provider` and `repository`;
 //! 5. `api`, `web`: the edge, over the areas; `api` never touches `store`;
 //! 6. `config` (assembles the areas' settings), `app` (wires everything),
+//!    `standby` (a replica until it leads),
 //!    `cli`; and `client`, the command line client, which speaks only the
 //!    API over HTTP and imports nothing of the crate (`cli` runs it).
 
@@ -36,7 +37,7 @@ const LAYERS: &[&[&str]] = &[
     &["provider"],
     &["deploy"],
     &["api", "web"],
-    &["config", "app", "cli", "client"],
+    &["config", "app", "standby", "cli", "client"],
 ];
 
 /// Imports that skip layers on purpose are fine, but these never are.

@@ -747,12 +747,29 @@ pub struct DeploySubscription;
 
 #[Subscription]
 impl DeploySubscription {
-    /// A deployment's history, then every new event as it happens.
+    /// A deployment's history, then every new event as it happens. With
+    /// `after` (an event's `id`), only the history past that event: how a
+    /// client that lost its socket (a replica failing over) resumes with
+    /// nothing missed and nothing twice.
     async fn deployment_events(
         &self,
         ctx: &Context<'_>,
         id: ID,
+        after: Option<ID>,
     ) -> Result<impl Stream<Item = DeploymentEvent> + use<>, ApiError> {
+        let after = match &after {
+            None => 0,
+            Some(given) => given
+                .parse::<i64>()
+                .ok()
+                .filter(|n| *n >= 0)
+                .ok_or_else(|| {
+                    ApiError::validation(format!(
+                        "after: `{}` is not a deployment event's id",
+                        given.as_str()
+                    ))
+                })?,
+        };
         let followed = deployment_in(ctx, &id, "id").await?;
         let wanted = followed.id;
         let revoked = access_revoked(ctx, followed.project_id)?;
@@ -761,8 +778,11 @@ impl DeploySubscription {
         let deployments = state::<Deployments>(ctx)?;
         let live = deployments.events().subscribe();
         deployments.queries().get(wanted).await?;
-        let history = deployments.queries().history(wanted, REPLAY_LIMIT).await?;
-        let last = history.last().map_or(0, |e| e.id);
+        let history = deployments
+            .queries()
+            .history_after(wanted, after, REPLAY_LIMIT)
+            .await?;
+        let last = history.last().map_or(after, |e| e.id);
         let replay: Vec<DeploymentEvent> = history.iter().map(Into::into).collect();
         let deployments = deployments.clone();
         // Events of one deployment are published in id order (the engine

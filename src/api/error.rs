@@ -50,6 +50,8 @@ text_enum! {
         /// Too many failed attempts; `extensions.retryAfterSeconds` says when
         /// to try again.
         RateLimited = "RATE_LIMITED",
+        /// No replica leads just now (a failover is under way): retry.
+        Unavailable = "UNAVAILABLE",
         Internal = "INTERNAL",
     }
 }

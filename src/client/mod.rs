@@ -29,6 +29,7 @@ use std::process::ExitCode;
 pub use self::api::Api;
 pub use self::error::{ClientError, exit};
 pub use self::output::{Format, Output};
+pub use self::ws::Subscription;
 
 /// Where the client goes when neither a flag, `CORBEL_URL` nor a login says.
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";

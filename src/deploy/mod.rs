@@ -313,9 +313,22 @@ impl Deployments {
         settings: DeploySettings,
         stopping: CancellationToken,
     ) -> Self {
+        Self::fenced(db, providers, bus, settings, stopping, None)
+    }
+
+    /// As [`Self::new`], for a replica leading under `fence`: the engine's
+    /// writes are refused once the lease is not held any more.
+    pub fn fenced(
+        db: Db,
+        providers: Providers,
+        bus: Bus<DeploymentEvent>,
+        settings: DeploySettings,
+        stopping: CancellationToken,
+        fence: Option<crate::store::cluster::Fence>,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                writer: writer::Writer::spawn(db.clone(), bus.clone()),
+                writer: writer::Writer::spawn(db.clone(), bus.clone(), fence),
                 db,
                 providers,
                 bus,

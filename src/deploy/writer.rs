@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::DeploymentEvent;
 use super::queries::to_event;
 use crate::events::Bus;
+use crate::store::cluster::Fence;
 use crate::store::deployments::{self as rows, EventRow};
 use crate::store::direct::Direct;
 use crate::store::{Db, DbErr};
@@ -47,8 +48,16 @@ impl Writer {
     /// ([`Direct`]): a commit is one hand-off to it and one back, where the
     /// pool costs a round trip to sqlx's thread per statement. On PostgreSQL
     /// (or if that connection cannot be opened) it is a task on the pool.
-    pub(super) fn spawn(db: Db, bus: Bus<DeploymentEvent>) -> Self {
+    ///
+    /// With a `fence` (a replica leading, on PostgreSQL), each transaction
+    /// first checks the leader lease: a leader that lost it writes nothing
+    /// more, even before it has noticed.
+    pub(super) fn spawn(db: Db, bus: Bus<DeploymentEvent>, fence: Option<Fence>) -> Self {
         let (jobs, queue) = mpsc::unbounded_channel();
+        if let Some(fence) = fence {
+            tokio::spawn(run(db, bus, queue, Some(fence)));
+            return Self { jobs };
+        }
         match Direct::open(&db) {
             Some(Ok(direct)) => {
                 std::thread::Builder::new()
@@ -60,7 +69,7 @@ impl Writer {
                 if let Some(Err(e)) = opened {
                     tracing::warn!(error = %e, "the deployment writer commits through the pool: its own SQLite connection did not open");
                 }
-                tokio::spawn(run(db, bus, queue));
+                tokio::spawn(run(db, bus, queue, None));
             }
         }
         Self { jobs }
@@ -134,15 +143,20 @@ fn answer(job: Job, answer: Result<(), String>) {
     }
 }
 
-async fn run(db: Db, bus: Bus<DeploymentEvent>, mut queue: mpsc::UnboundedReceiver<Vec<Job>>) {
+async fn run(
+    db: Db,
+    bus: Bus<DeploymentEvent>,
+    mut queue: mpsc::UnboundedReceiver<Vec<Job>>,
+    fence: Option<Fence>,
+) {
     let mut batches = Vec::with_capacity(MAX_GROUP);
     let mut group = Vec::with_capacity(MAX_GROUP);
     while queue.recv_many(&mut batches, MAX_GROUP).await > 0 {
         group.extend(batches.drain(..).flatten());
-        let outcome = rows::commit_group(&db, &writes_of(&group)).await;
+        let outcome = rows::commit_group(&db, &writes_of(&group), fence.as_ref()).await;
         if let Some(group) = settle(&bus, &mut group, outcome) {
             for job in group.drain(..) {
-                let outcome = rows::commit_group(&db, &[&job.write]).await;
+                let outcome = rows::commit_group(&db, &[&job.write], fence.as_ref()).await;
                 settle_one(&bus, job, outcome);
             }
         }

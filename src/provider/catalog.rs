@@ -144,11 +144,15 @@ impl Catalog {
             provider_id: id,
             name: row.name.clone(),
         });
-        let dir = self.settings.provider_dir(id);
-        if let Err(e) = tokio::fs::remove_dir_all(&dir).await
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            tracing::warn!(provider.id = %id, error = %e, "cannot remove the provider's directory");
+        for dir in [
+            self.settings.provider_state_dir(id),
+            self.settings.provider_dir(id),
+        ] {
+            if let Err(e) = tokio::fs::remove_dir_all(&dir).await
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(provider.id = %id, error = %e, "cannot remove the provider's directory");
+            }
         }
         Ok(())
     }

@@ -56,6 +56,13 @@ pub struct ProviderSettings {
     /// Lines of output kept per provider.
     #[serde(skip)]
     pub log_lines: usize,
+    /// Where providers keep their state (`CORBEL_STATE_DIR`), one directory
+    /// per provider id under it. Unset: `<data-dir>/providers/<id>/state`.
+    /// Replicas that can take over one another's providers on one host (or
+    /// with a shared file system) set the same directory, so a relaunched
+    /// provider finds what its predecessor ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_dir: Option<PathBuf>,
     /// The Docker engine of the `docker` runtime (`unix:///…`, `tcp://…`,
     /// `https://…`). Unset: `DOCKER_HOST`, else `unix:///var/run/docker.sock`.
     /// TLS as the docker CLI does it: `DOCKER_TLS_VERIFY` and `DOCKER_CERT_PATH`
@@ -77,6 +84,7 @@ impl Default for ProviderSettings {
     fn default() -> Self {
         Self {
             data_dir: PathBuf::new(),
+            state_dir: None,
             git_schemes: ["https", "http", "git", "ssh", "file"]
                 .map(String::from)
                 .to_vec(),
@@ -130,6 +138,14 @@ impl ProviderSettings {
         self.data_dir.join("providers").join(id.to_string())
     }
 
+    /// The provider's own state directory (`CORBEL_STATE_DIR`).
+    pub(super) fn provider_state_dir(&self, id: Uuid) -> PathBuf {
+        match &self.state_dir {
+            Some(root) => root.join(id.to_string()),
+            None => self.provider_dir(id).join("state"),
+        }
+    }
+
     pub(super) fn source(&self) -> super::source::SourceSettings {
         super::source::SourceSettings {
             allowed_schemes: self.git_schemes.clone(),
@@ -159,6 +175,14 @@ pub struct ProviderFlags {
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub git_submodules: Option<bool>,
+    /// Where providers keep their state, a directory per provider under it.
+    #[arg(
+        long = "provider-state-dir",
+        env = "CORBEL_PROVIDER_STATE_DIR",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_dir: Option<PathBuf>,
     /// Deadline of a provider's git fetch, in seconds.
     #[arg(
         long = "provider-fetch-timeout-seconds",

@@ -516,11 +516,7 @@ impl Supervisor {
             ),
             (
                 "CORBEL_STATE_DIR".into(),
-                settings
-                    .provider_dir(id)
-                    .join("state")
-                    .display()
-                    .to_string(),
+                settings.provider_state_dir(id).display().to_string(),
             ),
         ]
     }

@@ -213,6 +213,24 @@ pub async fn lease(db: &DatabaseConnection, name: &str) -> Result<Option<LeaseRo
     .transpose()
 }
 
+/// The replica holding lease `name` now, and the URL it advertises.
+pub async fn holder_url(
+    db: &DatabaseConnection,
+    name: &str,
+) -> Result<Option<(Uuid, String)>, DbErr> {
+    let backend = db.get_database_backend();
+    let row = db
+        .query_one_raw(statement(
+            backend,
+            "SELECT r.id, r.advertise_url FROM cluster_leases l JOIN replicas r ON r.id = l.holder \
+             WHERE l.name = $1 AND l.until_ms > NOW_MS AND r.stopped_ms IS NULL",
+            vec![name.into()],
+        ))
+        .await?;
+    row.map(|row| Ok((row.try_get("", "id")?, row.try_get("", "advertise_url")?)))
+        .transpose()
+}
+
 /// Claims or renews lease `name` for `me` for `lease_ms`: its epoch if `me`
 /// holds it now. A renewal keeps the epoch; a new holder, or a holder whose
 /// lease ran out meanwhile, gets the next one. `take_over` claims it even
@@ -258,6 +276,49 @@ pub async fn release(
     Ok(())
 }
 
+/// A lease a group of writes is made under: each transaction first checks
+/// that `holder` still holds lease `name` with `epoch` ([`check_fence`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fence {
+    pub name: String,
+    pub holder: Uuid,
+    pub epoch: i64,
+}
+
+/// In `txn`, first thing: whether `fence` still holds (read under a share
+/// lock on PostgreSQL, so a claim by another waits for the transaction).
+pub async fn check_fence(txn: &DatabaseTransaction, fence: &Fence) -> Result<bool, DbErr> {
+    let backend = txn.get_database_backend();
+    let share = if backend == DbBackend::Postgres {
+        " FOR SHARE"
+    } else {
+        ""
+    };
+    let held = txn
+        .query_one_raw(statement(
+            backend,
+            &format!(
+                "SELECT epoch FROM cluster_leases \
+                 WHERE name = $1 AND holder = $2 AND epoch = $3 AND until_ms > NOW_MS{share}"
+            ),
+            vec![
+                fence.name.as_str().into(),
+                fence.holder.into(),
+                fence.epoch.into(),
+            ],
+        ))
+        .await?;
+    Ok(held.is_some())
+}
+
+/// What a write refused by its fence fails with.
+pub fn fenced_out(fence: &Fence) -> DbErr {
+    DbErr::Custom(format!(
+        "fenced: lease {} is no longer held with epoch {}; the write was refused",
+        fence.name, fence.epoch
+    ))
+}
+
 /// Why a fenced write did not happen.
 #[derive(Debug, thiserror::Error)]
 pub enum FencedError {
@@ -280,24 +341,13 @@ pub async fn fenced<T: Send>(
     epoch: i64,
     write: impl for<'t> FnOnce(&'t DatabaseTransaction) -> FencedWrite<'t, T> + Send,
 ) -> Result<T, FencedError> {
-    let backend = db.get_database_backend();
     let txn = db.begin().await?;
-    let share = if backend == DbBackend::Postgres {
-        " FOR SHARE"
-    } else {
-        ""
+    let fence = Fence {
+        name: name.to_owned(),
+        holder: me,
+        epoch,
     };
-    let held = txn
-        .query_one_raw(statement(
-            backend,
-            &format!(
-                "SELECT epoch FROM cluster_leases \
-                 WHERE name = $1 AND holder = $2 AND epoch = $3 AND until_ms > NOW_MS{share}"
-            ),
-            vec![name.into(), me.into(), epoch.into()],
-        ))
-        .await?;
-    if held.is_none() {
+    if !check_fence(&txn, &fence).await? {
         txn.rollback().await?;
         return Err(FencedError::Fenced {
             name: name.to_owned(),

@@ -696,10 +696,16 @@ const NODES_PER_STATEMENT: usize = 500;
 pub async fn commit_group(
     db: &DatabaseConnection,
     writes: &[&GroupWrite],
+    fence: Option<&super::cluster::Fence>,
 ) -> Result<Vec<Option<EventRow>>, DbErr> {
     let group = Group::of(writes);
     let backend = db.get_database_backend();
     let txn = db.begin().await?;
+    if let Some(fence) = fence
+        && !super::cluster::check_fence(&txn, fence).await?
+    {
+        return Err(super::cluster::fenced_out(fence));
+    }
     for change in &group.changes {
         txn.execute_raw(change.build(backend)).await?;
     }

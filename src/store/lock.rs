@@ -178,6 +178,47 @@ impl ServerLock {
         })
     }
 
+    /// Takes only the data directory's lock: for a replica, which shares its
+    /// PostgreSQL database with the others and takes the database's lock
+    /// only once it leads ([`Self::take_database_over`]).
+    pub async fn acquire_data_dir(
+        data_dir: &Path,
+        database: &DatabaseLocation,
+        me: Holder,
+    ) -> Result<ServerLock, LockError> {
+        let files = {
+            let data_dir = data_dir.to_owned();
+            let database = database.clone();
+            let me = me.clone();
+            tokio::task::spawn_blocking(move || lock_files(Some(&data_dir), &database, &me))
+                .await
+                .expect("locking files does not panic")?
+        };
+        Ok(ServerLock {
+            me,
+            files,
+            postgres: None,
+        })
+    }
+
+    /// Takes the database's lock for a replica that has just taken the leader
+    /// lease over: whoever holds the lock held it as the previous leader,
+    /// whose lease has run out, so its session is ended
+    /// (`pg_terminate_backend`) rather than waited for. That also fences a
+    /// leader cut off from the database, whose session PostgreSQL would
+    /// otherwise keep for a minute.
+    pub async fn take_database_over(
+        &mut self,
+        database: &DatabaseLocation,
+    ) -> Result<(), LockError> {
+        if let DatabaseLocation::Postgres(url) = database
+            && self.postgres.is_none()
+        {
+            self.postgres = Some(PgHold::take_over(url, database, &self.me).await?);
+        }
+        Ok(())
+    }
+
     /// Records the address the server really listens on (port 0 is resolved only
     /// once bound). Best effort: the record only helps name the holder.
     pub async fn set_listen(&mut self, addr: SocketAddr) {
@@ -447,6 +488,50 @@ impl PgHold {
                         lock: format!("the advisory lock {ADVISORY_KEY:#x}"),
                         instead: "database (--database-url)",
                     });
+                }
+            }
+        };
+        let (commands, received) = mpsc::channel(4);
+        tokio::spawn(keep(connection, options, database.redacted(), received));
+        Ok(PgHold { commands })
+    }
+
+    async fn take_over(
+        url: &url::Url,
+        database: &DatabaseLocation,
+        me: &Holder,
+    ) -> Result<PgHold, LockError> {
+        let failed = |reason: String| LockError::Postgres {
+            location: database.redacted(),
+            reason,
+        };
+        let options = connect_options(url, me).map_err(|e| failed(e.to_string()))?;
+        let deadline = Instant::now() + PG_DEADLINE;
+        let mut connection = connect(&options).await.map_err(&failed)?;
+        let connection = loop {
+            match attempt(connection).await.map_err(&failed)? {
+                Attempt::Taken(connection) => break connection,
+                Attempt::Busy(mut again, holder) => {
+                    if Instant::now() >= deadline {
+                        let _ = again.close().await;
+                        return Err(failed(format!(
+                            "the previous leader's session still holds it after {PG_DEADLINE:?}"
+                        )));
+                    }
+                    if let Some(holder) = holder {
+                        tracing::warn!(holder = %holder, "ending the previous leader's lock session");
+                        let ended = within(
+                            sqlx::query_scalar::<_, bool>("SELECT pg_terminate_backend($1)")
+                                .bind(holder.session)
+                                .fetch_one(&mut again),
+                        )
+                        .await;
+                        if let Err(e) = ended {
+                            tracing::warn!(error = %e, "cannot end the previous leader's lock session");
+                        }
+                    }
+                    connection = again;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }
         };

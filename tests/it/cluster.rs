@@ -55,6 +55,7 @@ async fn leadership_moves_only_when_the_lease_runs_out_and_a_stale_leader_is_fen
     let store = TestStore::fresh().await;
     let db = database(&store).await;
     let settings = ClusterSettings {
+        enabled: false,
         advertise_url: None,
         heartbeat: Duration::from_millis(100),
         lease: Duration::from_millis(800),

@@ -52,7 +52,7 @@ async fn commit(
 ) -> Result<Vec<Option<rows::EventRow>>, corbel::store::DbErr> {
     match direct {
         Some(direct) => direct.commit_group(writes),
-        None => rows::commit_group(db, writes).await,
+        None => rows::commit_group(db, writes, None).await,
     }
 }
 

@@ -1,0 +1,483 @@
+//! A replica's life (`corbel serve --cluster`): a standby until it leads,
+//! then the whole server.
+//!
+//! Several replicas share one PostgreSQL database. One of them, the holder of
+//! the leader lease (`cluster`), runs the whole server: providers, runs,
+//! recovery, the singletons. The others are standbys: members with a
+//! heartbeat that forward every request they receive to the leader (its
+//! advertised URL), as Vault's standbys and Nomad's followers do, so a client
+//! may use any replica. When the leader's lease runs out (it died, or was cut
+//! off from the database and stopped itself), the standby that claims the
+//! lease stops forwarding, takes the database's server lock over (ending the
+//! old leader's session) and starts the server on the same address; its
+//! start settles the journal the old leader left, as after any crash.
+//!
+//! A leader that loses its lease stops at once ([`LostLeadership`]): by its
+//! own clock that happens a heartbeat before the database would let another
+//! take over, so two replicas never act as leader together.
+//!
+//! Forwarding: HTTP requests are relayed with their headers (less hop-by-hop
+//! ones) and bodies streamed both ways, with the client's address added to
+//! `X-Forwarded-For`; `/graphql/ws` is relayed frame by frame. When the
+//! leader goes away, a relayed websocket is closed with 1012 (service
+//! restart): the client subscribes again on any replica, and
+//! `deploymentEvents(after:)` resumes past the last event it saw. While no
+//! replica leads, a request waits up to one lease for a leader, then gets 503
+//! `UNAVAILABLE`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ws::{CloseFrame, Message as ClientMessage, WebSocket, WebSocketUpgrade};
+use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::Message as UpstreamMessage;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame as UpstreamClose;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::api::ErrorCode;
+use crate::api::http::edge_error;
+pub use crate::app::LostLeadership;
+use crate::app::{App, Listen};
+use crate::cluster::Cluster;
+use crate::config::Config;
+use crate::store::lock::{Holder, ServerLock};
+
+/// How long the relay of a request waits to connect to the leader.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a request waiting for a leader looks again.
+const LEADER_POLL: Duration = Duration::from_millis(100);
+/// The close code of a relayed websocket whose leader went away.
+const SERVICE_RESTART: u16 = 1012;
+
+/// Headers that belong to one hop, never relayed.
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Runs this replica until `shutdown` fires: a standby while another leads,
+/// the whole server once it leads. Returns [`LostLeadership`] as an error
+/// when it led and lost the lease: the process must then end at once.
+pub async fn serve(
+    config: &Config,
+    shutdown: CancellationToken,
+    announce: impl FnOnce(SocketAddr, bool),
+) -> anyhow::Result<()> {
+    let provider_settings = config
+        .provider_settings()
+        .context("resolving the data directory")?;
+    crate::provider::check_socket_paths(&provider_settings)?;
+    let location = config.database()?;
+    let lock = ServerLock::acquire_data_dir(
+        &provider_settings.data_dir,
+        &location,
+        Holder::me("serve", Some(config.listen)),
+    )
+    .await?;
+    let db = crate::store::connect(&location).await?;
+    crate::store::migrate(&db).await?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let bound = listener
+        .local_addr()
+        .context("reading the listener's address")?;
+    let advertise_url = config
+        .cluster
+        .advertise_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{bound}"));
+    // Membership outlives the server a leader runs: the lease is given up
+    // only once that server has stopped, so no successor starts while it
+    // still finishes work.
+    let membership_stop = CancellationToken::new();
+    let cluster = Cluster::join(
+        db,
+        config.cluster.clone(),
+        advertise_url,
+        false,
+        membership_stop.clone(),
+    )
+    .await
+    .context("joining as a replica")?;
+    let membership = tokio::spawn(cluster.clone().run());
+    let leading = cluster.leader_epoch().is_some();
+    announce(bound, leading);
+
+    let ran = async {
+        let listen = if leading {
+            Listen::Bound(listener)
+        } else if forward_until_leading(&cluster, listener, &shutdown).await? {
+            Listen::At(bound)
+        } else {
+            return Ok(());
+        };
+        tracing::info!(replica = %cluster.id(), "leading: starting the server");
+        let app = App::build_leader(config, lock, cluster.clone(), listen).await?;
+        let stopped = shutdown.clone();
+        app.run_until_stopped(async move { stopped.cancelled().await })
+            .await
+    }
+    .await;
+    if ran.as_ref().is_err_and(|e| e.is::<LostLeadership>()) {
+        // The lease is gone already; nothing more is done here.
+        return ran;
+    }
+    membership_stop.cancel();
+    let _ = membership.await;
+    ran
+}
+
+/// Forwards requests to the leader until this replica leads (true) or
+/// `shutdown` fires (false).
+async fn forward_until_leading(
+    cluster: &Cluster,
+    listener: TcpListener,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<bool> {
+    let relay = Arc::new(Relay {
+        cluster: cluster.clone(),
+        http: reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(CONNECT_TIMEOUT)
+            .build()
+            .context("making the relay's HTTP client")?,
+        sockets: CancellationToken::new(),
+        socket_tasks: TaskTracker::new(),
+    });
+    let router = Router::new()
+        .route("/healthz", get(crate::api::http::healthz))
+        .route("/graphql/ws", get(relay_ws).post(relay_http))
+        .fallback(relay_http)
+        .with_state(relay.clone());
+    let mut leadership = cluster.leadership();
+    let promoted = CancellationToken::new();
+    let stop = promoted.clone();
+    let serving = tokio::spawn(
+        axum::serve(
+            listener,
+            router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .into_future(),
+    );
+    tracing::info!("standby: forwarding requests to the leader");
+    let leads = loop {
+        if leadership.borrow_and_update().is_some() {
+            break true;
+        }
+        tokio::select! {
+            changed = leadership.changed() => if changed.is_err() { break false },
+            _ = shutdown.cancelled() => break false,
+        }
+    };
+    // The listener is dropped as the graceful shutdown begins, so the server
+    // can bind the same address while relayed requests finish.
+    promoted.cancel();
+    relay.sockets.cancel();
+    relay.socket_tasks.close();
+    if !leads {
+        let _ = serving.await;
+        relay.socket_tasks.wait().await;
+    } else {
+        // Requests under way finish in the background.
+        tokio::spawn(serving);
+    }
+    Ok(leads)
+}
+
+struct Relay {
+    cluster: Cluster,
+    http: reqwest::Client,
+    /// Closes relayed websockets (with 1012) when this replica stops
+    /// forwarding.
+    sockets: CancellationToken,
+    socket_tasks: TaskTracker,
+}
+
+impl Relay {
+    /// The leader's URL, waiting up to one lease for one to appear.
+    async fn leader(&self) -> Result<String, Response> {
+        let deadline = Instant::now() + self.cluster.settings().lease;
+        loop {
+            match self.cluster.leader().await {
+                Ok(Some((id, url))) if id != self.cluster.id() => {
+                    return Ok(url.trim_end_matches('/').to_owned());
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot read who leads"),
+            }
+            if Instant::now() >= deadline {
+                return Err(edge_error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    ErrorCode::Unavailable,
+                    "no replica leads just now (a failover is under way): retry in a few seconds",
+                ));
+            }
+            tokio::time::sleep(LEADER_POLL).await;
+        }
+    }
+}
+
+type Shared = State<Arc<Relay>>;
+
+/// The headers to send on: all but hop-by-hop ones and `Host`, with the
+/// client's address added to `X-Forwarded-For`.
+fn forwarded_headers(headers: &HeaderMap, peer: SocketAddr) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(headers.len() + 1);
+    for (name, value) in headers {
+        if name == header::HOST || HOP_BY_HOP.contains(&name.as_str()) {
+            continue;
+        }
+        if name.as_str().starts_with("sec-websocket-") {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    let forwarded = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        Some(earlier) => format!("{earlier}, {}", peer.ip()),
+        None => peer.ip().to_string(),
+    };
+    if let Ok(value) = HeaderValue::from_str(&forwarded) {
+        out.insert(HeaderName::from_static("x-forwarded-for"), value);
+    }
+    out
+}
+
+async fn relay_http(
+    State(relay): Shared,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: Request,
+) -> Response {
+    let leader = match relay.leader().await {
+        Ok(url) => url,
+        Err(refused) => return refused,
+    };
+    let (parts, body) = request.into_parts();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    let url = format!("{leader}{path}");
+    let sent = relay
+        .http
+        .request(parts.method, &url)
+        .headers(forwarded_headers(&parts.headers, peer))
+        .body(reqwest::Body::wrap_stream(body.into_data_stream()))
+        .send()
+        .await;
+    let answer = match sent {
+        Ok(answer) => answer,
+        Err(e) => {
+            tracing::warn!(leader = %leader, error = %crate::error_chain(&e), "cannot reach the leader");
+            return edge_error(
+                StatusCode::BAD_GATEWAY,
+                ErrorCode::Unavailable,
+                &format!("the leader at {leader} cannot be reached: retry in a few seconds"),
+            );
+        }
+    };
+    let mut response = Response::builder().status(answer.status());
+    if let Some(headers) = response.headers_mut() {
+        for (name, value) in answer.headers() {
+            if !HOP_BY_HOP.contains(&name.as_str()) {
+                headers.append(name.clone(), value.clone());
+            }
+        }
+    }
+    response
+        .body(Body::from_stream(answer.bytes_stream()))
+        .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
+}
+
+/// `/graphql/ws`: opens the same socket to the leader, then relays frames
+/// both ways until either side closes.
+async fn relay_ws(
+    State(relay): Shared,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: Request,
+) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let upgrade = match WebSocketUpgrade::from_request_parts(&mut parts, &relay).await {
+        Ok(upgrade) => upgrade,
+        Err(_) => {
+            return relay_http(
+                State(relay),
+                ConnectInfo(peer),
+                Request::from_parts(parts, body),
+            )
+            .await;
+        }
+    };
+    let leader = match relay.leader().await {
+        Ok(url) => url,
+        Err(refused) => return refused,
+    };
+    let ws_url = format!(
+        "{}/graphql/ws",
+        leader
+            .replacen("https://", "wss://", 1)
+            .replacen("http://", "ws://", 1)
+    );
+    let Ok(mut upstream_request) = ws_url.as_str().into_client_request() else {
+        return edge_error(
+            StatusCode::BAD_GATEWAY,
+            ErrorCode::Unavailable,
+            &format!("the leader's URL {leader} is not usable"),
+        );
+    };
+    let headers = upstream_request.headers_mut();
+    for (name, value) in forwarded_headers(&parts.headers, peer) {
+        if let Some(name) = name
+            && !matches!(name.as_str(), "content-length")
+        {
+            headers.append(name, value);
+        }
+    }
+    if let Some(protocols) = parts.headers.get(header::SEC_WEBSOCKET_PROTOCOL) {
+        headers.insert(header::SEC_WEBSOCKET_PROTOCOL, protocols.clone());
+    }
+    let connected = tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        tokio_tungstenite::connect_async(upstream_request),
+    )
+    .await;
+    let (upstream, answer) = match connected {
+        Ok(Ok(connected)) => connected,
+        Ok(Err(tokio_tungstenite::tungstenite::Error::Http(refused))) => {
+            // The leader refused the socket (a bad protocol, say): say what
+            // it said.
+            let (parts, body) = refused.into_parts();
+            return Response::from_parts(parts, Body::from(body.unwrap_or_default()));
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(leader = %leader, error = %crate::error_chain(&e), "cannot open a websocket to the leader");
+            return edge_error(
+                StatusCode::BAD_GATEWAY,
+                ErrorCode::Unavailable,
+                &format!("the leader at {leader} cannot be reached: retry in a few seconds"),
+            );
+        }
+        Err(_) => {
+            return edge_error(
+                StatusCode::BAD_GATEWAY,
+                ErrorCode::Unavailable,
+                &format!("the leader at {leader} did not answer in time: retry"),
+            );
+        }
+    };
+    let chosen = answer
+        .headers()
+        .get(header::SEC_WEBSOCKET_PROTOCOL)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let upgrade = match chosen {
+        Some(protocol) => upgrade.protocols([protocol]),
+        None => upgrade,
+    };
+    let closing = relay.sockets.clone();
+    let tasks = relay.socket_tasks.clone();
+    upgrade.on_upgrade(move |client| tasks.track_future(pump(client, upstream, closing)))
+}
+
+type Upstream =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn pump(client: WebSocket, upstream: Upstream, closing: CancellationToken) {
+    let (mut to_client, mut from_client) = client.split();
+    let (mut to_leader, mut from_leader) = upstream.split();
+    let gone = |reason: &str| {
+        ClientMessage::Close(Some(CloseFrame {
+            code: SERVICE_RESTART,
+            reason: reason.into(),
+        }))
+    };
+    loop {
+        tokio::select! {
+            from = from_client.next() => match from {
+                Some(Ok(message)) => {
+                    let closing_now = matches!(message, ClientMessage::Close(_));
+                    if let Some(message) = to_upstream(message)
+                        && to_leader.send(message).await.is_err()
+                    {
+                        let _ = to_client.send(gone("the leader went away: subscribe again")).await;
+                        return;
+                    }
+                    if closing_now {
+                        return;
+                    }
+                }
+                _ => {
+                    let _ = to_leader.close().await;
+                    return;
+                }
+            },
+            from = from_leader.next() => match from {
+                Some(Ok(message)) => {
+                    let closed = matches!(message, UpstreamMessage::Close(_));
+                    if let Some(message) = to_downstream(message) {
+                        let _ = to_client.send(message).await;
+                    }
+                    if closed {
+                        return;
+                    }
+                }
+                _ => {
+                    let _ = to_client.send(gone("the leader went away: subscribe again")).await;
+                    return;
+                }
+            },
+            _ = closing.cancelled() => {
+                let _ = to_client.send(gone("this replica leads now: subscribe again")).await;
+                let _ = to_leader.close().await;
+                return;
+            }
+        }
+    }
+}
+
+fn to_upstream(message: ClientMessage) -> Option<UpstreamMessage> {
+    Some(match message {
+        ClientMessage::Text(text) => UpstreamMessage::text(text.as_str()),
+        ClientMessage::Binary(data) => UpstreamMessage::binary(data),
+        ClientMessage::Ping(data) => UpstreamMessage::Ping(data),
+        ClientMessage::Pong(data) => UpstreamMessage::Pong(data),
+        ClientMessage::Close(frame) => UpstreamMessage::Close(frame.map(|f| UpstreamClose {
+            code: f.code.into(),
+            reason: f.reason.as_str().into(),
+        })),
+    })
+}
+
+fn to_downstream(message: UpstreamMessage) -> Option<ClientMessage> {
+    Some(match message {
+        UpstreamMessage::Text(text) => ClientMessage::text(text.as_str()),
+        UpstreamMessage::Binary(data) => ClientMessage::binary(data),
+        UpstreamMessage::Ping(data) => ClientMessage::Ping(data),
+        UpstreamMessage::Pong(data) => ClientMessage::Pong(data),
+        UpstreamMessage::Close(frame) => ClientMessage::Close(frame.map(|f| CloseFrame {
+            code: f.code.into(),
+            reason: f.reason.as_str().into(),
+        })),
+        UpstreamMessage::Frame(_) => return None,
+    })
+}

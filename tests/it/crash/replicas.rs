@@ -1,0 +1,307 @@
+//! Replicas (issue 18) as real processes: three `corbel serve --cluster` on
+//! one PostgreSQL, each with its own data directory, sharing the secret key
+//! and the providers' state directory. The leader, which runs the provider
+//! and the deployment, is SIGKILLed mid-run; a standby takes over, relaunches
+//! the provider and finishes the run; the processes running are then exactly
+//! those Corbel records, each once; a `deploymentEvents` subscription held on
+//! a surviving replica sees every event once, in order, to the run's end.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Duration;
+
+use corbel::client::Api as ClientApi;
+use corbel::client::Subscription;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::*;
+use crate::support::binary::serve_command;
+use crate::support::eventually;
+use crate::support::processes::parent;
+
+/// Fast leases, so a failover takes about two seconds.
+const CLUSTER_ENV: [(&str, &str); 3] = [
+    ("CORBEL_CLUSTER", "true"),
+    ("CORBEL_CLUSTER_HEARTBEAT_MS", "200"),
+    ("CORBEL_CLUSTER_LEASE_MS", "1500"),
+];
+
+struct Replica {
+    store: TestStore,
+    server: Server,
+}
+
+impl Replica {
+    fn start(store: TestStore, key: &Path, state: &Path) -> Replica {
+        let key = key.display().to_string();
+        let state = state.display().to_string();
+        let mut env: Vec<(&str, &str)> = CLUSTER_ENV.to_vec();
+        env.push(("CORBEL_SECRET_KEY_FILE", &key));
+        env.push(("CORBEL_PROVIDER_STATE_DIR", &state));
+        let server = Server::start_with(&store, &env);
+        Replica { store, server }
+    }
+
+    fn served(&self) -> &Served {
+        self.server.served.as_ref().expect("running")
+    }
+
+    fn pid(&self) -> u32 {
+        self.served().child.id()
+    }
+
+    /// What its first announcement said it was: `leader` or `standby`.
+    fn role(&self) -> String {
+        let log = self.served().log.lock().unwrap();
+        log.iter()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .find(|line| line["url"].is_string())
+            .map(|line| line["role"].as_str().unwrap_or_default().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// Its API, as if `server` ran the provider (for the settle checks).
+    fn api_for(&self, server: u32) -> Api {
+        Api::at(self.served().addr, server)
+    }
+
+    fn client(&self) -> ClientApi {
+        ClientApi::new(
+            &format!("http://{}", self.served().addr),
+            Some(crate::support::ADMIN_TOKEN.to_owned()),
+        )
+        .unwrap()
+    }
+}
+
+/// The replicas as `replicas` shows them: pid, state, leader.
+async fn members(api: &Api) -> Result<Vec<(u32, String, bool)>, String> {
+    let data = api
+        .gql("{ replicas { pid state leader } }", json!({}))
+        .await?;
+    Ok(data["replicas"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|r| {
+            (
+                r["pid"].as_u64().unwrap_or_default() as u32,
+                r["state"].as_str().unwrap_or_default().to_owned(),
+                r["leader"].as_bool().unwrap_or_default(),
+            )
+        })
+        .collect())
+}
+
+/// The ids of the deployment's stored events.
+async fn stored_events(api: &Api, id: &str) -> Vec<i64> {
+    let data = api
+        .gql(
+            "query($id: ID!) { deployment(id: $id) { events(first: 10000) { id } } }",
+            json!({ "id": id }),
+        )
+        .await
+        .expect("the history reads");
+    data["deployment"]["events"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().parse().unwrap())
+        .collect()
+}
+
+/// Follows `id` as a client would across a failover: subscribes, and when
+/// the socket ends subscribes again with `after:` the last event seen, until
+/// the run's end. Every event id received, in order, and how many sockets it
+/// took.
+async fn follow(api: ClientApi, id: String) -> Result<(Vec<i64>, usize), String> {
+    const QUERY: &str = "subscription($id: ID!, $after: ID) { \
+        deploymentEvents(id: $id, after: $after) { id kind state } }";
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut seen: Vec<i64> = Vec::new();
+    let mut sockets = 0;
+    while Instant::now() < deadline {
+        let after = seen.last().map(|last| last.to_string());
+        let mut subscription =
+            match Subscription::start(&api, QUERY, json!({ "id": id, "after": after })).await {
+                Ok(s) => s,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+        sockets += 1;
+        while let Ok(Some(event)) = subscription.next().await {
+            let event = &event["deploymentEvents"];
+            seen.push(event["id"].as_str().unwrap_or("0").parse().unwrap_or(0));
+            if event["kind"] == "STATE" && event["state"] == "COMPLETE" {
+                subscription.close().await;
+                return Ok((seen, sockets));
+            }
+        }
+    }
+    Err(format!(
+        "no COMPLETE within 180 s; {} events seen on {sockets} sockets",
+        seen.len()
+    ))
+}
+
+/// The live provider processes among the replicas' pid files.
+fn provider_processes(replicas: &[Replica], provider: &str) -> Vec<i32> {
+    replicas
+        .iter()
+        .filter_map(|r| provider_process(&r.store, provider))
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+#[tokio::test]
+async fn three_replicas_finish_the_run_of_a_leader_killed_mid_run() {
+    let first = TestStore::fresh().await;
+    if !first.is_postgres() {
+        // SQLite keeps one server: `--cluster` is refused, saying why.
+        let out = serve_command(&first, &[("CORBEL_CLUSTER", "true")])
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{said}");
+        assert!(
+            said.contains("replicas share one PostgreSQL database"),
+            "{said}"
+        );
+        return;
+    }
+    let knobs = Knobs::from_env(0x5eed_0018, 1);
+    let mut chaos = Chaos::new(
+        "three_replicas_finish_the_run_of_a_leader_killed_mid_run",
+        knobs,
+    );
+    let _leftovers = Leftovers::new(&chaos.mark);
+    let app = TestApp::spawn_with(Arc::new(first), quick).await;
+    let repo = ProviderRepo::new(&process_metadata(), &[]);
+    let (provider, blueprint) = prepare(&app, &repo, &chaos.shape).await;
+    let first = Arc::into_inner(app.stop().await).expect("the store is ours again");
+    let database_url = first.database_url.clone();
+    let shared = tempfile::tempdir().unwrap();
+    let key = shared.path().join("secret.key");
+    std::fs::copy(first.data_dir().join("secret.key"), &key).unwrap();
+    let state = shared.path().join("provider-state");
+    let other = || TestStore {
+        dir: tempfile::tempdir().unwrap(),
+        database_url: database_url.clone(),
+    };
+
+    let mut replicas = vec![Replica::start(first, &key, &state)];
+    assert_eq!(replicas[0].role(), "leader", "the first replica leads");
+    for _ in 0..2 {
+        let replica = Replica::start(other(), &key, &state);
+        assert_eq!(replica.role(), "standby");
+        replicas.push(replica);
+    }
+    let leader = replicas[0].pid();
+    // Any replica answers, the standbys by forwarding to the leader.
+    for replica in &replicas {
+        let api = replica.api_for(leader);
+        let seen = eventually(Duration::from_secs(20), "three replicas alive", || async {
+            members(&api)
+                .await
+                .ok()
+                .filter(|m| m.iter().filter(|(_, s, _)| s == "ALIVE").count() == 3)
+        })
+        .await;
+        let leaders: Vec<u32> = seen.iter().filter(|m| m.2).map(|m| m.0).collect();
+        assert_eq!(leaders, vec![leader], "one leader, the first: {seen:?}");
+    }
+
+    // The run, asked through a standby and followed on the other.
+    let api = replicas[2].api_for(leader);
+    let id = chaos.deploy(&api, &blueprint).await.expect("deployed");
+    let following = tokio::spawn(follow(replicas[1].client(), id.clone()));
+    let (when, under_way) = moment(&api, &id, &Progress::Deploy, 8, Duration::ZERO).await;
+    let before = stored_events(&api, &id).await.last().copied().unwrap_or(0);
+    replicas[0].server.kill();
+    let killed = Instant::now();
+    chaos.struck(under_way);
+    println!("replicas: the leader (pid {leader}) SIGKILLed at {when}");
+
+    // A standby takes over; the run goes on.
+    let api_b = replicas[1].api_for(0);
+    let new_leader = eventually(Duration::from_secs(20), "a new leader", || async {
+        members(&api_b).await.ok().and_then(|m| {
+            m.iter()
+                .find(|(pid, state, leads)| *leads && state == "ALIVE" && *pid != leader)
+                .map(|m| m.0)
+        })
+    })
+    .await;
+    let took_over = killed.elapsed();
+    let continued = eventually(Duration::from_secs(30), "the run to go on", || async {
+        let last = stored_events(&api_b, &id)
+            .await
+            .last()
+            .copied()
+            .unwrap_or(0);
+        (last > before).then(Instant::now)
+    })
+    .await;
+    println!(
+        "replicas: failover: leader killed -> new leader (pid {new_leader}) serving in {} ms \
+         -> the run continued in {} ms",
+        took_over.as_millis(),
+        (continued - killed).as_millis()
+    );
+    let index = replicas
+        .iter()
+        .position(|r| r.server.served.is_some() && r.pid() == new_leader)
+        .expect("the new leader is one of ours");
+    let api = replicas[if index == 1 { 2 } else { 1 }].api_for(new_leader);
+    let views = chaos
+        .settle_and_check(
+            &api,
+            &replicas[index].store,
+            &provider,
+            "after the failover",
+        )
+        .await
+        .expect("settled after the failover");
+    assert_eq!(views[&id].state, "COMPLETE", "the run finished");
+    // One provider process, the new leader's child; the old one is gone.
+    let running = eventually(Duration::from_secs(20), "one provider process", || async {
+        let pids = provider_processes(&replicas, &provider);
+        (pids.len() == 1).then_some(pids)
+    })
+    .await;
+    assert_eq!(parent(running[0]), Some(new_leader as i32));
+
+    // The follower saw every stored event once, in order, to the end.
+    let (seen, sockets) = following.await.unwrap().expect("followed to the end");
+    let stored = stored_events(&api, &id).await;
+    assert!(
+        seen.windows(2).all(|w| w[0] < w[1]),
+        "events in order, none twice: {seen:?}"
+    );
+    let seen_set: BTreeSet<i64> = seen.iter().copied().collect();
+    let missed: Vec<&i64> = stored
+        .iter()
+        .filter(|e| **e <= *seen.last().unwrap() && !seen_set.contains(e))
+        .collect();
+    assert!(
+        missed.is_empty(),
+        "events missed across the failover: {missed:?}"
+    );
+    println!(
+        "replicas: the follower saw {} events on {sockets} socket(s)",
+        seen.len()
+    );
+
+    // Cleaned up through the survivors.
+    chaos.destroy(&api, 0).await.expect("destroy asked");
+    chaos
+        .settle_and_check(&api, &replicas[index].store, &provider, "after destroying")
+        .await
+        .expect("settled after destroying");
+    chaos.finish();
+}
