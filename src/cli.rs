@@ -163,6 +163,8 @@ fn default_shown(defaults: &toml::Table, long: &str) -> Option<String> {
         "token" => return Some("the one `corbel login` stored for that server".to_owned()),
         "output" => return Some("text".to_owned()),
         "advertise-url" => return Some("http://<the address it listens on>".to_owned()),
+        "cluster" => return Some("false: one server".to_owned()),
+        "provider-state-dir" => return Some("<data-dir>/providers/<id>/state".to_owned()),
         _ => {}
     }
     const SECTIONS: [(&str, &str); 6] = [
