@@ -171,7 +171,13 @@ impl App {
         let secret_key = config.secret_key_file().load()?;
 
         let db = store::connect(&location).await?;
-        store::migrate(&db).await?;
+        // Replicas starting as standbys migrate too: one at a time.
+        store::lock::migrating(
+            &location,
+            &Holder::me("serve", Some(config.listen)),
+            async { store::migrate(&db).await.map_err(anyhow::Error::from) },
+        )
+        .await?;
 
         let stopping = CancellationToken::new();
         // One bus per area, each of this many events: a subscriber further
@@ -380,6 +386,17 @@ impl App {
     /// The admin token made on this first start, if this was one.
     pub fn new_admin_token(&self) -> Option<&str> {
         self.new_admin_token.as_deref()
+    }
+
+    /// Prints the admin token made on this first start, if this was one: on
+    /// the terminal once, never through the logs.
+    pub fn show_new_admin_token(&self) {
+        if let Some(token) = self.new_admin_token() {
+            println!(
+                "\nCreated user `admin`. Its token, shown only this once:\n\n    {token}\n\n\
+                 Send it as `Authorization: Bearer <token>`; set a password with `setPassword`.\n"
+            );
+        }
     }
 
     pub fn facts(&self) -> &ServerFacts {

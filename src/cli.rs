@@ -361,13 +361,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         return serve_replica(config, shutdown).await;
     }
     let app = App::build(&config).await?;
-    if let Some(token) = app.new_admin_token() {
-        // Shown on the terminal once, never through the logs.
-        println!(
-            "\nCreated user `admin`. Its token, shown only this once:\n\n    {token}\n\n\
-             Send it as `Authorization: Bearer <token>`; set a password with `setPassword`.\n"
-        );
-    }
+    app.show_new_admin_token();
     tracing::info!(
         url = %format!("http://{}", app.local_addr()),
         database = %config.database()?.redacted(),

@@ -15,11 +15,12 @@
 //!   through [`Cluster::fenced`], which the database refuses once the epoch
 //!   is not the holder's any more.
 //!
-//! Today the server lock (`store::lock`) still keeps one server per
+//! Without `--cluster`, the server lock (`store::lock`) keeps one server per
 //! database, so the one replica alive is the leader from its start: it takes
 //! the lease over from whoever held it (dead, or the lock would not be held)
-//! and marks the replicas it finds alive as lost. Deployments and providers
-//! are not yet owned per replica; until they are, the lock stays.
+//! and marks the replicas it finds alive as lost. With `--cluster`
+//! (`standby`), replicas wait as standbys, and the one that claims the lease
+//! takes the server lock over and runs the whole server.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,8 +70,8 @@ impl Default for ClusterSettings {
         Self {
             enabled: false,
             advertise_url: None,
-            heartbeat: Duration::from_secs(2),
-            lease: Duration::from_secs(8),
+            heartbeat: Duration::from_secs(1),
+            lease: Duration::from_secs(6),
         }
     }
 }

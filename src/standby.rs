@@ -56,6 +56,9 @@ use crate::store::lock::{Holder, ServerLock};
 
 /// How long the relay of a request waits to connect to the leader.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a new leader may take to start serving, as a request waiting
+/// for it counts.
+const LEADER_START: Duration = Duration::from_secs(15);
 /// How often a request waiting for a leader looks again.
 const LEADER_POLL: Duration = Duration::from_millis(100);
 /// The close code of a relayed websocket whose leader went away.
@@ -93,7 +96,13 @@ pub async fn serve(
     )
     .await?;
     let db = crate::store::connect(&location).await?;
-    crate::store::migrate(&db).await?;
+    let me = Holder::me("serve", Some(config.listen));
+    crate::store::lock::migrating(&location, &me, async {
+        crate::store::migrate(&db)
+            .await
+            .map_err(anyhow::Error::from)
+    })
+    .await?;
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -125,13 +134,21 @@ pub async fn serve(
     let ran = async {
         let listen = if leading {
             Listen::Bound(listener)
-        } else if forward_until_leading(&cluster, listener, &shutdown).await? {
+        } else if forward_until_leading(
+            &cluster,
+            config.graphql.max_body_bytes,
+            listener,
+            &shutdown,
+        )
+        .await?
+        {
             Listen::At(bound)
         } else {
             return Ok(());
         };
         tracing::info!(replica = %cluster.id(), "leading: starting the server");
         let app = App::build_leader(config, lock, cluster.clone(), listen).await?;
+        app.show_new_admin_token();
         let stopped = shutdown.clone();
         app.run_until_stopped(async move { stopped.cancelled().await })
             .await
@@ -150,11 +167,13 @@ pub async fn serve(
 /// `shutdown` fires (false).
 async fn forward_until_leading(
     cluster: &Cluster,
+    max_body: usize,
     listener: TcpListener,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<bool> {
     let relay = Arc::new(Relay {
         cluster: cluster.clone(),
+        max_body,
         http: reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(CONNECT_TIMEOUT)
@@ -206,6 +225,9 @@ async fn forward_until_leading(
 
 struct Relay {
     cluster: Cluster,
+    /// A request body is read whole, up to the API's own limit, so that it
+    /// can be sent again to a new leader.
+    max_body: usize,
     http: reqwest::Client,
     /// Closes relayed websockets (with 1012) when this replica stops
     /// forwarding.
@@ -214,14 +236,20 @@ struct Relay {
 }
 
 impl Relay {
-    /// The leader's URL, waiting up to one lease for one to appear.
-    async fn leader(&self) -> Result<String, Response> {
-        let deadline = Instant::now() + self.cluster.settings().lease;
+    /// How long a request waits for a leader: a lease, a heartbeat for a
+    /// standby to claim it, and the new leader's start.
+    fn patience(&self) -> Duration {
+        let settings = self.cluster.settings();
+        settings.lease + settings.heartbeat + LEADER_START
+    }
+
+    async fn leader_by(&self, deadline: Instant) -> Result<String, Response> {
         loop {
             match self.cluster.leader().await {
-                Ok(Some((id, url))) if id != self.cluster.id() => {
-                    return Ok(url.trim_end_matches('/').to_owned());
-                }
+                // This replica, if it has just claimed the lease: its server
+                // starts on the address this relay served, so a request
+                // still here goes there.
+                Ok(Some((_, url))) => return Ok(url.trim_end_matches('/').to_owned()),
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "cannot read who leads"),
             }
@@ -267,33 +295,52 @@ async fn relay_http(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     request: Request,
 ) -> Response {
-    let leader = match relay.leader().await {
-        Ok(url) => url,
-        Err(refused) => return refused,
-    };
     let (parts, body) = request.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, relay.max_body).await else {
+        return edge_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::BadRequest,
+            &format!(
+                "the request body is larger than {} bytes (graphql.max_body_bytes)",
+                relay.max_body
+            ),
+        );
+    };
     let path = parts
         .uri
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_owned();
-    let url = format!("{leader}{path}");
-    let sent = relay
-        .http
-        .request(parts.method, &url)
-        .headers(forwarded_headers(&parts.headers, peer))
-        .body(reqwest::Body::wrap_stream(body.into_data_stream()))
-        .send()
-        .await;
-    let answer = match sent {
-        Ok(answer) => answer,
-        Err(e) => {
-            tracing::warn!(leader = %leader, error = %crate::error_chain(&e), "cannot reach the leader");
-            return edge_error(
-                StatusCode::BAD_GATEWAY,
-                ErrorCode::Unavailable,
-                &format!("the leader at {leader} cannot be reached: retry in a few seconds"),
-            );
+    let headers = forwarded_headers(&parts.headers, peer);
+    // A leader that cannot be reached may have just died: the request was
+    // not taken, so it is sent again to whoever leads next.
+    let deadline = Instant::now() + relay.patience();
+    let answer = loop {
+        let leader = match relay.leader_by(deadline).await {
+            Ok(url) => url,
+            Err(refused) => return refused,
+        };
+        let sent = relay
+            .http
+            .request(parts.method.clone(), format!("{leader}{path}"))
+            .headers(headers.clone())
+            .body(body.clone())
+            .send()
+            .await;
+        match sent {
+            Ok(answer) => break answer,
+            Err(e) if e.is_connect() && Instant::now() < deadline => {
+                tracing::debug!(leader = %leader, error = %crate::error_chain(&e), "the leader cannot be reached; waiting for the next");
+                tokio::time::sleep(LEADER_POLL).await;
+            }
+            Err(e) => {
+                tracing::warn!(leader = %leader, error = %crate::error_chain(&e), "cannot reach the leader");
+                return edge_error(
+                    StatusCode::BAD_GATEWAY,
+                    ErrorCode::Unavailable,
+                    &format!("the leader at {leader} cannot be reached: retry in a few seconds"),
+                );
+            }
         }
     };
     let mut response = Response::builder().status(answer.status());
@@ -328,61 +375,68 @@ async fn relay_ws(
             .await;
         }
     };
-    let leader = match relay.leader().await {
-        Ok(url) => url,
-        Err(refused) => return refused,
-    };
-    let ws_url = format!(
-        "{}/graphql/ws",
-        leader
-            .replacen("https://", "wss://", 1)
-            .replacen("http://", "ws://", 1)
-    );
-    let Ok(mut upstream_request) = ws_url.as_str().into_client_request() else {
-        return edge_error(
-            StatusCode::BAD_GATEWAY,
-            ErrorCode::Unavailable,
-            &format!("the leader's URL {leader} is not usable"),
+    let deadline = Instant::now() + relay.patience();
+    let (upstream, answer) = loop {
+        let leader = match relay.leader_by(deadline).await {
+            Ok(url) => url,
+            Err(refused) => return refused,
+        };
+        let ws_url = format!(
+            "{}/graphql/ws",
+            leader
+                .replacen("https://", "wss://", 1)
+                .replacen("http://", "ws://", 1)
         );
-    };
-    let headers = upstream_request.headers_mut();
-    for (name, value) in forwarded_headers(&parts.headers, peer) {
-        if let Some(name) = name
-            && !matches!(name.as_str(), "content-length")
-        {
-            headers.append(name, value);
-        }
-    }
-    if let Some(protocols) = parts.headers.get(header::SEC_WEBSOCKET_PROTOCOL) {
-        headers.insert(header::SEC_WEBSOCKET_PROTOCOL, protocols.clone());
-    }
-    let connected = tokio::time::timeout(
-        CONNECT_TIMEOUT,
-        tokio_tungstenite::connect_async(upstream_request),
-    )
-    .await;
-    let (upstream, answer) = match connected {
-        Ok(Ok(connected)) => connected,
-        Ok(Err(tokio_tungstenite::tungstenite::Error::Http(refused))) => {
-            // The leader refused the socket (a bad protocol, say): say what
-            // it said.
-            let (parts, body) = refused.into_parts();
-            return Response::from_parts(parts, Body::from(body.unwrap_or_default()));
-        }
-        Ok(Err(e)) => {
-            tracing::warn!(leader = %leader, error = %crate::error_chain(&e), "cannot open a websocket to the leader");
+        let Ok(mut upstream_request) = ws_url.as_str().into_client_request() else {
             return edge_error(
                 StatusCode::BAD_GATEWAY,
                 ErrorCode::Unavailable,
-                &format!("the leader at {leader} cannot be reached: retry in a few seconds"),
+                &format!("the leader's URL {leader} is not usable"),
             );
+        };
+        let headers = upstream_request.headers_mut();
+        for (name, value) in forwarded_headers(&parts.headers, peer) {
+            if let Some(name) = name
+                && name != header::CONTENT_LENGTH
+            {
+                headers.append(name, value);
+            }
         }
-        Err(_) => {
-            return edge_error(
-                StatusCode::BAD_GATEWAY,
-                ErrorCode::Unavailable,
-                &format!("the leader at {leader} did not answer in time: retry"),
-            );
+        if let Some(protocols) = parts.headers.get(header::SEC_WEBSOCKET_PROTOCOL) {
+            headers.insert(header::SEC_WEBSOCKET_PROTOCOL, protocols.clone());
+        }
+        let connected = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            tokio_tungstenite::connect_async(upstream_request),
+        )
+        .await;
+        match connected {
+            Ok(Ok(connected)) => break connected,
+            Ok(Err(tokio_tungstenite::tungstenite::Error::Http(refused))) => {
+                // The leader refused the socket (a bad protocol, say): say
+                // what it said.
+                let (parts, body) = refused.into_parts();
+                return Response::from_parts(parts, Body::from(body.unwrap_or_default()));
+            }
+            Ok(Err(e)) if Instant::now() < deadline => {
+                tracing::debug!(leader = %leader, error = %crate::error_chain(&e), "the leader cannot be reached; waiting for the next");
+                tokio::time::sleep(LEADER_POLL).await;
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(leader = %leader, error = %crate::error_chain(&e), "cannot open a websocket to the leader");
+                return edge_error(
+                    StatusCode::BAD_GATEWAY,
+                    ErrorCode::Unavailable,
+                    &format!("the leader at {leader} cannot be reached: retry in a few seconds"),
+                );
+            }
+            Err(_) => {
+                return edge_error(
+                    StatusCode::BAD_GATEWAY,
+                    ErrorCode::Unavailable,
+                    &format!("the leader at {leader} did not answer in time: retry"),
+                );
+            }
         }
     };
     let chosen = answer

@@ -166,7 +166,8 @@ pub struct Auth {
     db: Db,
     session_ttl: Duration,
     bus: Bus<AuthEvent>,
-    /// Failed logins per user name and address (in memory: single node).
+    /// Failed logins per user name and address, in memory: with replicas only
+    /// the leader serves logins (standbys forward them), so one count holds.
     limiter: Arc<limiter::LoginLimiter>,
     /// Tokens checked a moment ago (see [`recent`]).
     recent: Arc<recent::RecentTokens>,

@@ -62,32 +62,71 @@ pub async fn last_event_id(api: &Api, id: &str) -> Result<i64, ClientError> {
     Ok(events.iter().map(event_id).max().unwrap_or(0))
 }
 
+/// How long `wait` keeps trying to follow again after its socket was lost
+/// (a replica failing over closes relayed sockets; the new leader takes a
+/// few seconds).
+const RESUME_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Follows the run whose events come after `after` until the deployment
-/// settles, and returns the deployment as it then is. Ctrl-C stops waiting
-/// (the run goes on).
+/// settles, and returns the deployment as it then is. A lost socket is
+/// opened again, resuming past the last event seen (`after:`), so nothing is
+/// shown twice or missed. Ctrl-C stops waiting (the run goes on).
 pub async fn wait(api: &Api, id: &str, after: i64, output: Output) -> Result<Value, ClientError> {
-    let mut subscription = Subscription::start(
-        api,
-        &format!("subscription($id: ID!) {{ deploymentEvents(id: $id) {{ {EVENT} }} }}"),
-        json!({ "id": id }),
-    )
-    .await?;
+    let query = format!(
+        "subscription($id: ID!, $after: ID) {{ deploymentEvents(id: $id, after: $after) {{ {EVENT} }} }}"
+    );
     let mut progress = Progress::new(output);
     let followed = async {
+        let mut last = after;
+        let mut lost: Option<(tokio::time::Instant, ClientError)> = None;
         loop {
-            let Some(data) = subscription.next().await? else {
-                return Err(ClientError::Transport(
-                    "the server ended the deployment's events before the run settled".to_owned(),
-                ));
-            };
-            let event = &data["deploymentEvents"];
-            if event_id(event) <= after {
-                continue;
+            if let Some((since, _)) = &lost {
+                if since.elapsed() > RESUME_WITHIN
+                    && let Some((_, why)) = lost.take()
+                {
+                    return Err(why);
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
             }
-            progress.show(event);
-            let state = event["state"].as_str().unwrap_or_default();
-            if event["kind"] == "STATE" && settled(state) {
-                return Ok(());
+            let variables = json!({ "id": id, "after": last.to_string() });
+            let mut subscription = match Subscription::start(api, &query, variables).await {
+                Ok(subscription) => subscription,
+                Err(e @ ClientError::Transport(_)) => {
+                    // The first loss's time and the latest reason.
+                    let since = lost.take().map_or_else(tokio::time::Instant::now, |l| l.0);
+                    lost = Some((since, e));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            loop {
+                match subscription.next().await {
+                    Ok(Some(data)) => {
+                        let event = &data["deploymentEvents"];
+                        if event_id(event) <= last {
+                            continue;
+                        }
+                        last = event_id(event);
+                        progress.show(event);
+                        let state = event["state"].as_str().unwrap_or_default();
+                        if event["kind"] == "STATE" && settled(state) {
+                            subscription.close().await;
+                            return Ok(());
+                        }
+                    }
+                    Ok(None) => {
+                        return Err(ClientError::Transport(
+                            "the server ended the deployment's events before the run settled"
+                                .to_owned(),
+                        ));
+                    }
+                    Err(ClientError::Transport(why)) => {
+                        eprintln!("lost the server's events ({why}); following again…");
+                        lost = Some((tokio::time::Instant::now(), ClientError::Transport(why)));
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         }
     };
@@ -98,7 +137,6 @@ pub async fn wait(api: &Api, id: &str, after: i64, output: Output) -> Result<Val
         ))),
     };
     progress.finish();
-    subscription.close().await;
     ended?;
     api.get(
         &format!("query($id: ID!) {{ deployment(id: $id) {{ {DEPLOYMENT} }} }}"),

@@ -292,8 +292,9 @@ struct Inner {
     /// (see [`runs`]).
     busy: Mutex<HashSet<Uuid>>,
     /// Placement reads counts and writes nodes; one at a time, so two deploys
-    /// never both take the last room on a node. Single-node: replicas would
-    /// need a database lock here.
+    /// never both take the last room on a node. Replicas place only on the
+    /// leader (standbys forward), and a leader's writes are fenced by its
+    /// lease, so this process-wide lock is the whole of it.
     placing: tokio::sync::Mutex<()>,
     /// The journal's and the events' writes, committed in groups.
     writer: writer::Writer,

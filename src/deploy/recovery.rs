@@ -13,8 +13,9 @@
 //! The lease: `extend` sets a deployment's `expiresAt`; the reaper destroys
 //! deployments whose lease has passed.
 //!
-//! Single-node: a replica would have to take over only the journal of a dead
-//! replica, under the leader lease.
+//! With replicas, only the leader runs deployments, so the whole journal is
+//! the dead leader's: a new leader settles all of it at its start, as a
+//! restarted server does (`crash::replicas` SIGKILLs a leader mid-run).
 //!
 //! Never runs a DAG itself: a resumed deployment is handed to `executor`.
 

@@ -26,11 +26,10 @@
 //! - **No orphans**: a provider has at most one container, so starting one
 //!   first removes whatever this instance left of that provider; and at server
 //!   start, [`Engine::sweep`] removes this instance's containers of any other
-//!   boot (a crashed server's), before any provider loads. Single-node
-//!   assumption, named: this holds because one server at a time holds an
-//!   instance (the server lock). Replicas share an `instanceId`, so then the
-//!   boot label must name the replica and only the leader may sweep, and
-//!   only for replicas whose lease is gone.
+//!   boot (a crashed server's), before any provider loads. This holds with
+//!   replicas too: only the leader runs providers, and it starts (and
+//!   sweeps) only once it holds the server lock, taken over from a leader
+//!   whose lease has run out, which stopped itself before that.
 //! - **Binding**: the launch is bound to the container's pid namespace (see
 //!   `binding.rs`), when the engine's `State.Pid` is a process this server can
 //!   see and its cgroup names the container; otherwise (a remote engine,

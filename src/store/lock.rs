@@ -1,8 +1,11 @@
 //! One server per data directory and database: `ServerLock`.
 //!
-//! Until replicas are designed, a data directory and a database belong to one
-//! `corbel` process at a time. `ServerLock::acquire` takes, before anything else
-//! is touched:
+//! A data directory and a database belong to one running server at a time.
+//! (Replicas, `--cluster`, share a database: each takes only its data
+//! directory's lock at start, and the database's once it leads, ending the
+//! session of the previous leader, whose lease has run out:
+//! [`ServerLock::take_database_over`].) `ServerLock::acquire` takes, before
+//! anything else is touched:
 //!
 //! - an exclusive `flock` on `<data-dir>/corbel.lock`, into which the holder
 //!   writes who it is (pid, host, listen address, version, start time), so a
@@ -48,6 +51,13 @@ use super::DatabaseLocation;
 /// the ASCII bytes of `corbel` (0x636f7262656c). Advisory locks are per
 /// database, so one cluster serves many Corbel databases.
 pub const ADVISORY_KEY: i64 = 0x636f_7262_656c;
+
+/// The PostgreSQL advisory lock replicas migrate under, one at a time:
+/// `corbelmg`.
+pub const MIGRATE_KEY: i64 = 0x636f_7262_656c_6d67;
+
+/// How long a replica waits for another's migration.
+const MIGRATE_WAIT: Duration = Duration::from_secs(300);
 
 /// The lock file in the data directory.
 pub const LOCK_FILE: &str = "corbel.lock";
@@ -245,6 +255,47 @@ impl ServerLock {
             let _ = lock.file.unlock();
         }
     }
+}
+
+/// Runs `migrate` holding [`MIGRATE_KEY`] on a session of its own (on
+/// PostgreSQL), so replicas that start together migrate one after another:
+/// the second finds the work done. Without replicas the server lock already
+/// keeps migrations apart.
+pub async fn migrating<T, E: From<LockError>>(
+    database: &DatabaseLocation,
+    me: &Holder,
+    migrate: impl Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    let DatabaseLocation::Postgres(url) = database else {
+        return migrate.await;
+    };
+    let failed = |reason: String| LockError::Postgres {
+        location: database.redacted(),
+        reason,
+    };
+    let options = connect_options(url, me).map_err(|e| failed(e.to_string()))?;
+    let mut connection = connect(&options).await.map_err(failed)?;
+    let locked = tokio::time::timeout(
+        MIGRATE_WAIT,
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(MIGRATE_KEY)
+            .execute(&mut connection),
+    )
+    .await;
+    match locked {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => return Err(failed(crate::error_chain(&e)).into()),
+        Err(_) => {
+            return Err(failed(format!(
+                "another replica's migration did not end within {MIGRATE_WAIT:?}"
+            ))
+            .into());
+        }
+    }
+    let done = migrate.await;
+    // Closing the session releases the lock too.
+    let _ = connection.close().await;
+    done
 }
 
 struct LockFile {

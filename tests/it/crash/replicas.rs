@@ -227,8 +227,19 @@ async fn three_replicas_finish_the_run_of_a_leader_killed_mid_run() {
     chaos.struck(under_way);
     println!("replicas: the leader (pid {leader}) SIGKILLed at {when}");
 
-    // A standby takes over; the run goes on.
+    // A standby takes over; the run goes on. A request sent to a standby
+    // meanwhile waits for the new leader and is answered by it.
     let api_b = replicas[1].api_for(0);
+    let during = members(&api_b).await.unwrap_or_else(|e| {
+        let log = replicas[1].served().log.lock().unwrap().join("\n");
+        panic!("a request during the failover is answered: {e}\n{log}")
+    });
+    assert!(
+        during
+            .iter()
+            .any(|(pid, state, leads)| *leads && state == "ALIVE" && *pid != leader),
+        "answered by a new leader: {during:?}"
+    );
     let new_leader = eventually(Duration::from_secs(20), "a new leader", || async {
         members(&api_b).await.ok().and_then(|m| {
             m.iter()

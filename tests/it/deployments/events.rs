@@ -69,6 +69,68 @@ async fn deployment_events_replay_history_then_follow_live() {
     app.stop().await;
 }
 
+/// `after:` resumes past an event: the history after it, then live; an id
+/// that is not one is refused, naming the argument.
+#[tokio::test]
+async fn deployment_events_resume_after_an_event() {
+    let (app, _, _repo) = with_process_provider(|_| {}).await;
+    let blueprint = create_blueprint(&app, "web", WEB).await;
+    let id = deploy(
+        &app,
+        &blueprint,
+        "resumed",
+        json!({ "variables": { "replicas": 1 } }),
+    )
+    .await;
+    settled(&app, &id, &["COMPLETE"]).await;
+    let body = app
+        .gql(
+            "query($id: ID!) { deployment(id: $id) { events { id } } }",
+            json!({ "id": id }),
+        )
+        .await;
+    let stored: Vec<i64> = data(&body)["deployment"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().parse().unwrap())
+        .collect();
+    assert!(stored.len() > 3, "{stored:?}");
+    let cut = stored[stored.len() / 2];
+    let query = "subscription($id: ID!, $after: ID) { deploymentEvents(id: $id, after: $after) { id kind state } }";
+    let mut ws = subscribe(
+        app.addr,
+        query,
+        json!({ "id": id, "after": cut.to_string() }),
+    )
+    .await;
+    let mut seen = Vec::new();
+    while seen.len() < stored.iter().filter(|e| **e > cut).count() {
+        let message = tokio::time::timeout(Duration::from_secs(30), next_json(&mut ws))
+            .await
+            .expect("an event in time")
+            .expect("the stream stays open");
+        let event = &message["payload"]["data"]["deploymentEvents"];
+        seen.push(event["id"].as_str().unwrap().parse::<i64>().unwrap());
+    }
+    let wanted: Vec<i64> = stored.iter().copied().filter(|e| *e > cut).collect();
+    assert_eq!(seen, wanted, "exactly the history past {cut}");
+
+    let mut refused = subscribe(app.addr, query, json!({ "id": id, "after": "soon" })).await;
+    let message = tokio::time::timeout(Duration::from_secs(30), next_json(&mut refused))
+        .await
+        .expect("an answer in time")
+        .expect("an answer");
+    // A resolver's refusal comes as a `next` with errors, as for any field.
+    let error = &message["payload"]["errors"][0];
+    assert_eq!(error["extensions"]["code"], "VALIDATION", "{message}");
+    assert!(
+        error["message"].as_str().unwrap().contains("after: `soon`"),
+        "{message}"
+    );
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn server_events_say_when_a_deployment_changes_state() {
     let (app, _, _repo) = with_process_provider(|_| {}).await;
