@@ -170,7 +170,9 @@ impl App {
         // refused key file leaves the database as it was.
         let secret_key = config.secret_key_file().load()?;
 
-        let db = store::connect(&location).await?;
+        // A replica's pool: see `store::connect_limited`.
+        let idle_limit = replica.as_ref().map(|_| config.cluster.lease);
+        let db = store::connect_limited(&location, idle_limit).await?;
         // Replicas starting as standbys migrate too: one at a time.
         store::lock::migrating(
             &location,
@@ -352,6 +354,28 @@ impl App {
                 )
             }))
             .layer(TraceLayer::new_for_http());
+        // A replica that may have lost its lease (paused, cut off) takes no
+        // request, even before its heartbeat notices: a standby relaying it
+        // sends it to the next leader.
+        let router = if is_replica {
+            {
+                let cluster = cluster.clone();
+                router.layer(axum::middleware::from_fn(
+                    move |request: axum::extract::Request, next: axum::middleware::Next| {
+                        let cluster = cluster.clone();
+                        async move {
+                            if cluster.leads_now() {
+                                next.run(request).await
+                            } else {
+                                not_leading()
+                            }
+                        }
+                    },
+                ))
+            }
+        } else {
+            router
+        };
 
         let mut lock = held.take().expect("build holds the server lock");
         lock.set_listen(bound).await;
@@ -513,6 +537,22 @@ impl App {
         tracing::info!("stopped");
         Ok(())
     }
+}
+
+/// The header a replica that no longer leads marks its refusal with: the
+/// request was not taken, so a relay may send it to the next leader.
+pub const NOT_LEADING: &str = "x-corbel-not-leading";
+
+fn not_leading() -> axum::response::Response {
+    let mut refused = api_http::edge_error(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        api::ErrorCode::Unavailable,
+        "this replica no longer leads: retry (any replica forwards to the leader)",
+    );
+    refused
+        .headers_mut()
+        .insert(NOT_LEADING, axum::http::HeaderValue::from_static("1"));
+    refused
 }
 
 async fn purge_sessions(auth: Auth, stopping: CancellationToken) {

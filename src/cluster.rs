@@ -198,6 +198,9 @@ struct Inner {
     settings: ClusterSettings,
     /// The leader lease's epoch while this replica holds it.
     leading: watch::Sender<Option<i64>>,
+    /// Until when, by this replica's clock, its leadership holds: a lease
+    /// from the last renewal seen to succeed, less a heartbeat.
+    valid_until: std::sync::Mutex<Instant>,
     stopping: CancellationToken,
 }
 
@@ -237,12 +240,15 @@ impl Cluster {
         }
         rows::join(&db, &row, lease_ms).await?;
         let (leading, _) = watch::channel(None);
+        // Measured before the claim below, as a renewal is.
+        let valid_until = Instant::now() + settings.lease.saturating_sub(settings.heartbeat);
         let cluster = Cluster(Arc::new(Inner {
             db,
             me,
             advertise_url,
             settings,
             leading,
+            valid_until: std::sync::Mutex::new(valid_until),
             stopping,
         }));
         let epoch = rows::claim(&cluster.0.db, LEADER, me, lease_ms, alone).await?;
@@ -262,6 +268,14 @@ impl Cluster {
     /// The leader lease's epoch while this replica holds it.
     pub fn leader_epoch(&self) -> Option<i64> {
         *self.0.leading.borrow()
+    }
+
+    /// Whether this replica leads now, by its own clock: false as soon as
+    /// its lease could have run out, even before the heartbeat notices (a
+    /// paused process sees this at once when it runs again).
+    pub fn leads_now(&self) -> bool {
+        self.leader_epoch().is_some()
+            && Instant::now() < *self.0.valid_until.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Changes to [`Self::leader_epoch`].
@@ -362,6 +376,7 @@ impl Cluster {
             match rows::claim(&self.0.db, LEADER, self.0.me, lease_ms, false).await {
                 Ok(Some(epoch)) => {
                     valid_until = sent + lease - self.0.settings.heartbeat;
+                    *self.0.valid_until.lock().unwrap_or_else(|e| e.into_inner()) = valid_until;
                     self.set_leading(Some(epoch));
                 }
                 Ok(None) => self.set_leading(None),

@@ -95,7 +95,7 @@ pub async fn serve(
         Holder::me("serve", Some(config.listen)),
     )
     .await?;
-    let db = crate::store::connect(&location).await?;
+    let db = crate::store::connect_limited(&location, Some(config.cluster.lease)).await?;
     let me = Holder::me("serve", Some(config.listen));
     crate::store::lock::migrating(&location, &me, async {
         crate::store::migrate(&db)
@@ -328,6 +328,14 @@ async fn relay_http(
             .send()
             .await;
         match sent {
+            // A leader that lost its lease refused it untaken: the next one
+            // gets it.
+            Ok(answer)
+                if answer.headers().contains_key(crate::app::NOT_LEADING)
+                    && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(LEADER_POLL).await;
+            }
             Ok(answer) => break answer,
             Err(e) if e.is_connect() && Instant::now() < deadline => {
                 tracing::debug!(leader = %leader, error = %crate::error_chain(&e), "the leader cannot be reached; waiting for the next");
@@ -412,6 +420,12 @@ async fn relay_ws(
         .await;
         match connected {
             Ok(Ok(connected)) => break connected,
+            Ok(Err(tokio_tungstenite::tungstenite::Error::Http(refused)))
+                if refused.headers().contains_key(crate::app::NOT_LEADING)
+                    && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(LEADER_POLL).await;
+            }
             Ok(Err(tokio_tungstenite::tungstenite::Error::Http(refused))) => {
                 // The leader refused the socket (a bad protocol, say): say
                 // what it said.

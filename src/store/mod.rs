@@ -50,6 +50,18 @@ pub enum StoreError {
 /// Opens a pool to the store. For SQLite the file (and its directory) is made if
 /// missing.
 pub async fn connect(location: &DatabaseLocation) -> Result<DatabaseConnection, StoreError> {
+    connect_limited(location, None).await
+}
+
+/// As [`connect`]; on PostgreSQL, with `idle_in_transaction`, the server ends
+/// a session that stays idle inside a transaction that long. A replica's
+/// pools use its lease: a leader paused (or cut off) inside a fenced
+/// transaction holds a share lock on the lease row, which would keep the
+/// next leader's claim waiting for as long as it is paused.
+pub async fn connect_limited(
+    location: &DatabaseLocation,
+    idle_in_transaction: Option<Duration>,
+) -> Result<DatabaseConnection, StoreError> {
     if let DatabaseLocation::Sqlite(path) = location
         && let Some(dir) = path.parent()
         && !dir.as_os_str().is_empty()
@@ -84,7 +96,18 @@ pub async fn connect(location: &DatabaseLocation) -> Result<DatabaseConnection, 
                         .synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Normal)
                 })
         }
-        DatabaseLocation::Postgres(_) => options.max_connections(16).min_connections(1),
+        DatabaseLocation::Postgres(_) => {
+            let options = options.max_connections(16).min_connections(1);
+            match idle_in_transaction {
+                Some(limit) => options.map_sqlx_postgres_opts(move |o| {
+                    o.options([(
+                        "idle_in_transaction_session_timeout",
+                        limit.as_millis().max(1).to_string(),
+                    )])
+                }),
+                None => options,
+            }
+        }
     };
     let db = Database::connect(options)
         .await

@@ -158,8 +158,35 @@ fn provider_processes(replicas: &[Replica], provider: &str) -> Vec<i32> {
         .collect()
 }
 
+/// What befalls the leader mid-run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Struck {
+    /// SIGKILL.
+    Killed,
+    /// SIGSTOP until another leads, then SIGCONT: a stale leader, which
+    /// must stop without acting (exit code 75).
+    Paused,
+}
+
 #[tokio::test]
 async fn three_replicas_finish_the_run_of_a_leader_killed_mid_run() {
+    leader_struck_mid_run(
+        "three_replicas_finish_the_run_of_a_leader_killed_mid_run",
+        Struck::Killed,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_leader_paused_mid_run_stops_without_acting_when_it_runs_again() {
+    leader_struck_mid_run(
+        "a_leader_paused_mid_run_stops_without_acting_when_it_runs_again",
+        Struck::Paused,
+    )
+    .await;
+}
+
+async fn leader_struck_mid_run(test: &'static str, struck: Struck) {
     let first = TestStore::fresh().await;
     if !first.is_postgres() {
         // SQLite keeps one server: `--cluster` is refused, saying why.
@@ -175,10 +202,7 @@ async fn three_replicas_finish_the_run_of_a_leader_killed_mid_run() {
         return;
     }
     let knobs = Knobs::from_env(0x5eed_0018, 1);
-    let mut chaos = Chaos::new(
-        "three_replicas_finish_the_run_of_a_leader_killed_mid_run",
-        knobs,
-    );
+    let mut chaos = Chaos::new(test, knobs);
     let _leftovers = Leftovers::new(&chaos.mark);
     let app = TestApp::spawn_with(Arc::new(first), quick).await;
     let repo = ProviderRepo::new(&process_metadata(), &[]);
@@ -222,32 +246,63 @@ async fn three_replicas_finish_the_run_of_a_leader_killed_mid_run() {
     let following = tokio::spawn(follow(replicas[1].client(), id.clone()));
     let (when, under_way) = moment(&api, &id, &Progress::Deploy, 8, Duration::ZERO).await;
     let before = stored_events(&api, &id).await.last().copied().unwrap_or(0);
-    replicas[0].server.kill();
+    let leader_pid = i32::try_from(leader).unwrap();
+    match struck {
+        Struck::Killed => replicas[0].server.kill(),
+        Struck::Paused => signal(leader_pid, libc::SIGSTOP),
+    }
     let killed = Instant::now();
     chaos.struck(under_way);
-    println!("replicas: the leader (pid {leader}) SIGKILLed at {when}");
+    println!("replicas: the leader (pid {leader}) {struck:?} at {when}");
 
     // A standby takes over; the run goes on. A request sent to a standby
-    // meanwhile waits for the new leader and is answered by it.
+    // meanwhile is answered by the new leader (it waits for it; one that
+    // reached a paused leader is refused untaken once that one runs again,
+    // and sent on).
     let api_b = replicas[1].api_for(0);
-    let during = members(&api_b).await.unwrap_or_else(|e| {
-        let log = replicas[1].served().log.lock().unwrap().join("\n");
-        panic!("a request during the failover is answered: {e}\n{log}")
+    let during = tokio::spawn({
+        let api_b = replicas[1].api_for(0);
+        async move { members(&api_b).await }
     });
-    assert!(
-        during
-            .iter()
-            .any(|(pid, state, leads)| *leads && state == "ALIVE" && *pid != leader),
-        "answered by a new leader: {during:?}"
-    );
+    // Read from the database: a request relayed to a paused leader would
+    // wait for it.
+    let db = corbel::store::connect(&replicas[1].store.config().database().unwrap())
+        .await
+        .unwrap();
     let new_leader = eventually(Duration::from_secs(20), "a new leader", || async {
-        members(&api_b).await.ok().and_then(|m| {
-            m.iter()
-                .find(|(pid, state, leads)| *leads && state == "ALIVE" && *pid != leader)
-                .map(|m| m.0)
-        })
+        let (id, _) = corbel::store::cluster::holder_url(&db, "leader")
+            .await
+            .ok()??;
+        let row = corbel::store::cluster::replica(&db, id).await.ok()??;
+        let pid = u32::try_from(row.pid).ok()?;
+        (pid != leader).then_some(pid)
     })
     .await;
+    if struck == Struck::Paused {
+        signal(leader_pid, libc::SIGCONT);
+        let stale = &mut replicas[0].server.served.as_mut().unwrap().child;
+        let status = eventually(Duration::from_secs(20), "the stale leader to stop", || {
+            let status = stale.try_wait().unwrap();
+            async move { status }
+        })
+        .await;
+        assert_eq!(status.code(), Some(75), "a stale leader exits with 75");
+        replicas[0].server.kill();
+    }
+    // Never answered by the old leader as the leader. After a SIGKILL it is
+    // answered by the new one; a paused leader's socket may end as it
+    // exits, and then the standby cannot know whether the request was
+    // taken: it says so (UNAVAILABLE), never sends it twice.
+    match (during.await.unwrap(), struck) {
+        (Ok(during), _) => assert!(
+            during
+                .iter()
+                .any(|(pid, state, leads)| *leads && state == "ALIVE" && *pid != leader),
+            "answered by a new leader: {during:?}"
+        ),
+        (Err(e), Struck::Paused) => assert!(e.contains("UNAVAILABLE"), "{e}"),
+        (Err(e), Struck::Killed) => panic!("a request during the failover is answered: {e}"),
+    }
     let took_over = killed.elapsed();
     let continued = eventually(Duration::from_secs(30), "the run to go on", || async {
         let last = stored_events(&api_b, &id)
@@ -259,7 +314,7 @@ async fn three_replicas_finish_the_run_of_a_leader_killed_mid_run() {
     })
     .await;
     println!(
-        "replicas: failover: leader killed -> new leader (pid {new_leader}) serving in {} ms \
+        "replicas: failover: leader {struck:?} -> new leader (pid {new_leader}) serving in {} ms \
          -> the run continued in {} ms",
         took_over.as_millis(),
         (continued - killed).as_millis()
