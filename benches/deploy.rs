@@ -36,6 +36,10 @@ use uuid::Uuid;
 
 #[path = "common/fixture.rs"]
 mod fixture;
+#[path = "common/postgres.rs"]
+mod postgres;
+
+use postgres::fresh_postgres_database;
 
 use fixture::{build_fixture, fixture_repo};
 
@@ -413,21 +417,6 @@ async fn run(bin: &Path) {
     println!("on PostgreSQL:");
     bench.figures().await;
     bench.stop().await;
-}
-
-/// Creates `corbel_bench_<random>` on the server and returns its URL.
-async fn fresh_postgres_database(server: &str) -> String {
-    use sea_orm::{ConnectionTrait, Database};
-    let name = format!("corbel_bench_{}", Uuid::new_v4().simple());
-    let admin = Database::connect(server).await.expect("PostgreSQL");
-    admin
-        .execute_unprepared(&format!("CREATE DATABASE \"{name}\""))
-        .await
-        .expect("create the bench database");
-    admin.close().await.ok();
-    let mut url = url::Url::parse(server).expect("postgres URL");
-    url.set_path(&format!("/{name}"));
-    url.to_string()
 }
 
 /// Forgets the process's peak RSS, so `VmHWM` is the peak from here on.
