@@ -108,41 +108,61 @@ fn wait_for<T>(limit: Duration, mut check: impl FnMut() -> Option<T>) -> Option<
     None
 }
 
-async fn gql(http: &reqwest::Client, url: &str, query: &str, variables: Value) -> Value {
+/// The `data` of an answer, or why there is none.
+async fn try_gql(
+    http: &reqwest::Client,
+    url: &str,
+    query: &str,
+    variables: Value,
+) -> Result<Value, String> {
     let answer: Value = http
         .post(format!("{url}/graphql"))
         .bearer_auth(TOKEN)
         .json(&json!({ "query": query, "variables": variables }))
+        .timeout(Duration::from_secs(60))
         .send()
         .await
-        .expect("an answer")
+        .map_err(|e| e.to_string())?
         .json()
         .await
-        .expect("JSON");
-    if let Some(errors) = answer.get("errors") {
-        panic!("{query}: {errors}");
+        .map_err(|e| e.to_string())?;
+    match answer.get("errors") {
+        Some(errors) => Err(errors.to_string()),
+        None => Ok(answer["data"].clone()),
     }
-    answer["data"].clone()
+}
+
+async fn gql(http: &reqwest::Client, url: &str, query: &str, variables: Value) -> Value {
+    try_gql(http, url, query, variables)
+        .await
+        .unwrap_or_else(|e| panic!("{query}: {e}"))
 }
 
 /// The pid of the replica leading now, as `url` says.
 async fn leader_pid(http: &reqwest::Client, url: &str) -> Option<u64> {
-    let answer: Value = http
-        .post(format!("{url}/graphql"))
-        .bearer_auth(TOKEN)
-        .json(&json!({ "query": "{ replicas { pid state leader } }" }))
-        .timeout(Duration::from_secs(30))
-        .send()
-        .await
-        .ok()?
-        .json()
+    let data = try_gql(http, url, "{ replicas { pid state leader } }", json!({}))
         .await
         .ok()?;
-    answer["data"]["replicas"]
+    data["replicas"]
         .as_array()?
         .iter()
         .find(|r| r["leader"] == true && r["state"] == "ALIVE")
         .and_then(|r| r["pid"].as_u64())
+}
+
+/// A blueprint of `count` no-op resources, each depending on the one before
+/// when `chained`.
+fn noop_blueprint(count: usize, chained: bool) -> String {
+    let mut source = String::from("resources:\n");
+    for i in 0..count {
+        source.push_str(&format!(
+            "  r{i}:\n    type: fixture.v1.noop\n    provider: fixture\n"
+        ));
+        if chained && i > 0 {
+            source.push_str(&format!("    depends_on: [r{}]\n", i - 1));
+        }
+    }
+    source
 }
 
 async fn state_of(http: &reqwest::Client, url: &str, id: &str) -> (String, usize, i64) {
@@ -252,12 +272,7 @@ async fn cluster_of(n: usize, bin: &Path, server: &str, fixture_url: &str) -> Cl
 async fn throughput(bin: &Path, server: &str, fixture_url: &str) {
     const DEPLOYMENTS: usize = 4;
     const WIDTH: usize = 250;
-    let mut source = String::from("resources:\n");
-    for i in 0..WIDTH {
-        source.push_str(&format!(
-            "  r{i}:\n    type: fixture.v1.noop\n    provider: fixture\n"
-        ));
-    }
+    let source = noop_blueprint(WIDTH, false);
     for n in 1..=3 {
         let cluster = cluster_of(n, bin, server, fixture_url).await;
         let http = reqwest::Client::new();
@@ -291,15 +306,7 @@ async fn throughput(bin: &Path, server: &str, fixture_url: &str) {
 async fn failover(bin: &Path, server: &str, fixture_url: &str) {
     const LINKS: usize = 1500;
     const ROUNDS: usize = 5;
-    let mut source = String::from("resources:\n");
-    for i in 0..LINKS {
-        source.push_str(&format!(
-            "  r{i}:\n    type: fixture.v1.noop\n    provider: fixture\n"
-        ));
-        if i > 0 {
-            source.push_str(&format!("    depends_on: [r{}]\n", i - 1));
-        }
-    }
+    let source = noop_blueprint(LINKS, true);
     let mut cluster = cluster_of(3, bin, server, fixture_url).await;
     let http = reqwest::Client::new();
     let chain = blueprint(&http, &cluster.replicas[0].url, "chain", &source).await;

@@ -106,17 +106,7 @@ impl App {
             Holder::me("serve", Some(config.listen)),
         )
         .await?;
-        // A server refused from here on gives the lock up before it returns,
-        // so whatever the operator runs next (another start, `corbel
-        // secret-key rotate`) finds it free.
-        let mut held = Some(lock);
-        let built = Self::build_locked(config, provider_settings, location, &mut held, None).await;
-        if built.is_err()
-            && let Some(lock) = held.take()
-        {
-            lock.release().await;
-        }
-        built
+        Self::build_holding(config, provider_settings, location, lock, None).await
     }
 
     /// The server of a replica that has just taken the leader lease (`--cluster`):
@@ -133,24 +123,34 @@ impl App {
             .provider_settings()
             .context("resolving the data directory")?;
         let location = config.database()?;
+        let mut lock = lock;
+        if let Err(e) = lock.take_database_over(&location).await {
+            lock.release().await;
+            return Err(e.into());
+        }
+        Self::build_holding(
+            config,
+            provider_settings,
+            location,
+            lock,
+            Some((cluster, listen)),
+        )
+        .await
+    }
+
+    /// [`Self::build_locked`]; a server refused there gives the lock up
+    /// before it returns, so whatever the operator runs next (another
+    /// start, `corbel secret-key rotate`) finds it free.
+    async fn build_holding(
+        config: &Config,
+        provider_settings: provider::ProviderSettings,
+        location: store::DatabaseLocation,
+        lock: ServerLock,
+        replica: Option<(Cluster, Listen)>,
+    ) -> anyhow::Result<App> {
         let mut held = Some(lock);
-        let taken = match held.as_mut() {
-            Some(lock) => lock.take_database_over(&location).await,
-            None => Ok(()),
-        };
-        let built = match taken {
-            Ok(()) => {
-                Self::build_locked(
-                    config,
-                    provider_settings,
-                    location,
-                    &mut held,
-                    Some((cluster, listen)),
-                )
-                .await
-            }
-            Err(e) => Err(e.into()),
-        };
+        let built =
+            Self::build_locked(config, provider_settings, location, &mut held, replica).await;
         if built.is_err()
             && let Some(lock) = held.take()
         {
@@ -173,13 +173,11 @@ impl App {
         // A replica's pool: see `store::connect_limited`.
         let idle_limit = replica.as_ref().map(|_| config.cluster.lease);
         let db = store::connect_limited(&location, idle_limit).await?;
-        // Replicas starting as standbys migrate too: one at a time.
-        store::lock::migrating(
-            &location,
-            &Holder::me("serve", Some(config.listen)),
-            async { store::migrate(&db).await.map_err(anyhow::Error::from) },
-        )
-        .await?;
+        // A replica migrated at its start (`standby::serve`), one at a time
+        // with the others.
+        if replica.is_none() {
+            store::migrate(&db).await?;
+        }
 
         let stopping = CancellationToken::new();
         // One bus per area, each of this many events: a subscriber further
@@ -358,21 +356,19 @@ impl App {
         // request, even before its heartbeat notices: a standby relaying it
         // sends it to the next leader.
         let router = if is_replica {
-            {
-                let cluster = cluster.clone();
-                router.layer(axum::middleware::from_fn(
-                    move |request: axum::extract::Request, next: axum::middleware::Next| {
-                        let cluster = cluster.clone();
-                        async move {
-                            if cluster.leads_now() {
-                                next.run(request).await
-                            } else {
-                                not_leading()
-                            }
+            let cluster = cluster.clone();
+            router.layer(axum::middleware::from_fn(
+                move |request: axum::extract::Request, next: axum::middleware::Next| {
+                    let leads = cluster.leads_now();
+                    async move {
+                        if leads {
+                            next.run(request).await
+                        } else {
+                            not_leading()
                         }
-                    },
-                ))
-            }
+                    }
+                },
+            ))
         } else {
             router
         };

@@ -274,8 +274,11 @@ impl Cluster {
     /// its lease could have run out, even before the heartbeat notices (a
     /// paused process sees this at once when it runs again).
     pub fn leads_now(&self) -> bool {
-        self.leader_epoch().is_some()
-            && Instant::now() < *self.0.valid_until.lock().unwrap_or_else(|e| e.into_inner())
+        self.leader_epoch().is_some() && Instant::now() < self.valid_until()
+    }
+
+    fn valid_until(&self) -> Instant {
+        *self.0.valid_until.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Changes to [`Self::leader_epoch`].
@@ -360,8 +363,8 @@ impl Cluster {
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Leadership lasts, by this replica's clock, until a lease from the
         // last renewal seen to succeed could have run out, counted from
-        // before that renewal was sent; a heartbeat earlier, to be safe.
-        let mut valid_until = Instant::now() + lease - self.0.settings.heartbeat;
+        // before that renewal was sent; a heartbeat earlier, to be safe
+        // (`valid_until`, set first at `join`).
         loop {
             tokio::select! {
                 _ = every.tick() => {}
@@ -375,14 +378,14 @@ impl Cluster {
             let sent = Instant::now();
             match rows::claim(&self.0.db, LEADER, self.0.me, lease_ms, false).await {
                 Ok(Some(epoch)) => {
-                    valid_until = sent + lease - self.0.settings.heartbeat;
-                    *self.0.valid_until.lock().unwrap_or_else(|e| e.into_inner()) = valid_until;
+                    *self.0.valid_until.lock().unwrap_or_else(|e| e.into_inner()) =
+                        sent + lease.saturating_sub(self.0.settings.heartbeat);
                     self.set_leading(Some(epoch));
                 }
                 Ok(None) => self.set_leading(None),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot renew the leader lease");
-                    if Instant::now() >= valid_until {
+                    if Instant::now() >= self.valid_until() {
                         self.set_leading(None);
                     }
                 }

@@ -89,14 +89,10 @@ pub async fn serve(
         .context("resolving the data directory")?;
     crate::provider::check_socket_paths(&provider_settings)?;
     let location = config.database()?;
-    let lock = ServerLock::acquire_data_dir(
-        &provider_settings.data_dir,
-        &location,
-        Holder::me("serve", Some(config.listen)),
-    )
-    .await?;
-    let db = crate::store::connect_limited(&location, Some(config.cluster.lease)).await?;
     let me = Holder::me("serve", Some(config.listen));
+    let lock =
+        ServerLock::acquire_data_dir(&provider_settings.data_dir, &location, me.clone()).await?;
+    let db = crate::store::connect_limited(&location, Some(config.cluster.lease)).await?;
     crate::store::lock::migrating(&location, &me, async {
         crate::store::migrate(&db)
             .await
@@ -173,6 +169,7 @@ async fn forward_until_leading(
 ) -> anyhow::Result<bool> {
     let relay = Arc::new(Relay {
         cluster: cluster.clone(),
+        known: std::sync::Mutex::new(None),
         max_body,
         http: reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -225,6 +222,9 @@ async fn forward_until_leading(
 
 struct Relay {
     cluster: Cluster,
+    /// The leader's URL as last read, and when: read again after a
+    /// heartbeat, or at once when it did not take a request.
+    known: std::sync::Mutex<Option<(String, Instant)>>,
     /// A request body is read whole, up to the API's own limit, so that it
     /// can be sent again to a new leader.
     max_body: usize,
@@ -243,14 +243,26 @@ impl Relay {
         settings.lease + settings.heartbeat + LEADER_START
     }
 
+    /// The leader's URL, waiting until `deadline` for one to appear.
     async fn leader_by(&self, deadline: Instant) -> Result<String, Response> {
+        let fresh = self.cluster.settings().heartbeat;
+        if let Some((url, read)) = &*self.known.lock().unwrap_or_else(|e| e.into_inner())
+            && read.elapsed() < fresh
+        {
+            return Ok(url.clone());
+        }
         loop {
             match self.cluster.leader().await {
                 // This replica, if it has just claimed the lease: its server
                 // starts on the address this relay served, so a request
                 // still here goes there.
-                Ok(Some((_, url))) => return Ok(url.trim_end_matches('/').to_owned()),
-                Ok(_) => {}
+                Ok(Some((_, url))) => {
+                    let url = url.trim_end_matches('/').to_owned();
+                    *self.known.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some((url.clone(), Instant::now()));
+                    return Ok(url);
+                }
+                Ok(None) => {}
                 Err(e) => tracing::warn!(error = %e, "cannot read who leads"),
             }
             if Instant::now() >= deadline {
@@ -263,6 +275,48 @@ impl Relay {
             tokio::time::sleep(LEADER_POLL).await;
         }
     }
+
+    /// Runs `attempt` on the leader; while it says [`Sent::Untaken`] (the
+    /// leader could not be reached, or no longer leads), on whoever leads
+    /// next, for up to [`Self::patience`].
+    async fn to_leader<T, F>(&self, mut attempt: impl FnMut(String) -> F) -> Result<T, Response>
+    where
+        F: Future<Output = Sent<T>>,
+    {
+        let deadline = Instant::now() + self.patience();
+        loop {
+            let leader = self.leader_by(deadline).await?;
+            match attempt(leader.clone()).await {
+                Sent::Taken(answer) => return Ok(answer),
+                Sent::Refused(refused) => return Err(refused),
+                Sent::Untaken(why) => {
+                    *self.known.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                    if Instant::now() >= deadline {
+                        tracing::warn!(leader = %leader, error = %why, "cannot reach the leader");
+                        return Err(edge_error(
+                            StatusCode::BAD_GATEWAY,
+                            ErrorCode::Unavailable,
+                            &format!(
+                                "the leader at {leader} cannot be reached: retry in a few seconds"
+                            ),
+                        ));
+                    }
+                    tracing::debug!(leader = %leader, error = %why, "the leader did not take the request; waiting for the next");
+                    tokio::time::sleep(LEADER_POLL).await;
+                }
+            }
+        }
+    }
+}
+
+/// What became of one attempt to send a request to the leader.
+enum Sent<T> {
+    /// The leader has it: its answer.
+    Taken(T),
+    /// It did not reach a leader (why): it may go to the next one.
+    Untaken(String),
+    /// An answer that ends it here.
+    Refused(Response),
 }
 
 type Shared = State<Arc<Relay>>;
@@ -312,44 +366,43 @@ async fn relay_http(
         .map_or("/", |p| p.as_str())
         .to_owned();
     let headers = forwarded_headers(&parts.headers, peer);
-    // A leader that cannot be reached may have just died: the request was
-    // not taken, so it is sent again to whoever leads next.
-    let deadline = Instant::now() + relay.patience();
-    let answer = loop {
-        let leader = match relay.leader_by(deadline).await {
-            Ok(url) => url,
-            Err(refused) => return refused,
-        };
-        let sent = relay
-            .http
-            .request(parts.method.clone(), format!("{leader}{path}"))
-            .headers(headers.clone())
-            .body(body.clone())
-            .send()
-            .await;
-        match sent {
-            // A leader that lost its lease refused it untaken: the next one
-            // gets it.
-            Ok(answer)
-                if answer.headers().contains_key(crate::app::NOT_LEADING)
-                    && Instant::now() < deadline =>
-            {
-                tokio::time::sleep(LEADER_POLL).await;
+    // A leader that cannot be reached may have just died, or one that lost
+    // its lease refused it: the request was not taken, so it goes to
+    // whoever leads next.
+    let sent = relay
+        .to_leader(|leader| {
+            let request = relay
+                .http
+                .request(parts.method.clone(), format!("{leader}{path}"))
+                .headers(headers.clone())
+                .body(body.clone());
+            async move {
+                match request.send().await {
+                    Ok(answer) if answer.headers().contains_key(crate::app::NOT_LEADING) => {
+                        Sent::Untaken(format!("{leader} no longer leads"))
+                    }
+                    Ok(answer) => Sent::Taken(answer),
+                    Err(e) if e.is_connect() => Sent::Untaken(crate::error_chain(&e)),
+                    // Sent, and then lost: whether the leader took it is not
+                    // known, so it is not sent again.
+                    Err(e) => {
+                        tracing::warn!(leader = %leader, error = %crate::error_chain(&e), "the leader's answer was lost");
+                        Sent::Refused(edge_error(
+                            StatusCode::BAD_GATEWAY,
+                            ErrorCode::Unavailable,
+                            &format!(
+                                "the leader at {leader} did not answer: whether it took the \
+                                 request is not known"
+                            ),
+                        ))
+                    }
+                }
             }
-            Ok(answer) => break answer,
-            Err(e) if e.is_connect() && Instant::now() < deadline => {
-                tracing::debug!(leader = %leader, error = %crate::error_chain(&e), "the leader cannot be reached; waiting for the next");
-                tokio::time::sleep(LEADER_POLL).await;
-            }
-            Err(e) => {
-                tracing::warn!(leader = %leader, error = %crate::error_chain(&e), "cannot reach the leader");
-                return edge_error(
-                    StatusCode::BAD_GATEWAY,
-                    ErrorCode::Unavailable,
-                    &format!("the leader at {leader} cannot be reached: retry in a few seconds"),
-                );
-            }
-        }
+        })
+        .await;
+    let answer = match sent {
+        Ok(answer) => answer,
+        Err(refused) => return refused,
     };
     let mut response = Response::builder().status(answer.status());
     if let Some(headers) = response.headers_mut() {
@@ -383,81 +436,60 @@ async fn relay_ws(
             .await;
         }
     };
-    let deadline = Instant::now() + relay.patience();
-    let (upstream, answer) = loop {
-        let leader = match relay.leader_by(deadline).await {
-            Ok(url) => url,
-            Err(refused) => return refused,
-        };
-        let ws_url = format!(
-            "{}/graphql/ws",
-            leader
-                .replacen("https://", "wss://", 1)
-                .replacen("http://", "ws://", 1)
-        );
-        let Ok(mut upstream_request) = ws_url.as_str().into_client_request() else {
-            return edge_error(
-                StatusCode::BAD_GATEWAY,
-                ErrorCode::Unavailable,
-                &format!("the leader's URL {leader} is not usable"),
-            );
-        };
-        let headers = upstream_request.headers_mut();
-        for (name, value) in forwarded_headers(&parts.headers, peer) {
-            if let Some(name) = name
-                && name != header::CONTENT_LENGTH
-            {
-                headers.append(name, value);
+    let sent = relay
+        .to_leader(|leader| {
+            let request = upstream_request(&leader, &parts.headers, peer);
+            async move {
+                let request = match request {
+                    Ok(request) => request,
+                    Err(unusable) => {
+                        return Sent::Refused(edge_error(
+                            StatusCode::BAD_GATEWAY,
+                            ErrorCode::Unavailable,
+                            &unusable,
+                        ));
+                    }
+                };
+                let connected = tokio::time::timeout(
+                    CONNECT_TIMEOUT,
+                    tokio_tungstenite::connect_async(request),
+                )
+                .await;
+                match connected {
+                    Ok(Ok(connected)) => Sent::Taken(connected),
+                    Ok(Err(tokio_tungstenite::tungstenite::Error::Http(refused)))
+                        if refused.headers().contains_key(crate::app::NOT_LEADING) =>
+                    {
+                        Sent::Untaken(format!("{leader} no longer leads"))
+                    }
+                    Ok(Err(tokio_tungstenite::tungstenite::Error::Http(refused))) => {
+                        // The leader refused the socket (a bad protocol, say):
+                        // say what it said.
+                        let (parts, body) = refused.into_parts();
+                        Sent::Refused(Response::from_parts(
+                            parts,
+                            Body::from(body.unwrap_or_default()),
+                        ))
+                    }
+                    Ok(Err(e)) => Sent::Untaken(crate::error_chain(&e)),
+                    Err(_) => Sent::Untaken(format!("no answer within {CONNECT_TIMEOUT:?}")),
+                }
             }
-        }
-        if let Some(protocols) = parts.headers.get(header::SEC_WEBSOCKET_PROTOCOL) {
-            headers.insert(header::SEC_WEBSOCKET_PROTOCOL, protocols.clone());
-        }
-        let connected = tokio::time::timeout(
-            CONNECT_TIMEOUT,
-            tokio_tungstenite::connect_async(upstream_request),
-        )
+        })
         .await;
-        match connected {
-            Ok(Ok(connected)) => break connected,
-            Ok(Err(tokio_tungstenite::tungstenite::Error::Http(refused)))
-                if refused.headers().contains_key(crate::app::NOT_LEADING)
-                    && Instant::now() < deadline =>
-            {
-                tokio::time::sleep(LEADER_POLL).await;
-            }
-            Ok(Err(tokio_tungstenite::tungstenite::Error::Http(refused))) => {
-                // The leader refused the socket (a bad protocol, say): say
-                // what it said.
-                let (parts, body) = refused.into_parts();
-                return Response::from_parts(parts, Body::from(body.unwrap_or_default()));
-            }
-            Ok(Err(e)) if Instant::now() < deadline => {
-                tracing::debug!(leader = %leader, error = %crate::error_chain(&e), "the leader cannot be reached; waiting for the next");
-                tokio::time::sleep(LEADER_POLL).await;
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(leader = %leader, error = %crate::error_chain(&e), "cannot open a websocket to the leader");
-                return edge_error(
-                    StatusCode::BAD_GATEWAY,
-                    ErrorCode::Unavailable,
-                    &format!("the leader at {leader} cannot be reached: retry in a few seconds"),
-                );
-            }
-            Err(_) => {
-                return edge_error(
-                    StatusCode::BAD_GATEWAY,
-                    ErrorCode::Unavailable,
-                    &format!("the leader at {leader} did not answer in time: retry"),
-                );
-            }
-        }
+    let (upstream, answer) = match sent {
+        Ok(connected) => connected,
+        Err(refused) => return refused,
     };
     let chosen = answer
         .headers()
         .get(header::SEC_WEBSOCKET_PROTOCOL)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    // Messages bounded as the leader bounds them.
+    let upgrade = upgrade
+        .max_message_size(relay.max_body)
+        .max_frame_size(relay.max_body);
     let upgrade = match chosen {
         Some(protocol) => upgrade.protocols([protocol]),
         None => upgrade,
@@ -465,6 +497,36 @@ async fn relay_ws(
     let closing = relay.sockets.clone();
     let tasks = relay.socket_tasks.clone();
     upgrade.on_upgrade(move |client| tasks.track_future(pump(client, upstream, closing)))
+}
+
+/// The websocket request to the leader at `leader`, with the client's
+/// headers and subprotocols.
+fn upstream_request(
+    leader: &str,
+    client: &HeaderMap,
+    peer: SocketAddr,
+) -> Result<tokio_tungstenite::tungstenite::handshake::client::Request, String> {
+    let url = format!(
+        "{}/graphql/ws",
+        leader
+            .replacen("https://", "wss://", 1)
+            .replacen("http://", "ws://", 1)
+    );
+    let Ok(mut request) = url.as_str().into_client_request() else {
+        return Err(format!("the leader's URL {leader} is not usable"));
+    };
+    let headers = request.headers_mut();
+    for (name, value) in forwarded_headers(client, peer) {
+        if let Some(name) = name
+            && name != header::CONTENT_LENGTH
+        {
+            headers.append(name, value);
+        }
+    }
+    if let Some(protocols) = client.get(header::SEC_WEBSOCKET_PROTOCOL) {
+        headers.insert(header::SEC_WEBSOCKET_PROTOCOL, protocols.clone());
+    }
+    Ok(request)
 }
 
 type Upstream =

@@ -179,7 +179,9 @@ impl ServerLock {
         };
         let postgres = match database {
             DatabaseLocation::Sqlite(_) => None,
-            DatabaseLocation::Postgres(url) => Some(PgHold::acquire(url, database, &me).await?),
+            DatabaseLocation::Postgres(url) => {
+                Some(PgHold::acquire(url, database, &me, false).await?)
+            }
         };
         Ok(ServerLock {
             me,
@@ -224,7 +226,7 @@ impl ServerLock {
         if let DatabaseLocation::Postgres(url) = database
             && self.postgres.is_none()
         {
-            self.postgres = Some(PgHold::take_over(url, database, &self.me).await?);
+            self.postgres = Some(PgHold::acquire(url, database, &self.me, true).await?);
         }
         Ok(())
     }
@@ -507,84 +509,60 @@ enum Attempt {
 }
 
 impl PgHold {
+    /// Takes the advisory lock, or refuses naming its holder (after waiting
+    /// `SETTLE` for one that looks dead). `take_over`: the holder is known to
+    /// be a previous leader whose lease ran out, so its session is ended and
+    /// the lock taken, within `PG_DEADLINE`.
     async fn acquire(
         url: &url::Url,
         database: &DatabaseLocation,
         me: &Holder,
+        take_over: bool,
     ) -> Result<PgHold, LockError> {
         let failed = |reason: String| LockError::Postgres {
             location: database.redacted(),
             reason,
         };
         let options = connect_options(url, me).map_err(|e| failed(e.to_string()))?;
-        let deadline = Instant::now() + SETTLE;
+        let deadline = Instant::now() + if take_over { PG_DEADLINE } else { SETTLE };
         let mut connection = connect(&options).await.map_err(&failed)?;
         let connection = loop {
-            match attempt(connection).await.map_err(&failed)? {
+            let (mut again, holder) = match attempt(connection).await.map_err(&failed)? {
                 Attempt::Taken(connection) => break connection,
-                Attempt::Busy(again, holder) => {
-                    let waiting = holder.as_ref().is_none_or(|h| h.looks_dead(me));
-                    if waiting && Instant::now() < deadline {
-                        connection = again;
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                    let _ = again.close().await;
-                    return Err(LockError::Held {
-                        what: format!("the PostgreSQL database {}", database.redacted()),
-                        holder: holder.map_or_else(
-                            || "a session that could not be named".to_owned(),
-                            |h| h.to_string(),
-                        ),
-                        lock: format!("the advisory lock {ADVISORY_KEY:#x}"),
-                        instead: "database (--database-url)",
-                    });
+                Attempt::Busy(again, holder) => (again, holder),
+            };
+            let waiting = take_over || holder.as_ref().is_none_or(|h| h.looks_dead(me));
+            if !waiting || Instant::now() >= deadline {
+                let _ = again.close().await;
+                if take_over {
+                    return Err(failed(format!(
+                        "the previous leader's session still holds it after {PG_DEADLINE:?}"
+                    )));
+                }
+                return Err(LockError::Held {
+                    what: format!("the PostgreSQL database {}", database.redacted()),
+                    holder: holder.map_or_else(
+                        || "a session that could not be named".to_owned(),
+                        |h| h.to_string(),
+                    ),
+                    lock: format!("the advisory lock {ADVISORY_KEY:#x}"),
+                    instead: "database (--database-url)",
+                });
+            }
+            if take_over && let Some(holder) = holder {
+                tracing::warn!(holder = %holder, "ending the previous leader's lock session");
+                let ended = within(
+                    sqlx::query_scalar::<_, bool>("SELECT pg_terminate_backend($1)")
+                        .bind(holder.session)
+                        .fetch_one(&mut again),
+                )
+                .await;
+                if let Err(e) = ended {
+                    tracing::warn!(error = %e, "cannot end the previous leader's lock session");
                 }
             }
-        };
-        let (commands, received) = mpsc::channel(4);
-        tokio::spawn(keep(connection, options, database.redacted(), received));
-        Ok(PgHold { commands })
-    }
-
-    async fn take_over(
-        url: &url::Url,
-        database: &DatabaseLocation,
-        me: &Holder,
-    ) -> Result<PgHold, LockError> {
-        let failed = |reason: String| LockError::Postgres {
-            location: database.redacted(),
-            reason,
-        };
-        let options = connect_options(url, me).map_err(|e| failed(e.to_string()))?;
-        let deadline = Instant::now() + PG_DEADLINE;
-        let mut connection = connect(&options).await.map_err(&failed)?;
-        let connection = loop {
-            match attempt(connection).await.map_err(&failed)? {
-                Attempt::Taken(connection) => break connection,
-                Attempt::Busy(mut again, holder) => {
-                    if Instant::now() >= deadline {
-                        let _ = again.close().await;
-                        return Err(failed(format!(
-                            "the previous leader's session still holds it after {PG_DEADLINE:?}"
-                        )));
-                    }
-                    if let Some(holder) = holder {
-                        tracing::warn!(holder = %holder, "ending the previous leader's lock session");
-                        let ended = within(
-                            sqlx::query_scalar::<_, bool>("SELECT pg_terminate_backend($1)")
-                                .bind(holder.session)
-                                .fetch_one(&mut again),
-                        )
-                        .await;
-                        if let Err(e) = ended {
-                            tracing::warn!(error = %e, "cannot end the previous leader's lock session");
-                        }
-                    }
-                    connection = again;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
+            connection = again;
+            tokio::time::sleep(Duration::from_millis(100)).await;
         };
         let (commands, received) = mpsc::channel(4);
         tokio::spawn(keep(connection, options, database.redacted(), received));

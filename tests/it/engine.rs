@@ -10,7 +10,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::deployments::{
-    create_blueprint, deploy, deployment, destroy_and_wait, pids, settled, with_process_provider,
+    create_blueprint, deploy, deployment, destroy_and_wait, pids, settled, stored_event_ids,
+    with_process_provider,
 };
 use crate::support::processes::all_gone;
 use crate::support::provider_repos::{ProviderRepo, shell_metadata, workspace_bin};
@@ -231,18 +232,7 @@ async fn events_arrive_in_order_while_many_nodes_run_at_once() {
             break;
         }
     }
-    let body = app
-        .gql(
-            "query($id: ID!) { deployment(id: $id) { events(first: 10000) { id } } }",
-            json!({ "id": id }),
-        )
-        .await;
-    let stored: Vec<i64> = data(&body)["deployment"]["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["id"].as_str().unwrap().parse().unwrap())
-        .collect();
+    let stored = stored_event_ids(&app, &id).await;
     assert!(streamed.len() > 120, "{} events", streamed.len());
     assert!(streamed.windows(2).all(|w| w[0] < w[1]), "{streamed:?}");
     assert_eq!(streamed, stored[..streamed.len()], "as stored");

@@ -5,7 +5,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::data;
-use crate::support::deployments::{WEB, create_blueprint, deploy, settled, with_process_provider};
+use crate::support::deployments::{
+    WEB, create_blueprint, deploy, settled, stored_event_ids, with_process_provider,
+};
 use crate::support::websocket::{next_json, subscribe};
 
 #[tokio::test]
@@ -83,18 +85,7 @@ async fn deployment_events_resume_after_an_event() {
     )
     .await;
     settled(&app, &id, &["COMPLETE"]).await;
-    let body = app
-        .gql(
-            "query($id: ID!) { deployment(id: $id) { events { id } } }",
-            json!({ "id": id }),
-        )
-        .await;
-    let stored: Vec<i64> = data(&body)["deployment"]["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["id"].as_str().unwrap().parse().unwrap())
-        .collect();
+    let stored = stored_event_ids(&app, &id).await;
     assert!(stored.len() > 3, "{stored:?}");
     let cut = stored[stored.len() / 2];
     let query = "subscription($id: ID!, $after: ID) { deploymentEvents(id: $id, after: $after) { id kind state } }";

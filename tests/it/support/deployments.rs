@@ -136,6 +136,22 @@ pub async fn destroy_and_wait(app: &TestApp, id: &str, pids: &[i32]) {
 }
 
 /// Waits until the deployment reaches one of `states`.
+/// The ids of the deployment's stored events, oldest first.
+pub async fn stored_event_ids(app: &TestApp, id: &str) -> Vec<i64> {
+    let body = app
+        .gql(
+            "query($id: ID!) { deployment(id: $id) { events(first: 10000) { id } } }",
+            json!({ "id": id }),
+        )
+        .await;
+    data(&body)["deployment"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().parse().unwrap())
+        .collect()
+}
+
 pub async fn settled(app: &TestApp, id: &str, states: &[&str]) -> Deployment {
     eventually(
         Duration::from_secs(60),
