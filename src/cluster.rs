@@ -370,30 +370,27 @@ impl Cluster {
                 _ = every.tick() => {}
                 _ = self.0.stopping.cancelled() => break,
             }
-            match rows::heartbeat(&self.0.db, self.0.me, lease_ms).await {
-                Ok(true) => {}
-                Ok(false) => tracing::error!("this replica was marked stopped by another"),
-                Err(e) => tracing::warn!(error = %e, "cannot renew this replica's lease"),
-            }
-            let sent = Instant::now();
-            match rows::claim(&self.0.db, LEADER, self.0.me, lease_ms, false).await {
-                Ok(Some(epoch)) => {
-                    *self.0.valid_until.lock().unwrap_or_else(|e| e.into_inner()) =
-                        sent + lease.saturating_sub(self.0.settings.heartbeat);
-                    self.set_leading(Some(epoch));
+            // A renewal that hangs (the database cut off: packets dropped,
+            // no error for minutes) must not keep a leader leading: it is
+            // given up when the leadership it renews ends.
+            let deadline = if self.leader_epoch().is_some() {
+                self.valid_until()
+            } else {
+                Instant::now() + lease
+            };
+            let renewal = async {
+                self.renew(lease_ms).await;
+                if self.leader_epoch().is_some()
+                    && let Err(e) = self.forget_gone().await
+                {
+                    tracing::debug!(error = %e, "cannot forget gone replicas");
                 }
-                Ok(None) => self.set_leading(None),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot renew the leader lease");
-                    if Instant::now() >= self.valid_until() {
-                        self.set_leading(None);
-                    }
+            };
+            if tokio::time::timeout_at(deadline, renewal).await.is_err() {
+                tracing::warn!("cannot renew the leases in time: the database does not answer");
+                if Instant::now() >= self.valid_until() {
+                    self.set_leading(None);
                 }
-            }
-            if self.leader_epoch().is_some()
-                && let Err(e) = self.forget_gone().await
-            {
-                tracing::debug!(error = %e, "cannot forget gone replicas");
             }
         }
         // Shutdown: leadership is given up, not lost (no warning).
@@ -405,6 +402,34 @@ impl Cluster {
         }
         if let Err(e) = rows::leave(&self.0.db, self.0.me).await {
             tracing::warn!(error = %e, "cannot mark this replica stopped");
+        }
+    }
+
+    /// One renewal of membership and leadership.
+    async fn renew(&self, lease_ms: i64) {
+        match rows::heartbeat(&self.0.db, self.0.me, lease_ms).await {
+            Ok(true) => {}
+            Ok(false) => tracing::error!("this replica was marked stopped by another"),
+            Err(e) => tracing::warn!(error = %e, "cannot renew this replica's lease"),
+        }
+        let sent = Instant::now();
+        match rows::claim(&self.0.db, LEADER, self.0.me, lease_ms, false).await {
+            Ok(Some(epoch)) => {
+                *self.0.valid_until.lock().unwrap_or_else(|e| e.into_inner()) = sent
+                    + self
+                        .0
+                        .settings
+                        .lease
+                        .saturating_sub(self.0.settings.heartbeat);
+                self.set_leading(Some(epoch));
+            }
+            Ok(None) => self.set_leading(None),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot renew the leader lease");
+                if Instant::now() >= self.valid_until() {
+                    self.set_leading(None);
+                }
+            }
         }
     }
 
