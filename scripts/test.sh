@@ -4,7 +4,9 @@
 # databases it made. Needs: PostgreSQL (the server), nginx (repository tests), Chromium
 # and chromedriver (the web console's tests), Python 3 with grpcio (the Python example
 # provider), a Docker engine (the docker runtime's and the docker provider's tests; they
-# fail without it) and busybox-static (their container image).
+# fail without it) and busybox-static (their container image). The partition
+# test runs replicas and PostgreSQL (the package's binaries, mounted from the
+# host's /usr) in containers of that image.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -45,6 +45,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame as UpstreamClose;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use uuid::Uuid;
 
 use crate::api::ErrorCode;
 use crate::api::http::edge_error;
@@ -170,6 +171,7 @@ async fn forward_until_leading(
     let relay = Arc::new(Relay {
         cluster: cluster.clone(),
         known: std::sync::Mutex::new(None),
+        holder: tokio::sync::watch::Sender::new(None),
         max_body,
         http: reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -195,6 +197,26 @@ async fn forward_until_leading(
         .with_graceful_shutdown(async move { stop.cancelled().await })
         .into_future(),
     );
+    // Who leads, read every heartbeat: a request or a socket waiting on a
+    // leader that has been replaced gives up on it.
+    let watching = tokio::spawn({
+        let relay = relay.clone();
+        let stop = promoted.clone();
+        async move {
+            let mut every = tokio::time::interval(relay.cluster.settings().heartbeat);
+            loop {
+                tokio::select! {
+                    _ = every.tick() => {}
+                    _ = stop.cancelled() => return,
+                }
+                if let Ok(Some((id, _))) = relay.cluster.leader().await {
+                    relay
+                        .holder
+                        .send_if_modified(|now| now.replace(id) != Some(id));
+                }
+            }
+        }
+    });
     tracing::info!("standby: forwarding requests to the leader");
     let leads = loop {
         if leadership.borrow_and_update().is_some() {
@@ -208,6 +230,11 @@ async fn forward_until_leading(
     // The listener is dropped as the graceful shutdown begins, so the server
     // can bind the same address while relayed requests finish.
     promoted.cancel();
+    let _ = watching.await;
+    if leads {
+        // Requests still waiting on the old leader go to this one.
+        relay.holder.send_replace(Some(cluster.id()));
+    }
     relay.sockets.cancel();
     relay.socket_tasks.close();
     if !leads {
@@ -224,7 +251,9 @@ struct Relay {
     cluster: Cluster,
     /// The leader's URL as last read, and when: read again after a
     /// heartbeat, or at once when it did not take a request.
-    known: std::sync::Mutex<Option<(String, Instant)>>,
+    known: std::sync::Mutex<Option<(Leader, Instant)>>,
+    /// The leader's replica id as last read.
+    holder: tokio::sync::watch::Sender<Option<Uuid>>,
     /// A request body is read whole, up to the API's own limit, so that it
     /// can be sent again to a new leader.
     max_body: usize,
@@ -243,24 +272,30 @@ impl Relay {
         settings.lease + settings.heartbeat + LEADER_START
     }
 
-    /// The leader's URL, waiting until `deadline` for one to appear.
-    async fn leader_by(&self, deadline: Instant) -> Result<String, Response> {
+    /// The leader, waiting until `deadline` for one to appear.
+    async fn leader_by(&self, deadline: Instant) -> Result<Leader, Response> {
         let fresh = self.cluster.settings().heartbeat;
-        if let Some((url, read)) = &*self.known.lock().unwrap_or_else(|e| e.into_inner())
+        if let Some((leader, read)) = &*self.known.lock().unwrap_or_else(|e| e.into_inner())
             && read.elapsed() < fresh
+            && *self.holder.borrow() == Some(leader.id)
         {
-            return Ok(url.clone());
+            return Ok(leader.clone());
         }
         loop {
             match self.cluster.leader().await {
                 // This replica, if it has just claimed the lease: its server
                 // starts on the address this relay served, so a request
                 // still here goes there.
-                Ok(Some((_, url))) => {
-                    let url = url.trim_end_matches('/').to_owned();
+                Ok(Some((id, url))) => {
+                    let leader = Leader {
+                        id,
+                        url: url.trim_end_matches('/').to_owned(),
+                    };
                     *self.known.lock().unwrap_or_else(|e| e.into_inner()) =
-                        Some((url.clone(), Instant::now()));
-                    return Ok(url);
+                        Some((leader.clone(), Instant::now()));
+                    self.holder
+                        .send_if_modified(|now| now.replace(id) != Some(id));
+                    return Ok(leader);
                 }
                 Ok(None) => {}
                 Err(e) => tracing::warn!(error = %e, "cannot read who leads"),
@@ -276,18 +311,56 @@ impl Relay {
         }
     }
 
-    /// Runs `attempt` on the leader; while it says [`Sent::Untaken`] (the
-    /// leader could not be reached, or no longer leads), on whoever leads
-    /// next, for up to [`Self::patience`].
-    async fn to_leader<T, F>(&self, mut attempt: impl FnMut(String) -> F) -> Result<T, Response>
+    /// Resolves once another replica than `leader` leads: `leader` can
+    /// never act again then (it stopped, or is fenced off), so nothing more
+    /// is to be had from it. A leader cut off by the network, or paused,
+    /// neither answers nor closes its connections.
+    async fn replaced(&self, leader: Uuid) {
+        let mut holder = self.holder.subscribe();
+        if holder
+            .wait_for(|now| now.is_some_and(|now| now != leader))
+            .await
+            .is_err()
+        {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Runs `attempt` on the leader's URL; while it says [`Sent::Untaken`]
+    /// (the leader could not be reached, or no longer leads), on whoever
+    /// leads next, for up to [`Self::patience`]. A leader replaced before it
+    /// answered may or may not have taken the request: it is sent to the
+    /// next leader only if it is `resendable` (it changes nothing). The
+    /// answer, and the leader that gave it.
+    async fn to_leader<T, F>(
+        &self,
+        resendable: bool,
+        mut attempt: impl FnMut(String) -> F,
+    ) -> Result<(T, Uuid), Response>
     where
         F: Future<Output = Sent<T>>,
     {
         let deadline = Instant::now() + self.patience();
         loop {
-            let leader = self.leader_by(deadline).await?;
-            match attempt(leader.clone()).await {
-                Sent::Taken(answer) => return Ok(answer),
+            let Leader { id, url: leader } = self.leader_by(deadline).await?;
+            let sent = tokio::select! {
+                sent = attempt(leader.clone()) => sent,
+                () = self.replaced(id) => if resendable {
+                    Sent::Untaken(format!("{leader} was replaced before it answered"))
+                } else {
+                    tracing::warn!(leader = %leader, "the leader was replaced before it answered");
+                    Sent::Refused(edge_error(
+                        StatusCode::BAD_GATEWAY,
+                        ErrorCode::Unavailable,
+                        &format!(
+                            "the leader at {leader} was replaced before it answered: whether \
+                             it took the request is not known"
+                        ),
+                    ))
+                }
+            };
+            match sent {
+                Sent::Taken(answer) => return Ok((answer, id)),
                 Sent::Refused(refused) => return Err(refused),
                 Sent::Untaken(why) => {
                     *self.known.lock().unwrap_or_else(|e| e.into_inner()) = None;
@@ -309,6 +382,13 @@ impl Relay {
     }
 }
 
+/// The replica leading, as last read.
+#[derive(Clone)]
+struct Leader {
+    id: Uuid,
+    url: String,
+}
+
 /// What became of one attempt to send a request to the leader.
 enum Sent<T> {
     /// The leader has it: its answer.
@@ -320,6 +400,35 @@ enum Sent<T> {
 }
 
 type Shared = State<Arc<Relay>>;
+
+/// Whether a request only reads: a GET or HEAD, or a GraphQL body (one
+/// request or a batch) every operation of which is a query. Anything
+/// unreadable counts as a write.
+fn reads_only(method: &axum::http::Method, body: &[u8]) -> bool {
+    use async_graphql::parser::types::OperationType;
+    if matches!(*method, axum::http::Method::GET | axum::http::Method::HEAD) {
+        return true;
+    }
+    let Ok(parsed) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return false;
+    };
+    let requests = match &parsed {
+        serde_json::Value::Array(batch) => batch.iter().collect(),
+        one => vec![one],
+    };
+    !requests.is_empty()
+        && requests.into_iter().all(|request| {
+            request["query"]
+                .as_str()
+                .and_then(|query| async_graphql::parser::parse_query(query).ok())
+                .is_some_and(|document| {
+                    document
+                        .operations
+                        .iter()
+                        .all(|(_, op)| op.node.ty == OperationType::Query)
+                })
+        })
+}
 
 /// The headers to send on: all but hop-by-hop ones and `Host`, with the
 /// client's address added to `X-Forwarded-For`.
@@ -369,8 +478,9 @@ async fn relay_http(
     // A leader that cannot be reached may have just died, or one that lost
     // its lease refused it: the request was not taken, so it goes to
     // whoever leads next.
+    let resendable = reads_only(&parts.method, &body);
     let sent = relay
-        .to_leader(|leader| {
+        .to_leader(resendable, |leader| {
             let request = relay
                 .http
                 .request(parts.method.clone(), format!("{leader}{path}"))
@@ -401,7 +511,7 @@ async fn relay_http(
         })
         .await;
     let answer = match sent {
-        Ok(answer) => answer,
+        Ok((answer, _)) => answer,
         Err(refused) => return refused,
     };
     let mut response = Response::builder().status(answer.status());
@@ -436,8 +546,10 @@ async fn relay_ws(
             .await;
         }
     };
+    // Nothing happens on a socket before its first message: opening it is
+    // always resendable.
     let sent = relay
-        .to_leader(|leader| {
+        .to_leader(true, |leader| {
             let request = upstream_request(&leader, &parts.headers, peer);
             async move {
                 let request = match request {
@@ -477,7 +589,7 @@ async fn relay_ws(
             }
         })
         .await;
-    let (upstream, answer) = match sent {
+    let ((upstream, answer), leader) = match sent {
         Ok(connected) => connected,
         Err(refused) => return refused,
     };
@@ -494,9 +606,8 @@ async fn relay_ws(
         Some(protocol) => upgrade.protocols([protocol]),
         None => upgrade,
     };
-    let closing = relay.sockets.clone();
     let tasks = relay.socket_tasks.clone();
-    upgrade.on_upgrade(move |client| tasks.track_future(pump(client, upstream, closing)))
+    upgrade.on_upgrade(move |client| tasks.track_future(pump(client, upstream, relay, leader)))
 }
 
 /// The websocket request to the leader at `leader`, with the client's
@@ -532,7 +643,12 @@ fn upstream_request(
 type Upstream =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-async fn pump(client: WebSocket, upstream: Upstream, closing: CancellationToken) {
+/// Relays frames both ways until either side closes, this replica stops
+/// forwarding, or `leader` is replaced (its socket may never end by itself).
+async fn pump(client: WebSocket, upstream: Upstream, relay: Arc<Relay>, leader: Uuid) {
+    let closing = relay.sockets.clone();
+    let replaced = relay.replaced(leader);
+    tokio::pin!(replaced);
     let (mut to_client, mut from_client) = client.split();
     let (mut to_leader, mut from_leader) = upstream.split();
     let gone = |reason: &str| {
@@ -576,6 +692,10 @@ async fn pump(client: WebSocket, upstream: Upstream, closing: CancellationToken)
                     return;
                 }
             },
+            () = &mut replaced => {
+                let _ = to_client.send(gone("the leader was replaced: subscribe again")).await;
+                return;
+            }
             _ = closing.cancelled() => {
                 let _ = to_client.send(gone("this replica leads now: subscribe again")).await;
                 let _ = to_leader.close().await;
@@ -610,4 +730,40 @@ fn to_downstream(message: UpstreamMessage) -> Option<ClientMessage> {
         })),
         UpstreamMessage::Frame(_) => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::Method;
+
+    use super::reads_only;
+
+    fn post(body: &str) -> bool {
+        reads_only(&Method::POST, body.as_bytes())
+    }
+
+    #[test]
+    fn only_reads_are_sent_again_to_a_new_leader() {
+        assert!(reads_only(&Method::GET, b""));
+        assert!(post(r#"{"query": "{ serverInfo { version } }"}"#));
+        assert!(post(
+            r#"{"query": "query A { me { id } } query B { replicas { id } }", "operationName": "B"}"#
+        ));
+        assert!(post(
+            r#"[{"query": "{ a: serverInfo { version } }"}, {"query": "query { me { id } }"}]"#
+        ));
+        // A write, or anything that could hold one, is not.
+        assert!(!post(r#"{"query": "mutation { logout }"}"#));
+        assert!(!post(
+            r#"{"query": "query A { me { id } } mutation B { logout }", "operationName": "A"}"#
+        ));
+        assert!(!post(
+            r#"[{"query": "{ me { id } }"}, {"query": "mutation { logout }"}]"#
+        ));
+        assert!(!post(r#"{"query": "subscription { x }"}"#));
+        assert!(!post(r#"{"query": "{ unclosed"}"#));
+        assert!(!post("not json"));
+        assert!(!post("[]"));
+        assert!(!reads_only(&Method::DELETE, b""));
+    }
 }

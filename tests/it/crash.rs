@@ -16,6 +16,7 @@ mod chaos;
 mod invariants;
 mod moment;
 mod observe;
+mod partition;
 mod replicas;
 mod requests;
 mod rollback;

@@ -1,0 +1,557 @@
+//! A network partition (issue 18): three `corbel serve --cluster` replicas
+//! and their PostgreSQL, each in a Docker container on a private network.
+//! The leader, mid-run, is cut off with `docker network disconnect`: it must
+//! stop acting (exit 75, its provider gone with it) before another replica
+//! takes over; the new leader finishes the run; the old one, reconnected and
+//! started again, joins as a standby; and every container the run made
+//! exists once, exactly as Corbel records it.
+//!
+//! There is no registry, so every container runs the test busybox image
+//! (`FROM scratch`) with the host's `/usr` mounted read-only: PostgreSQL
+//! from Debian's package, this build's `corbel` and docker provider, and the
+//! libraries they link, all from the host's files. The resources are
+//! containers on the host's engine (the docker provider reaches it through
+//! the mounted socket), so they outlive the replica that made them and the
+//! test counts them with the docker CLI.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+use super::observe::Api;
+use super::replicas::{assert_followed, follow, stored_events};
+use crate::support::ADMIN_TOKEN;
+use crate::support::binary::admin_gql;
+use crate::support::deployments::{create_blueprint, with_docker_provider};
+use crate::support::docker::{
+    DeploymentCleanup, LABEL_DEPLOYMENT, busybox_image, containers, docker, require_engine,
+};
+use crate::support::settings::QUICK_ENV;
+use crate::support::{POSTGRES_ENV, TestStore, corbel_bin, eventually};
+
+/// Containers in the chain the run makes, one after another.
+const CHAIN: usize = 12;
+/// Where the leader is cut off: once this many of them are made.
+const CUT_AFTER: usize = 3;
+/// The label on every container of this test (replicas and PostgreSQL).
+const LABEL_TEST: &str = "io.corbel.test.partition";
+/// Timings: a lease of eight heartbeats.
+const HEARTBEAT_MS: &str = "250";
+const LEASE_MS: &str = "2000";
+
+/// The network and the containers on it, removed when dropped (a failed
+/// test included).
+struct Net {
+    name: String,
+    files: TempDir,
+}
+
+impl Net {
+    fn new() -> Net {
+        require_engine();
+        let name = format!(
+            "corbel-part-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        docker(&[
+            "network",
+            "create",
+            "--label",
+            &format!("{LABEL_TEST}={name}"),
+            &name,
+        ]);
+        Net {
+            name,
+            files: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// `docker run -d` of the busybox image on this network with the host's
+    /// `/usr` (and `/lib`, `/lib64` from it) read-only, as `name`.
+    fn run(&self, name: &str, extra: &[String], command: &str) -> String {
+        let container = format!("{}-{name}", self.name);
+        let mut args: Vec<String> = [
+            "run",
+            "-d",
+            "--name",
+            &container,
+            "--hostname",
+            name,
+            "--network",
+            &self.name,
+            "--label",
+            &format!("{LABEL_TEST}={}", self.name),
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        for (host, inside) in [
+            ("/usr", "/usr"),
+            ("/usr/lib", "/lib"),
+            ("/usr/lib64", "/lib64"),
+        ] {
+            if Path::new(host).exists() {
+                args.extend(["-v".to_owned(), format!("{host}:{inside}:ro")]);
+            }
+        }
+        args.extend_from_slice(extra);
+        args.extend([busybox_image().to_owned(), "sh".into(), "-c".into()]);
+        args.push(command.to_owned());
+        docker(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        container
+    }
+
+    /// PostgreSQL from the host's package, trusting the network; its address
+    /// seen from the host.
+    fn postgres(&self) -> String {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("PostgreSQL's package is installed (scripts/test.sh does)")
+            .flatten()
+            .map(|v| v.path().join("bin"))
+            .filter(|bin| bin.join("postgres").exists())
+            .max()
+            .expect("a PostgreSQL server binary under /usr/lib/postgresql");
+        // initdb and postgres want their user to have a name.
+        let passwd = self.files.path().join("passwd");
+        let group = self.files.path().join("group");
+        std::fs::write(&passwd, "postgres:x:999:999:postgres:/tmp:/bin/sh\n").unwrap();
+        std::fs::write(&group, "postgres:x:999:\n").unwrap();
+        let extra = [
+            "--user".to_owned(),
+            "999:999".to_owned(),
+            "--tmpfs".to_owned(),
+            "/tmp:mode=1777".to_owned(),
+            "-v".to_owned(),
+            format!("{}:/etc/passwd:ro", passwd.display()),
+            "-v".to_owned(),
+            format!("{}:/etc/group:ro", group.display()),
+        ];
+        let bin = bin.display();
+        let container = self.run(
+            "pg",
+            &extra,
+            &format!(
+                "{bin}/initdb -D /tmp/pg -U corbel --auth=trust --no-locale -E UTF8 --no-sync \
+                 >/tmp/initdb.log 2>&1 || {{ cat /tmp/initdb.log; exit 1; }}; \
+                 echo 'host all all 0.0.0.0/0 trust' >> /tmp/pg/pg_hba.conf; \
+                 exec {bin}/postgres -D /tmp/pg -c listen_addresses='*' \
+                 -c unix_socket_directories=/tmp -c fsync=off -c max_connections=300"
+            ),
+        );
+        ip(&container)
+    }
+
+    /// A replica: this build's `corbel serve --cluster` as pid 1, with the
+    /// docker provider's binary, its git repository and the engine's socket.
+    fn replica(&self, name: &str, repo: &Path, key: &Path) -> String {
+        let bin_dir = corbel_bin().parent().unwrap().to_path_buf();
+        let mut extra = Vec::new();
+        let mounts = [
+            format!("{0}:{0}:ro", bin_dir.display()),
+            format!("{0}:{0}:ro", repo.display()),
+            "/var/run/docker.sock:/var/run/docker.sock".to_owned(),
+            format!("{}:/secret.key:ro", key.display()),
+        ];
+        for mount in mounts {
+            extra.extend(["-v".to_owned(), mount]);
+        }
+        let advertise = format!("http://{}-{name}:8080", self.name);
+        let database = format!("postgres://corbel@{}-pg:5432/postgres", self.name);
+        let env = QUICK_ENV.iter().copied().chain([
+            ("CORBEL_CLUSTER", "true"),
+            ("CORBEL_CLUSTER_HEARTBEAT_MS", HEARTBEAT_MS),
+            ("CORBEL_CLUSTER_LEASE_MS", LEASE_MS),
+            ("CORBEL_LISTEN", "0.0.0.0:8080"),
+            ("CORBEL_ADVERTISE_URL", &advertise),
+            ("CORBEL_DATABASE_URL", &database),
+            ("CORBEL_DATA_DIR", "/data"),
+            ("CORBEL_SECRET_KEY_FILE", "/secret.key"),
+            ("CORBEL_LOG_FORMAT", "json"),
+            ("HOME", "/data"),
+            ("PATH", "/bin"),
+        ]);
+        for (key, value) in env {
+            extra.extend(["-e".to_owned(), format!("{key}={value}")]);
+        }
+        self.run(
+            name,
+            &extra,
+            &format!(
+                "mkdir -p /data /tmp && exec {} serve",
+                corbel_bin().display()
+            ),
+        )
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for id in containers(&format!("{LABEL_TEST}={}", self.name)) {
+            let _ = Command::new("docker").args(["rm", "-f", &id]).output();
+        }
+        let _ = Command::new("docker")
+            .args(["network", "rm", &self.name])
+            .output();
+    }
+}
+
+/// The container's address on its network.
+fn ip(container: &str) -> String {
+    docker(&[
+        "inspect",
+        "-f",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+        container,
+    ])
+}
+
+fn api(container: &str) -> SocketAddr {
+    format!("{}:8080", ip(container)).parse().unwrap()
+}
+
+/// The container's JSON log lines, all its runs.
+fn log(container: &str) -> Vec<Value> {
+    let out = Command::new("docker")
+        .args(["logs", container])
+        .output()
+        .expect("docker logs runs");
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    text.lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect()
+}
+
+/// The roles its runs announced, in order.
+fn roles(container: &str) -> Vec<String> {
+    log(container)
+        .iter()
+        .filter(|line| line["fields"]["url"].is_string() || line["url"].is_string())
+        .map(|line| {
+            let role = &line["fields"]["role"];
+            let role = if role.is_string() {
+                role
+            } else {
+                &line["role"]
+            };
+            role.as_str().unwrap_or_default().to_owned()
+        })
+        .collect()
+}
+
+/// When its log first says it leads.
+fn leading_since(container: &str) -> Option<DateTime<Utc>> {
+    log(container).iter().find_map(|line| {
+        let message = line["fields"]["message"]
+            .as_str()
+            .or(line["message"].as_str())?;
+        message
+            .starts_with("leading: singletons run here")
+            .then(|| line["timestamp"].as_str()?.parse().ok())
+            .flatten()
+    })
+}
+
+/// The engine's word on a container: status, exit code, when it finished.
+fn exited(container: &str) -> Option<(i64, DateTime<Utc>)> {
+    let said = docker(&[
+        "inspect",
+        "-f",
+        "{{.State.Status}} {{.State.ExitCode}} {{.State.FinishedAt}}",
+        container,
+    ]);
+    let mut parts = said.split_whitespace();
+    (parts.next()? == "exited").then_some(())?;
+    let code = parts.next()?.parse().ok()?;
+    let finished = parts.next()?.parse().ok()?;
+    Some((code, finished))
+}
+
+async fn gql(addr: SocketAddr, query: &str, variables: Value) -> Option<Value> {
+    let body = admin_gql(addr, query, variables).await?;
+    body.get("errors").is_none().then(|| body["data"].clone())
+}
+
+/// The deployment's state and its nodes' (key, state, container id).
+async fn nodes(addr: SocketAddr, id: &str) -> Option<(String, Vec<(String, String, String)>)> {
+    let data = gql(
+        addr,
+        "query($id: ID!) { deployment(id: $id) { state nodes { key state outputs } } }",
+        json!({ "id": id }),
+    )
+    .await?;
+    let deployment = &data["deployment"];
+    let nodes = deployment["nodes"]
+        .as_array()?
+        .iter()
+        .map(|n| {
+            let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+            (s(&n["key"]), s(&n["state"]), s(&n["outputs"]["id"]))
+        })
+        .collect();
+    Some((deployment["state"].as_str()?.to_owned(), nodes))
+}
+
+/// The replicas as `replicas` shows them: advertised URL, state, leader.
+async fn members(addr: SocketAddr) -> Option<Vec<(String, String, bool)>> {
+    let data = gql(
+        addr,
+        "{ replicas { advertiseUrl state leader } }",
+        json!({}),
+    )
+    .await?;
+    Some(
+        data["replicas"]
+            .as_array()?
+            .iter()
+            .map(|r| {
+                (
+                    r["advertiseUrl"].as_str().unwrap_or_default().to_owned(),
+                    r["state"].as_str().unwrap_or_default().to_owned(),
+                    r["leader"].as_bool().unwrap_or_default(),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// The containers the engine runs for `deployment`: id and resource key.
+fn engine_containers(deployment: &str) -> Vec<(String, String)> {
+    containers(&format!("{LABEL_DEPLOYMENT}={deployment}"))
+        .into_iter()
+        .map(|id| {
+            let key = docker(&[
+                "inspect",
+                "-f",
+                "{{index .Config.Labels \"io.corbel.key\"}} {{.State.Status}}",
+                &id,
+            ]);
+            (id, key)
+        })
+        .collect()
+}
+
+/// A chain of containers, each made after the one before.
+fn chain_blueprint() -> String {
+    let mut source = String::from("version: \"1\"\nresources:\n");
+    for i in 0..CHAIN {
+        source.push_str(&format!(
+            "  c{i:02}:\n    type: docker.v1.container\n{}    config:\n      \
+             image: {}\n      command: \"trap 'exit 0' TERM; sleep 3600 & wait\"\n",
+            if i == 0 {
+                String::new()
+            } else {
+                format!("    depends_on: [c{:02}]\n", i - 1)
+            },
+            busybox_image()
+        ));
+    }
+    source
+}
+
+#[tokio::test]
+async fn a_leader_cut_off_from_the_database_stops_before_another_takes_over() {
+    if std::env::var(POSTGRES_ENV).is_err() {
+        // Replicas need PostgreSQL; this test brings its own, in a
+        // container, and runs in the suite's PostgreSQL pass.
+        println!("partition: runs in the PostgreSQL pass ({POSTGRES_ENV} set)");
+        return;
+    }
+    let net = Net::new();
+    let pg = net.postgres();
+    let host_store = TestStore {
+        dir: tempfile::tempdir().unwrap(),
+        database_url: Some(format!("postgres://corbel@{pg}:5432/postgres")),
+    };
+    let location = host_store.config().database().unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "PostgreSQL in its container",
+        || async { corbel::store::connect(&location).await.ok() },
+    )
+    .await;
+
+    // The provider and the blueprint, made by a server on the host; then
+    // the replicas take the database over.
+    let (app, _provider, repo) = with_docker_provider(Arc::new(host_store)).await;
+    let blueprint = create_blueprint(&app, "chain", &chain_blueprint()).await;
+    let host_store = Arc::into_inner(app.stop().await).expect("the store is ours again");
+    let key = net.files.path().join("secret.key");
+    std::fs::copy(host_store.data_dir().join("secret.key"), &key).unwrap();
+    let repo_dir: PathBuf = repo.bare();
+
+    let mut names = Vec::new();
+    for (i, name) in ["a", "b", "c"].into_iter().enumerate() {
+        let container = net.replica(name, &repo_dir, &key);
+        let role = eventually(Duration::from_secs(30), "a replica's announcement", || {
+            let container = container.clone();
+            async move { roles(&container).first().cloned() }
+        })
+        .await;
+        assert_eq!(role, if i == 0 { "leader" } else { "standby" }, "{name}");
+        names.push(container);
+    }
+    let [a, b, c] = [&names[0], &names[1], &names[2]];
+    let a_url = format!("http://{a}:8080");
+    eventually(
+        Duration::from_secs(30),
+        "three replicas, a leading",
+        || async {
+            let seen = members(api(c)).await?;
+            let alive = seen.iter().filter(|m| m.1 == "ALIVE").count();
+            let leaders: Vec<&String> = seen.iter().filter(|m| m.2).map(|m| &m.0).collect();
+            (alive == 3 && leaders == [&a_url]).then_some(())
+        },
+    )
+    .await;
+
+    // The run, asked through a standby.
+    let deployed = gql(
+        api(b),
+        "mutation($input: DeployBlueprintInput!) { deployBlueprint(input: $input) { id } }",
+        json!({ "input": { "blueprintId": blueprint, "name": "chain" } }),
+    )
+    .await
+    .expect("deployed through a standby");
+    let id = deployed["deployBlueprint"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let _leftovers = DeploymentCleanup(id.clone());
+    // Followed on a standby: its relayed socket to the cut-off leader never
+    // ends by itself; it is closed once another leads, and the follower
+    // resumes past the last event it saw.
+    let follower =
+        corbel::client::Api::new(&format!("http://{}", api(c)), Some(ADMIN_TOKEN.to_owned()))
+            .unwrap();
+    let following = tokio::spawn(follow(follower, id.clone(), Default::default()));
+    let made = eventually(Duration::from_secs(60), "the run under way", || async {
+        let (_, nodes) = nodes(api(c), &id).await?;
+        let made = nodes.iter().filter(|n| n.1 == "COMPLETE").count();
+        (made >= CUT_AFTER).then_some(made)
+    })
+    .await;
+    assert!(made < CHAIN, "cut off mid-run, not after it");
+
+    // Cut off: the leader loses the database and the other replicas.
+    docker(&["network", "disconnect", &net.name, a]);
+    println!("partition: {a} cut off with {made} of {CHAIN} containers made");
+    let (code, stopped) = eventually(
+        Duration::from_secs(30),
+        "the cut-off leader to stop",
+        || async move { exited(a) },
+    )
+    .await;
+    assert_eq!(code, 75, "a leader that lost its lease exits with 75");
+    let db = corbel::store::connect(&location).await.unwrap();
+    let new_leader = eventually(Duration::from_secs(30), "another leader", || async {
+        let (_, url) = corbel::store::cluster::holder_url(&db, "leader")
+            .await
+            .ok()??;
+        (url != a_url).then_some(url)
+    })
+    .await;
+    let successor = [b, c]
+        .into_iter()
+        .find(|n| new_leader == format!("http://{n}:8080"))
+        .expect("the new leader is b or c");
+    let took_over = leading_since(successor).expect("the new leader logs when it leads");
+    println!(
+        "partition: {a} stopped at {stopped}, {successor} leads from {took_over} ({} ms later)",
+        (took_over - stopped).num_milliseconds()
+    );
+    assert!(
+        stopped < took_over,
+        "the cut-off leader stopped ({stopped}) before {successor} led ({took_over})"
+    );
+
+    // The survivors finish the run while the old leader is still cut off.
+    let (state, recorded) = eventually(Duration::from_secs(120), "the run to end", || async {
+        let (state, nodes) = nodes(api(c), &id).await?;
+        matches!(state.as_str(), "COMPLETE" | "FAILED").then_some((state, nodes))
+    })
+    .await;
+    assert_eq!(state, "COMPLETE", "the run finished: {recorded:?}");
+    let (seen, sockets) = tokio::time::timeout(Duration::from_secs(30), following)
+        .await
+        .expect("the follower's socket ends once another leads")
+        .unwrap()
+        .expect("followed to the end");
+    assert!(
+        sockets >= 2,
+        "the follower's socket was closed at the failover"
+    );
+    assert_followed(&seen, &stored_events(&Api::at(api(b), 0), &id).await);
+    println!(
+        "partition: the follower on {c} saw {} events on {sockets} sockets",
+        seen.len()
+    );
+
+    // Reconnected and started again, the old leader joins as a standby.
+    docker(&["network", "connect", &net.name, a]);
+    docker(&["start", a]);
+    let again = eventually(
+        Duration::from_secs(30),
+        "the old leader back",
+        || async move { (roles(a).len() == 2).then(|| roles(a)) },
+    )
+    .await;
+    assert_eq!(again, ["leader", "standby"], "it comes back as a standby");
+
+    // Every container the run made exists once, as recorded.
+    let engine = engine_containers(&id);
+    let recorded_ids: BTreeSet<&str> = recorded.iter().map(|n| n.2.as_str()).collect();
+    let engine_ids: BTreeSet<&str> = engine.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(
+        recorded_ids, engine_ids,
+        "the containers running are those Corbel records: {engine:?}"
+    );
+    let keys: BTreeSet<&str> = engine.iter().map(|(_, key)| key.as_str()).collect();
+    assert_eq!(
+        engine.len(),
+        CHAIN,
+        "one container per resource: {engine:?}"
+    );
+    assert_eq!(keys.len(), CHAIN, "no resource made twice: {engine:?}");
+    assert!(
+        engine.iter().all(|(_, key)| key.ends_with(" running")),
+        "all running: {engine:?}"
+    );
+
+    // Three alive again; the cut-off incarnation is lost, never stopped
+    // cleanly (it could not reach the database to say goodbye).
+    let seen = eventually(
+        Duration::from_secs(30),
+        "three replicas alive again",
+        || async {
+            let seen = members(api(a)).await?;
+            (seen.iter().filter(|m| m.1 == "ALIVE").count() == 3).then_some(seen)
+        },
+    )
+    .await;
+    let lost: Vec<&(String, String, bool)> = seen.iter().filter(|m| m.1 == "LOST").collect();
+    assert!(
+        lost.len() == 1 && lost[0].0 == a_url,
+        "the cut-off incarnation is lost: {seen:?}"
+    );
+
+    // Destroyed through the old leader, now a standby: nothing left.
+    gql(
+        api(a),
+        "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
+        json!({ "id": id }),
+    )
+    .await
+    .expect("destroy asked");
+    eventually(Duration::from_secs(60), "the run destroyed", || async {
+        let (state, _) = nodes(api(b), &id).await?;
+        (state == "DESTROYED" && engine_containers(&id).is_empty()).then_some(())
+    })
+    .await;
+}
