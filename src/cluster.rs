@@ -386,22 +386,33 @@ impl Cluster {
                     tracing::debug!(error = %e, "cannot forget gone replicas");
                 }
             };
-            if tokio::time::timeout_at(deadline, renewal).await.is_err() {
+            let renewed = tokio::select! {
+                renewed = tokio::time::timeout_at(deadline, renewal) => renewed,
+                // Shutdown does not wait for a renewal that hangs.
+                _ = self.0.stopping.cancelled() => break,
+            };
+            if renewed.is_err() {
                 tracing::warn!("cannot renew the leases in time: the database does not answer");
                 if Instant::now() >= self.valid_until() {
                     self.set_leading(None);
                 }
             }
         }
-        // Shutdown: leadership is given up, not lost (no warning).
-        if let Some(epoch) = self.0.leading.send_replace(None) {
-            match rows::release(&self.0.db, LEADER, self.0.me, epoch).await {
-                Ok(()) => tracing::info!(epoch, "gave the leader lease up"),
-                Err(e) => tracing::warn!(error = %e, "cannot give the leader lease up"),
+        // Shutdown: leadership is given up, not lost (no warning). A replica
+        // cut off from the database still stops: its leases run out instead.
+        let goodbye = async {
+            if let Some(epoch) = self.0.leading.send_replace(None) {
+                match rows::release(&self.0.db, LEADER, self.0.me, epoch).await {
+                    Ok(()) => tracing::info!(epoch, "gave the leader lease up"),
+                    Err(e) => tracing::warn!(error = %e, "cannot give the leader lease up"),
+                }
             }
-        }
-        if let Err(e) = rows::leave(&self.0.db, self.0.me).await {
-            tracing::warn!(error = %e, "cannot mark this replica stopped");
+            if let Err(e) = rows::leave(&self.0.db, self.0.me).await {
+                tracing::warn!(error = %e, "cannot mark this replica stopped");
+            }
+        };
+        if tokio::time::timeout(lease, goodbye).await.is_err() {
+            tracing::warn!("the database does not answer: this replica's leases will run out");
         }
     }
 

@@ -209,7 +209,11 @@ async fn forward_until_leading(
                     _ = every.tick() => {}
                     _ = stop.cancelled() => return,
                 }
-                if let Ok(Some((id, _))) = relay.cluster.leader().await {
+                let read = tokio::select! {
+                    read = relay.who_leads() => read,
+                    _ = stop.cancelled() => return,
+                };
+                if let Ok(Some((id, _))) = read {
                     relay
                         .holder
                         .send_if_modified(|now| now.replace(id) != Some(id));
@@ -282,7 +286,7 @@ impl Relay {
             return Ok(leader.clone());
         }
         loop {
-            match self.cluster.leader().await {
+            match self.who_leads().await {
                 // This replica, if it has just claimed the lease: its server
                 // starts on the address this relay served, so a request
                 // still here goes there.
@@ -308,6 +312,20 @@ impl Relay {
                 ));
             }
             tokio::time::sleep(LEADER_POLL).await;
+        }
+    }
+
+    /// Who leads, as the database says within a heartbeat (a second at
+    /// least): cut off from it, a query neither answers nor fails.
+    async fn who_leads(&self) -> anyhow::Result<Option<(Uuid, String)>> {
+        let within = self
+            .cluster
+            .settings()
+            .heartbeat
+            .max(Duration::from_secs(1));
+        match tokio::time::timeout(within, self.cluster.leader()).await {
+            Ok(read) => Ok(read?),
+            Err(_) => anyhow::bail!("the database did not answer within {within:?}"),
         }
     }
 

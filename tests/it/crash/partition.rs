@@ -3,8 +3,9 @@
 //! The leader, mid-run, is cut off with `docker network disconnect`: it must
 //! stop acting (exit 75, its provider gone with it) before another replica
 //! takes over; the new leader finishes the run; the old one, reconnected and
-//! started again, joins as a standby; and every container the run made
-//! exists once, exactly as Corbel records it.
+//! started again, joins as a standby; every container the run made exists
+//! once, exactly as Corbel records it; and a standby cut off still stops
+//! when asked.
 //!
 //! There is no registry, so every container runs the test busybox image
 //! (`FROM scratch`) with the host's `/usr` mounted read-only: PostgreSQL
@@ -554,4 +555,17 @@ async fn a_leader_cut_off_from_the_database_stops_before_another_takes_over() {
         (state == "DESTROYED" && engine_containers(&id).is_empty()).then_some(())
     })
     .await;
+
+    // A standby cut off from the database still stops when asked (SIGTERM),
+    // on its own: its lease runs out instead of being given up.
+    let standby = if successor == c { b } else { c };
+    docker(&["network", "disconnect", &net.name, standby]);
+    let asked = std::time::Instant::now();
+    docker(&["stop", "-t", "20", standby]);
+    let (code, _) = exited(standby).expect("stopped");
+    println!(
+        "partition: {standby}, cut off, stopped {} ms after SIGTERM",
+        asked.elapsed().as_millis()
+    );
+    assert_eq!(code, 0, "a cut-off standby stops by itself (not killed)");
 }
