@@ -371,13 +371,10 @@ impl Cluster {
                 _ = self.0.stopping.cancelled() => break,
             }
             // A renewal that hangs (the database cut off: packets dropped,
-            // no error for minutes) must not keep a leader leading: it is
-            // given up when the leadership it renews ends.
-            let deadline = if self.leader_epoch().is_some() {
-                self.valid_until()
-            } else {
-                Instant::now() + lease
-            };
+            // no error for minutes) must not keep a leader leading: when the
+            // leadership it renews ends, the replica steps down. The renewal
+            // itself is not cut short (a slow database is not a lost one).
+            let leading = self.leader_epoch().is_some();
             let renewal = async {
                 self.renew(lease_ms).await;
                 if self.leader_epoch().is_some()
@@ -386,15 +383,21 @@ impl Cluster {
                     tracing::debug!(error = %e, "cannot forget gone replicas");
                 }
             };
-            let renewed = tokio::select! {
-                renewed = tokio::time::timeout_at(deadline, renewal) => renewed,
+            tokio::pin!(renewal);
+            let late = tokio::select! {
+                () = &mut renewal => false,
+                () = tokio::time::sleep_until(self.valid_until()), if leading => true,
                 // Shutdown does not wait for a renewal that hangs.
                 _ = self.0.stopping.cancelled() => break,
             };
-            if renewed.is_err() {
-                tracing::warn!("cannot renew the leases in time: the database does not answer");
-                if Instant::now() >= self.valid_until() {
-                    self.set_leading(None);
+            if late {
+                tracing::warn!(
+                    "cannot renew the leader lease in time: the database does not answer"
+                );
+                self.set_leading(None);
+                tokio::select! {
+                    () = &mut renewal => {}
+                    _ = self.0.stopping.cancelled() => break,
                 }
             }
         }
