@@ -115,7 +115,7 @@ impl App {
     /// given, or one bound to the address it served at as a standby.
     pub async fn build_leader(
         config: &Config,
-        lock: ServerLock,
+        mut lock: ServerLock,
         cluster: Cluster,
         listen: Listen,
     ) -> anyhow::Result<App> {
@@ -123,7 +123,6 @@ impl App {
             .provider_settings()
             .context("resolving the data directory")?;
         let location = config.database()?;
-        let mut lock = lock;
         if let Err(e) = lock.take_database_over(&location).await {
             lock.release().await;
             return Err(e.into());

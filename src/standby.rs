@@ -170,8 +170,7 @@ async fn forward_until_leading(
 ) -> anyhow::Result<bool> {
     let relay = Arc::new(Relay {
         cluster: cluster.clone(),
-        known: std::sync::Mutex::new(None),
-        holder: tokio::sync::watch::Sender::new(None),
+        leader: tokio::sync::watch::Sender::new(None),
         max_body,
         http: reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -213,10 +212,8 @@ async fn forward_until_leading(
                     read = relay.who_leads() => read,
                     _ = stop.cancelled() => return,
                 };
-                if let Ok(Some((id, _))) = read {
-                    relay
-                        .holder
-                        .send_if_modified(|now| now.replace(id) != Some(id));
+                if let Ok(Some(found)) = read {
+                    relay.learned(found);
                 }
             }
         }
@@ -236,8 +233,9 @@ async fn forward_until_leading(
     promoted.cancel();
     let _ = watching.await;
     if leads {
-        // Requests still waiting on the old leader go to this one.
-        relay.holder.send_replace(Some(cluster.id()));
+        // Requests still waiting on the old leader go to this one, whose
+        // server starts on the address this relay served.
+        relay.learned((cluster.id(), cluster.advertise_url().to_owned()));
     }
     relay.sockets.cancel();
     relay.socket_tasks.close();
@@ -253,11 +251,9 @@ async fn forward_until_leading(
 
 struct Relay {
     cluster: Cluster,
-    /// The leader's URL as last read, and when: read again after a
-    /// heartbeat, or at once when it did not take a request.
-    known: std::sync::Mutex<Option<(Leader, Instant)>>,
-    /// The leader's replica id as last read.
-    holder: tokio::sync::watch::Sender<Option<Uuid>>,
+    /// Who leads, as last read: every heartbeat, and at once when the
+    /// leader did not take a request (`None` until then).
+    leader: tokio::sync::watch::Sender<Option<Leader>>,
     /// A request body is read whole, up to the API's own limit, so that it
     /// can be sent again to a new leader.
     max_body: usize,
@@ -276,31 +272,31 @@ impl Relay {
         settings.lease + settings.heartbeat + LEADER_START
     }
 
+    /// Records who leads, `(id, advertised URL)`.
+    fn learned(&self, (id, url): (Uuid, String)) -> Leader {
+        let leader = Leader {
+            id,
+            url: url.trim_end_matches('/').to_owned(),
+        };
+        self.leader.send_if_modified(|now| {
+            let changed = now.as_ref() != Some(&leader);
+            *now = Some(leader.clone());
+            changed
+        });
+        leader
+    }
+
     /// The leader, waiting until `deadline` for one to appear.
     async fn leader_by(&self, deadline: Instant) -> Result<Leader, Response> {
-        let fresh = self.cluster.settings().heartbeat;
-        if let Some((leader, read)) = &*self.known.lock().unwrap_or_else(|e| e.into_inner())
-            && read.elapsed() < fresh
-            && *self.holder.borrow() == Some(leader.id)
-        {
-            return Ok(leader.clone());
+        if let Some(leader) = self.leader.borrow().clone() {
+            return Ok(leader);
         }
         loop {
             match self.who_leads().await {
                 // This replica, if it has just claimed the lease: its server
                 // starts on the address this relay served, so a request
                 // still here goes there.
-                Ok(Some((id, url))) => {
-                    let leader = Leader {
-                        id,
-                        url: url.trim_end_matches('/').to_owned(),
-                    };
-                    *self.known.lock().unwrap_or_else(|e| e.into_inner()) =
-                        Some((leader.clone(), Instant::now()));
-                    self.holder
-                        .send_if_modified(|now| now.replace(id) != Some(id));
-                    return Ok(leader);
-                }
+                Ok(Some(found)) => return Ok(self.learned(found)),
                 Ok(None) => {}
                 Err(e) => tracing::warn!(error = %e, "cannot read who leads"),
             }
@@ -334,9 +330,9 @@ impl Relay {
     /// is to be had from it. A leader cut off by the network, or paused,
     /// neither answers nor closes its connections.
     async fn replaced(&self, leader: Uuid) {
-        let mut holder = self.holder.subscribe();
-        if holder
-            .wait_for(|now| now.is_some_and(|now| now != leader))
+        let mut read = self.leader.subscribe();
+        if read
+            .wait_for(|now| now.as_ref().is_some_and(|now| now.id != leader))
             .await
             .is_err()
         {
@@ -381,7 +377,7 @@ impl Relay {
                 Sent::Taken(answer) => return Ok((answer, id)),
                 Sent::Refused(refused) => return Err(refused),
                 Sent::Untaken(why) => {
-                    *self.known.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                    self.leader.send_replace(None);
                     if Instant::now() >= deadline {
                         tracing::warn!(leader = %leader, error = %why, "cannot reach the leader");
                         return Err(edge_error(
@@ -401,7 +397,7 @@ impl Relay {
 }
 
 /// The replica leading, as last read.
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 struct Leader {
     id: Uuid,
     url: String,

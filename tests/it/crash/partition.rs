@@ -1,11 +1,11 @@
 //! A network partition (issue 18): three `corbel serve --cluster` replicas
 //! and their PostgreSQL, each in a Docker container on a private network.
-//! The leader, mid-run, is cut off with `docker network disconnect`: it must
-//! stop acting (exit 75, its provider gone with it) before another replica
-//! takes over; the new leader finishes the run; the old one, reconnected and
-//! started again, joins as a standby; every container the run made exists
-//! once, exactly as Corbel records it; and a standby cut off still stops
-//! when asked.
+//! The leader, mid-run (a chain of containers with fan-in), is cut off with
+//! `docker network disconnect`: it must stop acting (exit 75, its provider
+//! gone with it) before another replica takes over; the new leader finishes
+//! the run; the old one, reconnected and started again, joins as a standby;
+//! every container the run made exists once, exactly as Corbel records it;
+//! and a standby cut off still stops when asked.
 //!
 //! There is no registry, so every container runs the test busybox image
 //! (`FROM scratch`) with the host's `/usr` mounted read-only: PostgreSQL
@@ -20,6 +20,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -233,29 +234,18 @@ fn log(container: &str) -> Vec<Value> {
 fn roles(container: &str) -> Vec<String> {
     log(container)
         .iter()
-        .filter(|line| line["fields"]["url"].is_string() || line["url"].is_string())
-        .map(|line| {
-            let role = &line["fields"]["role"];
-            let role = if role.is_string() {
-                role
-            } else {
-                &line["role"]
-            };
-            role.as_str().unwrap_or_default().to_owned()
-        })
+        .filter(|line| line["url"].is_string())
+        .map(|line| line["role"].as_str().unwrap_or_default().to_owned())
         .collect()
 }
 
 /// When its log first says it leads.
 fn leading_since(container: &str) -> Option<DateTime<Utc>> {
     log(container).iter().find_map(|line| {
-        let message = line["fields"]["message"]
-            .as_str()
-            .or(line["message"].as_str())?;
-        message
+        line["message"]
+            .as_str()?
             .starts_with("leading: singletons run here")
-            .then(|| line["timestamp"].as_str()?.parse().ok())
-            .flatten()
+            .then(|| line["timestamp"].as_str()?.parse().ok())?
     })
 }
 
@@ -322,34 +312,50 @@ async fn members(addr: SocketAddr) -> Option<Vec<(String, String, bool)>> {
     )
 }
 
-/// The containers the engine runs for `deployment`: id and resource key.
-fn engine_containers(deployment: &str) -> Vec<(String, String)> {
+/// A container the engine has for a deployment.
+#[derive(Debug)]
+struct Made {
+    id: String,
+    key: String,
+    status: String,
+}
+
+/// The containers the engine has for `deployment`.
+fn engine_containers(deployment: &str) -> Vec<Made> {
     containers(&format!("{LABEL_DEPLOYMENT}={deployment}"))
         .into_iter()
         .map(|id| {
-            let key = docker(&[
+            let said = docker(&[
                 "inspect",
                 "-f",
                 "{{index .Config.Labels \"io.corbel.key\"}} {{.State.Status}}",
                 &id,
             ]);
-            (id, key)
+            let (key, status) = said.split_once(' ').unwrap_or((&said, ""));
+            Made {
+                key: key.to_owned(),
+                status: status.to_owned(),
+                id,
+            }
         })
         .collect()
 }
 
-/// A chain of containers, each made after the one before.
+/// A chain of containers, each made after the one before, with fan-in:
+/// from the third on, each waits for the two before it.
 fn chain_blueprint() -> String {
     let mut source = String::from("version: \"1\"\nresources:\n");
     for i in 0..CHAIN {
+        let before: Vec<String> = (i.saturating_sub(2)..i)
+            .map(|j| format!("c{j:02}"))
+            .collect();
+        source.push_str(&format!("  c{i:02}:\n    type: docker.v1.container\n"));
+        if !before.is_empty() {
+            source.push_str(&format!("    depends_on: [{}]\n", before.join(", ")));
+        }
         source.push_str(&format!(
-            "  c{i:02}:\n    type: docker.v1.container\n{}    config:\n      \
-             image: {}\n      command: \"trap 'exit 0' TERM; sleep 3600 & wait\"\n",
-            if i == 0 {
-                String::new()
-            } else {
-                format!("    depends_on: [c{:02}]\n", i - 1)
-            },
+            "    config:\n      image: {}\n      \
+             command: \"trap 'exit 0' TERM; sleep 3600 & wait\"\n",
             busybox_image()
         ));
     }
@@ -431,7 +437,8 @@ async fn a_leader_cut_off_from_the_database_stops_before_another_takes_over() {
     let follower =
         corbel::client::Api::new(&format!("http://{}", api(c)), Some(ADMIN_TOKEN.to_owned()))
             .unwrap();
-    let following = tokio::spawn(follow(follower, id.clone(), Default::default()));
+    let sockets = Arc::new(AtomicUsize::new(0));
+    let following = tokio::spawn(follow(follower, id.clone(), sockets.clone()));
     let made = eventually(Duration::from_secs(60), "the run under way", || async {
         let (_, nodes) = nodes(api(c), &id).await?;
         let made = nodes.iter().filter(|n| n.1 == "COMPLETE").count();
@@ -479,11 +486,12 @@ async fn a_leader_cut_off_from_the_database_stops_before_another_takes_over() {
     })
     .await;
     assert_eq!(state, "COMPLETE", "the run finished: {recorded:?}");
-    let (seen, sockets) = tokio::time::timeout(Duration::from_secs(30), following)
+    let seen = tokio::time::timeout(Duration::from_secs(30), following)
         .await
         .expect("the follower's socket ends once another leads")
         .unwrap()
         .expect("followed to the end");
+    let sockets = sockets.load(Ordering::SeqCst);
     assert!(
         sockets >= 2,
         "the follower's socket was closed at the failover"
@@ -500,7 +508,10 @@ async fn a_leader_cut_off_from_the_database_stops_before_another_takes_over() {
     let again = eventually(
         Duration::from_secs(30),
         "the old leader back",
-        || async move { (roles(a).len() == 2).then(|| roles(a)) },
+        || async move {
+            let roles = roles(a);
+            (roles.len() == 2).then_some(roles)
+        },
     )
     .await;
     assert_eq!(again, ["leader", "standby"], "it comes back as a standby");
@@ -508,20 +519,21 @@ async fn a_leader_cut_off_from_the_database_stops_before_another_takes_over() {
     // Every container the run made exists once, as recorded.
     let engine = engine_containers(&id);
     let recorded_ids: BTreeSet<&str> = recorded.iter().map(|n| n.2.as_str()).collect();
-    let engine_ids: BTreeSet<&str> = engine.iter().map(|(id, _)| id.as_str()).collect();
+    let engine_ids: BTreeSet<&str> = engine.iter().map(|m| m.id.as_str()).collect();
     assert_eq!(
         recorded_ids, engine_ids,
         "the containers running are those Corbel records: {engine:?}"
     );
-    let keys: BTreeSet<&str> = engine.iter().map(|(_, key)| key.as_str()).collect();
+    let keys: BTreeSet<&str> = engine.iter().map(|m| m.key.as_str()).collect();
+    let recorded_keys: BTreeSet<&str> = recorded.iter().map(|n| n.0.as_str()).collect();
     assert_eq!(
         engine.len(),
         CHAIN,
         "one container per resource: {engine:?}"
     );
-    assert_eq!(keys.len(), CHAIN, "no resource made twice: {engine:?}");
+    assert_eq!(keys, recorded_keys, "no resource made twice: {engine:?}");
     assert!(
-        engine.iter().all(|(_, key)| key.ends_with(" running")),
+        engine.iter().all(|m| m.status == "running"),
         "all running: {engine:?}"
     );
 

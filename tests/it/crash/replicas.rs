@@ -118,14 +118,13 @@ pub(super) async fn stored_events(api: &Api, id: &str) -> Vec<i64> {
 
 /// Follows `id` as a client would across a failover: subscribes, and when
 /// the socket ends subscribes again with `after:` the last event seen, until
-/// the run's end. Every event id received, in order, and how many sockets it
-/// took.
-/// `sockets` counts the subscriptions made so far.
+/// the run's end. Every event id received, in order; `sockets` counts the
+/// subscriptions made so far.
 pub(super) async fn follow(
     api: ClientApi,
     id: String,
     sockets: Arc<AtomicUsize>,
-) -> Result<(Vec<i64>, usize), String> {
+) -> Result<Vec<i64>, String> {
     const QUERY: &str = "subscription($id: ID!, $after: ID) { \
         deploymentEvents(id: $id, after: $after) { id kind state } }";
     let deadline = Instant::now() + Duration::from_secs(180);
@@ -146,7 +145,7 @@ pub(super) async fn follow(
             seen.push(event["id"].as_str().unwrap_or("0").parse().unwrap_or(0));
             if event["kind"] == "STATE" && event["state"] == "COMPLETE" {
                 subscription.close().await;
-                return Ok((seen, sockets.load(Ordering::SeqCst)));
+                return Ok(seen);
             }
         }
     }
@@ -422,11 +421,12 @@ async fn leader_struck_mid_run(test: &'static str, struck: Struck) {
     assert_eq!(parent(running[0]), Some(new_leader as i32));
 
     // The follower saw every stored event once, in order, to the end.
-    let (seen, sockets) = following.await.unwrap().expect("followed to the end");
+    let seen = following.await.unwrap().expect("followed to the end");
     assert_followed(&seen, &stored_events(&api, &id).await);
     println!(
-        "replicas: the follower saw {} events on {sockets} socket(s)",
-        seen.len()
+        "replicas: the follower saw {} events on {} socket(s)",
+        seen.len(),
+        sockets.load(Ordering::SeqCst)
     );
 
     // Cleaned up through the survivors.

@@ -135,7 +135,6 @@ pub async fn destroy_and_wait(app: &TestApp, id: &str, pids: &[i32]) {
     all_gone(pids).await;
 }
 
-/// Waits until the deployment reaches one of `states`.
 /// The ids of the deployment's stored events, oldest first.
 pub async fn stored_event_ids(app: &TestApp, id: &str) -> Vec<i64> {
     let body = app
@@ -152,6 +151,7 @@ pub async fn stored_event_ids(app: &TestApp, id: &str) -> Vec<i64> {
         .collect()
 }
 
+/// Waits until the deployment reaches one of `states`.
 pub async fn settled(app: &TestApp, id: &str, states: &[&str]) -> Deployment {
     eventually(
         Duration::from_secs(60),
