@@ -41,6 +41,14 @@ resources:
 pub async fn with_process_provider(
     adjust: impl FnOnce(&mut corbel::config::Config),
 ) -> (TestApp, String, ProviderRepo) {
+    with_process_provider_config(adjust, json!({ "capacity": 50, "grace_ms": 2000 })).await
+}
+
+/// [`with_process_provider`] with the provider's `config` given.
+pub async fn with_process_provider_config(
+    adjust: impl FnOnce(&mut corbel::config::Config),
+    provider_config: Value,
+) -> (TestApp, String, ProviderRepo) {
     let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), |config| {
         quick(config);
         fast_reaper(config);
@@ -50,7 +58,7 @@ pub async fn with_process_provider(
     let repo = ProviderRepo::new(&process_metadata(), &[]);
     let (id, _) = create_provider(
         &app,
-        json!({ "name": "process", "gitUrl": repo.url(), "config": { "capacity": 50, "grace_ms": 2000 } }),
+        json!({ "name": "process", "gitUrl": repo.url(), "config": provider_config }),
     )
     .await;
     wait_status(&app, &id, "CONNECTED").await;

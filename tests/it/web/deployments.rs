@@ -15,15 +15,19 @@ use crate::support::browser::{Browser, PASSWORD};
 use crate::support::data;
 use crate::support::deployments::{
     create_blueprint, deploy, deployment, destroy_and_wait, pids, with_process_provider,
+    with_process_provider_config,
 };
 use crate::support::processes::{alive, all_gone, parent, provider_pid};
 use crate::support::providers::wait_status;
 
-/// `db` and `cache`, then `web` (2 replicas) depending on both. `web` and
-/// `cache` ignore SIGTERM, so the provider's grace (2 s) holds each of their
-/// destroys open: long enough to see DESTROYING, to be refused a destroy
-/// meanwhile, and to see `web` and `db` DESTROYED while the deployment is
-/// still DESTROYING (which only the node events can show).
+/// `db` and `cache`, then `web` (2 replicas) depending on both. On SIGTERM,
+/// `web` and `cache` wait for their gate file (`{gate}/web`, `{gate}/cache`)
+/// before they exit, or for the gate directory to be gone (a failed test).
+/// The provider's grace outlasts any wait of the test, so each of their
+/// destroys stays open until the test opens the gate. That is how the page
+/// is seen DESTROYING, refused a destroy meanwhile, and seen with `web` and
+/// `db` DESTROYED while the deployment is still DESTROYING (which only the
+/// node events can show), however slow the browser is.
 const BLUEPRINT: &str = r#"
 version: "1"
 variables:
@@ -36,7 +40,7 @@ resources:
     config: { command: sleep, args: ["300"] }
   cache:
     type: process.v1.service
-    config: { command: sh, args: ["-c", "trap '' TERM; exec sleep 300"] }
+    config: { command: sh, args: ["-c", "trap 'until [ -e {gate}/cache ] || [ ! -d {gate} ]; do sleep 0.1; done; exit 0' TERM; while :; do sleep 1; done"] }
   web:
     type: process.v1.service
     depends_on: [db, cache]
@@ -44,7 +48,7 @@ resources:
     strategy: AUTO
     config:
       command: sh
-      args: ["-c", "trap '' TERM; exec sleep 300"]
+      args: ["-c", "trap 'until [ -e {gate}/web ] || [ ! -d {gate} ]; do sleep 0.1; done; exit 0' TERM; while :; do sleep 1; done"]
       env: { DB_PID: "{{ resources.db.outputs.pid }}", GREETING: "{{ greeting }}", VERBOSE: "{{ verbose }}" }
 "#;
 
@@ -88,8 +92,13 @@ async fn provider_call(app: &crate::support::TestApp, mutation: &str, id: &str) 
 
 #[tokio::test]
 async fn a_deployment_is_made_followed_live_redeployed_and_destroyed_in_the_browser() {
-    let (app, provider, _repo) = with_process_provider(|_| {}).await;
-    let blueprint = create_blueprint(&app, "web-and-db", BLUEPRINT).await;
+    // The grace outlasts every wait of the test: the gates end the destroys.
+    let (app, provider, _repo) =
+        with_process_provider_config(|_| {}, json!({ "capacity": 50, "grace_ms": 600_000 })).await;
+    let gate = tempfile::tempdir().unwrap();
+    let open_gate = |name: &str| std::fs::write(gate.path().join(name), b"").unwrap();
+    let source = BLUEPRINT.replace("{gate}", gate.path().to_str().unwrap());
+    let blueprint = create_blueprint(&app, "web-and-db", &source).await;
     let browser = Browser::sign_in(&app).await;
 
     // Nothing deployed yet: the list says how to deploy.
@@ -321,6 +330,12 @@ async fn a_deployment_is_made_followed_live_redeployed_and_destroyed_in_the_brow
     browser
         .wait_attr("#destroy-form .error", "data-code", "CONFLICT")
         .await;
+    assert_eq!(
+        browser.attr(&node("web[0]"), "data-state").await.as_deref(),
+        Some("DESTROYING"),
+        "the redeploy waits for the gate"
+    );
+    open_gate("web");
     for key in ["web[0]", "web[1]"] {
         browser
             .wait_attr(&node(key), "data-state", "COMPLETE")
@@ -365,11 +380,14 @@ async fn a_deployment_is_made_followed_live_redeployed_and_destroyed_in_the_brow
         before, expected,
         "the provider runs the deployment's 4 processes"
     );
+    // `web` waits for its gate again, so that DESTROYING is seen.
+    std::fs::remove_file(gate.path().join("web")).unwrap();
     browser.click("#destroy-confirm").await;
     browser
         .wait_attr(&node("web[0]"), "data-state", "DESTROYING")
         .await;
-    // Dependents first: `web`, then `db` and `cache` (which takes 2 s).
+    open_gate("web");
+    // Dependents first: `web`, then `db` and `cache` (which waits for its gate).
     // Meanwhile the deployment is DESTROYING: only node events repaint these.
     browser
         .wait_attr(&node("web[1]"), "data-state", "DESTROYED")
@@ -384,6 +402,7 @@ async fn a_deployment_is_made_followed_live_redeployed_and_destroyed_in_the_brow
         )
         .await;
     assert_eq!(now, json!(["DESTROYING", "DESTROYING"]));
+    open_gate("cache");
     for key in NODES {
         browser
             .wait_attr(&node(key), "data-state", "DESTROYED")
