@@ -25,7 +25,6 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
-use tempfile::TempDir;
 
 use super::observe::Api;
 use super::replicas::{assert_followed, follow, stored_events};
@@ -33,7 +32,7 @@ use crate::support::ADMIN_TOKEN;
 use crate::support::binary::admin_gql;
 use crate::support::deployments::{create_blueprint, with_docker_provider};
 use crate::support::docker::{
-    DeploymentCleanup, LABEL_DEPLOYMENT, busybox_image, containers, docker, require_engine,
+    DeploymentCleanup, LABEL_DEPLOYMENT, Net, busybox_image, containers, docker, ip,
 };
 use crate::support::settings::QUICK_ENV;
 use crate::support::{POSTGRES_ENV, TestStore, corbel_bin, eventually};
@@ -43,72 +42,11 @@ const CHAIN: usize = 12;
 /// Where the leader is cut off: once this many of them are made.
 const CUT_AFTER: usize = 3;
 /// The label on every container of this test (replicas and PostgreSQL).
-const LABEL_TEST: &str = "io.corbel.test.partition";
 /// Timings: a lease of eight heartbeats.
 const HEARTBEAT_MS: &str = "250";
 const LEASE_MS: &str = "2000";
 
-/// The network and the containers on it, removed when dropped (a failed
-/// test included).
-struct Net {
-    name: String,
-    files: TempDir,
-}
-
 impl Net {
-    fn new() -> Net {
-        require_engine();
-        let name = format!(
-            "corbel-part-{}",
-            &uuid::Uuid::new_v4().simple().to_string()[..8]
-        );
-        docker(&[
-            "network",
-            "create",
-            "--label",
-            &format!("{LABEL_TEST}={name}"),
-            &name,
-        ]);
-        Net {
-            name,
-            files: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    /// `docker run -d` of the busybox image on this network with the host's
-    /// `/usr` (and `/lib`, `/lib64` from it) read-only, as `name`.
-    fn run(&self, name: &str, extra: &[String], command: &str) -> String {
-        let container = format!("{}-{name}", self.name);
-        let mut args: Vec<String> = [
-            "run",
-            "-d",
-            "--name",
-            &container,
-            "--hostname",
-            name,
-            "--network",
-            &self.name,
-            "--label",
-            &format!("{LABEL_TEST}={}", self.name),
-        ]
-        .map(str::to_owned)
-        .to_vec();
-        for (host, inside) in [
-            ("/usr", "/usr"),
-            ("/usr/lib", "/lib"),
-            ("/usr/lib64", "/lib64"),
-        ] {
-            if Path::new(host).exists() {
-                args.extend(["-v".to_owned(), format!("{host}:{inside}:ro")]);
-            }
-        }
-        args.extend_from_slice(extra);
-        args.extend([busybox_image().to_owned(), "sh".into(), "-c".into()]);
-        args.push(command.to_owned());
-        docker(&args.iter().map(String::as_str).collect::<Vec<_>>());
-        container
-    }
-
     /// PostgreSQL from the host's package, trusting the network; its address
     /// seen from the host.
     fn postgres(&self) -> String {
@@ -190,27 +128,6 @@ impl Net {
             ),
         )
     }
-}
-
-impl Drop for Net {
-    fn drop(&mut self) {
-        for id in containers(&format!("{LABEL_TEST}={}", self.name)) {
-            let _ = Command::new("docker").args(["rm", "-f", &id]).output();
-        }
-        let _ = Command::new("docker")
-            .args(["network", "rm", &self.name])
-            .output();
-    }
-}
-
-/// The container's address on its network.
-fn ip(container: &str) -> String {
-    docker(&[
-        "inspect",
-        "-f",
-        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
-        container,
-    ])
 }
 
 fn api(container: &str) -> SocketAddr {
@@ -370,7 +287,7 @@ async fn a_leader_cut_off_from_the_database_stops_before_another_takes_over() {
         println!("partition: runs in the PostgreSQL pass ({POSTGRES_ENV} set)");
         return;
     }
-    let net = Net::new();
+    let net = Net::new("corbel-part");
     let pg = net.postgres();
     let host_store = TestStore {
         dir: tempfile::tempdir().unwrap(),

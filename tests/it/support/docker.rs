@@ -248,3 +248,105 @@ impl Drop for DeploymentCleanup {
         }
     }
 }
+
+/// The label on a [`Net`]'s network and containers, naming the network.
+const LABEL_NET: &str = "io.corbel.test.net";
+
+/// A private Docker network and the containers on it, removed when dropped
+/// (a failed test included): hosts of their own, for partition tests and
+/// remote providers.
+pub struct Net {
+    pub name: String,
+    /// Files the containers are given (mounted by the test).
+    pub files: tempfile::TempDir,
+}
+
+impl Net {
+    /// A new network, `<prefix>-<random>`.
+    pub fn new(prefix: &str) -> Net {
+        require_engine();
+        let name = format!(
+            "{prefix}-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        docker(&[
+            "network",
+            "create",
+            "--label",
+            &format!("{LABEL_NET}={name}"),
+            &name,
+        ]);
+        Net {
+            name,
+            files: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// `docker run -d` of the busybox image on this network with the host's
+    /// `/usr` (and `/lib`, `/lib64` from it) read-only, as `name`: the
+    /// host's programs run in it. Returns the container's name.
+    pub fn run(&self, name: &str, extra: &[String], command: &str) -> String {
+        let container = format!("{}-{name}", self.name);
+        let mut args: Vec<String> = [
+            "run",
+            "-d",
+            "--name",
+            &container,
+            "--hostname",
+            name,
+            "--network",
+            &self.name,
+            "--label",
+            &format!("{LABEL_NET}={}", self.name),
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        for (host, inside) in [
+            ("/usr", "/usr"),
+            ("/usr/lib", "/lib"),
+            ("/usr/lib64", "/lib64"),
+        ] {
+            if Path::new(host).exists() {
+                args.extend(["-v".to_owned(), format!("{host}:{inside}:ro")]);
+            }
+        }
+        args.extend_from_slice(extra);
+        args.extend([busybox_image().to_owned(), "sh".into(), "-c".into()]);
+        args.push(command.to_owned());
+        docker(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        container
+    }
+
+    /// The host's address on this network: where its containers reach a
+    /// server on the host.
+    pub fn gateway(&self) -> String {
+        docker(&[
+            "network",
+            "inspect",
+            "-f",
+            "{{range .IPAM.Config}}{{.Gateway}}{{end}}",
+            &self.name,
+        ])
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for id in containers(&format!("{LABEL_NET}={}", self.name)) {
+            let _ = Command::new("docker").args(["rm", "-f", &id]).output();
+        }
+        let _ = Command::new("docker")
+            .args(["network", "rm", &self.name])
+            .output();
+    }
+}
+
+/// The container's address on its network.
+pub fn ip(container: &str) -> String {
+    docker(&[
+        "inspect",
+        "-f",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+        container,
+    ])
+}
