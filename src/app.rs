@@ -195,6 +195,10 @@ impl App {
 
         let instance_id = hex::encode(Sha256::digest(location.identity().as_bytes()));
         provider_settings.instance_id = instance_id.clone();
+        let remote_tls = match provider_settings.listen {
+            Some(_) => Some(Arc::new(load_provider_ca(&provider_settings, &secret_key)?)),
+            None => None,
+        };
         let providers = Providers::new(
             db.clone(),
             provider_settings,
@@ -220,6 +224,22 @@ impl App {
         let registry = provider::serve_registry(providers.clone(), registry_stop.clone())
             .await
             .context("starting the provider registry")?;
+        let registry: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> =
+            match (remote_tls, providers.settings().listen) {
+                (Some(tls), Some(addr)) => {
+                    providers.enable_remote(tls);
+                    let remote = provider::serve_remote_registry(
+                        providers.clone(),
+                        addr,
+                        registry_stop.clone(),
+                    )
+                    .await?;
+                    Box::pin(async move {
+                        tokio::join!(registry, remote);
+                    })
+                }
+                _ => Box::pin(registry),
+            };
 
         // A leading replica's engine writes under the leader lease's fence.
         let fence = replica.as_ref().and_then(|(cluster, _)| {
@@ -382,7 +402,7 @@ impl App {
             repositories,
             providers,
             deployments,
-            registry: Box::pin(registry),
+            registry,
             registry_stop,
             stopping,
             ws_close,
@@ -537,6 +557,26 @@ impl App {
 /// The header a replica that no longer leads marks its refusal with: the
 /// request was not taken, so a relay may send it to the next leader.
 pub const NOT_LEADING: &str = "x-corbel-not-leading";
+
+/// The remote providers' CA: the operator's files, or the one made in the data
+/// directory at the first start with `--provider-listen`.
+fn load_provider_ca(
+    settings: &provider::ProviderSettings,
+    secret_key: &crate::seal::SecretKey,
+) -> anyhow::Result<provider::tls::ProviderTls> {
+    use provider::tls::{CaSource, ProviderTls};
+    let source = match (&settings.ca_cert_file, &settings.ca_key_file) {
+        (Some(cert), Some(key)) => CaSource::Files { cert, key },
+        (None, None) => CaSource::DataDir {
+            data_dir: &settings.data_dir,
+            key: secret_key,
+        },
+        _ => anyhow::bail!(
+            "provider ca_cert_file and ca_key_file go together (--provider-ca-cert, --provider-ca-key): give both or neither"
+        ),
+    };
+    ProviderTls::load(source).context("loading the provider CA")
+}
 
 fn not_leading() -> axum::response::Response {
     let mut refused = api_http::edge_error(

@@ -165,6 +165,10 @@ fn default_shown(defaults: &toml::Table, long: &str) -> Option<String> {
         "advertise-url" => return Some("http://<the address it listens on>".to_owned()),
         "cluster" => return Some("false: one server".to_owned()),
         "provider-state-dir" => return Some("<data-dir>/providers/<id>/state".to_owned()),
+        "provider-listen" => return Some("none: remote providers off".to_owned()),
+        "provider-ca-cert" | "provider-ca-key" => {
+            return Some("<data-dir>/provider-ca.pem, made with --provider-listen".to_owned());
+        }
         _ => {}
     }
     const SECTIONS: [(&str, &str); 6] = [

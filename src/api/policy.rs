@@ -88,6 +88,7 @@ pub const POLICY: &[(&str, Need)] = &[
     ("unloadProvider", ServerAdmin),
     ("configureProvider", ServerAdmin),
     ("rotateProviderToken", ServerAdmin),
+    ("issueProviderCertificate", ServerAdmin),
     // Repositories and elements.
     ("repositories", SignedIn),
     ("repository", SignedIn),

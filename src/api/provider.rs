@@ -387,6 +387,40 @@ impl ProviderMutation {
             .await?;
         Ok(ProviderWithToken { provider, token })
     }
+
+    /// A certificate and key for a remote provider (`runtime: remote`) to
+    /// register with over mutual TLS, and serve with. The key is shown this
+    /// once and not kept; asking again issues another. Refused unless the
+    /// server listens for remote providers (`--provider-listen`).
+    async fn issue_provider_certificate(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+    ) -> Result<ProviderCertificate, ApiError> {
+        principal(ctx)?;
+        let issued = state::<Providers>(ctx)?
+            .issue_certificate(parse_id(&id, "id")?)
+            .await?;
+        Ok(ProviderCertificate {
+            certificate: issued.certificate,
+            key: issued.key,
+            ca: issued.ca,
+            server_name: issued.server_name,
+        })
+    }
+}
+
+/// What a remote provider needs to register over mutual TLS, shown once.
+#[derive(SimpleObject)]
+pub struct ProviderCertificate {
+    /// PEM; names only this provider. Its `CORBEL_TLS_CERT`.
+    certificate: String,
+    /// PEM private key of `certificate`, not kept by Corbel. Its `CORBEL_TLS_KEY`.
+    key: String,
+    /// PEM of the CA both sides trust. Its `CORBEL_TLS_CA`.
+    ca: String,
+    /// The name in the registry's certificate, which the provider checks.
+    server_name: String,
 }
 
 /// A provider's status change or output line.

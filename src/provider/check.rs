@@ -345,6 +345,14 @@ impl Check {
                 );
                 return None;
             }
+            metadata::Runtime::Remote => {
+                self.report.add(
+                    "runtime",
+                    Outcome::Fail,
+                    "a remote provider runs elsewhere: `corbel provider check` cannot start it; load it in a server with --provider-listen",
+                );
+                return None;
+            }
         };
         let job = Job {
             source_dir: root,

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use corbel_proto::v1::provider_client::ProviderClient;
 use corbel_proto::v1::{self as proto};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -56,13 +56,30 @@ impl Link {
         deadline: Duration,
         resource_deadline: Duration,
     ) -> Result<Link, LinkError> {
+        Self::dial_with(endpoint, None, deadline, resource_deadline).await
+    }
+
+    /// Dials `endpoint`, over TLS when `tls` is given (a remote provider's
+    /// `https://…`).
+    pub async fn dial_with(
+        endpoint: &str,
+        tls: Option<ClientTlsConfig>,
+        deadline: Duration,
+        resource_deadline: Duration,
+    ) -> Result<Link, LinkError> {
         let unreachable = |message: String| LinkError::Unreachable {
             endpoint: endpoint.to_owned(),
             message,
         };
-        let channel = Endpoint::from_shared(endpoint.to_owned())
+        let mut dialled = Endpoint::from_shared(endpoint.to_owned())
             .map_err(|e| unreachable(e.to_string()))?
-            .connect_timeout(deadline)
+            .connect_timeout(deadline);
+        if let Some(tls) = tls {
+            dialled = dialled
+                .tls_config(tls)
+                .map_err(|e| unreachable(crate::error_chain(&e)))?;
+        }
+        let channel = dialled
             .connect()
             .await
             .map_err(|e| unreachable(crate::error_chain(&e)))?;

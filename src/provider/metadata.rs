@@ -27,7 +27,7 @@ pub const KNOWN_FEATURES: [&str; 7] = [
     "power",
     "repository",
 ];
-const RUNTIMES: &str = "shell, docker";
+const RUNTIMES: &str = "shell, docker, remote";
 const MAX_NAME_LEN: usize = 64;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +66,9 @@ pub enum Runtime {
     Shell { build: Option<String>, run: String },
     /// An image built from the checkout and run as a container.
     Docker(DockerSpec),
+    /// Run elsewhere by its operator; it registers over TCP with mutual TLS
+    /// (`--provider-listen`). Nothing is built or started.
+    Remote,
 }
 
 /// The `docker:` section.
@@ -366,6 +369,7 @@ fn check(raw: RawMetadata) -> Result<Metadata, MetadataError> {
                 nano_cpus,
             })
         }
+        "remote" => Runtime::Remote,
         other => {
             return Err(invalid(
                 "runtime",
@@ -500,6 +504,7 @@ impl From<&Metadata> for ProviderMetadata {
             runtime: match m.runtime {
                 Runtime::Shell { .. } => "shell".into(),
                 Runtime::Docker(_) => "docker".into(),
+                Runtime::Remote => "remote".into(),
             },
             features: m.features.clone(),
             resource_types: m.resource_types.clone(),
@@ -720,7 +725,7 @@ resource_types: [process.v1.service]
             ),
             (
                 SHELL.replace("runtime: shell", "runtime: podman"),
-                "corbel-provider.yaml: runtime: unknown runtime `podman` (expected one of: shell, docker)",
+                "corbel-provider.yaml: runtime: unknown runtime `podman` (expected one of: shell, docker, remote)",
             ),
             (
                 SHELL.replace("[deploy, destroy", "[deploy, ''"),

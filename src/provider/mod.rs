@@ -39,6 +39,7 @@ mod settings;
 pub mod source;
 mod state;
 mod supervisor;
+pub mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,7 +52,7 @@ use uuid::Uuid;
 pub use calls::{PowerAction, ResourceCall, ResourceDescription, ResourceProgress};
 pub use link::LinkError;
 pub use logs::{LogLine, LogStream};
-pub use registry::{check_socket_paths, serve_registry};
+pub use registry::{check_socket_paths, serve_registry, serve_remote_registry};
 pub use secrets::{Resealed, reseal};
 pub use settings::{ProviderFlags, ProviderSettings};
 
@@ -174,6 +175,16 @@ pub struct NewProvider {
     pub auto_load: bool,
 }
 
+/// What `issueProviderCertificate` hands out, once.
+pub struct IssuedCertificate {
+    pub certificate: String,
+    /// The private key: shown once, never kept or logged.
+    pub key: String,
+    pub ca: String,
+    /// The name the registry's certificate carries.
+    pub server_name: String,
+}
+
 #[derive(Default)]
 pub struct ProviderPatch {
     pub name: Option<String>,
@@ -215,6 +226,8 @@ struct Inner {
     supervisor: Arc<Supervisor>,
     calls: Calls,
     secrets: Secrets,
+    /// Set when remote providers may register (`--provider-listen`).
+    tls: std::sync::OnceLock<Arc<tls::ProviderTls>>,
 }
 
 impl Providers {
@@ -244,8 +257,40 @@ impl Providers {
                 supervisor,
                 calls,
                 secrets,
+                tls: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Lets remote providers register with certificates from `tls`'s CA
+    /// (the server then serves the registry over TLS too).
+    pub fn enable_remote(&self, tls: Arc<tls::ProviderTls>) {
+        let _ = self.inner.tls.set(tls);
+    }
+
+    /// The CA of remote providers, if they are enabled.
+    pub fn tls(&self) -> Option<Arc<tls::ProviderTls>> {
+        self.inner.tls.get().cloned()
+    }
+
+    /// A new certificate and key for the remote provider `id`, with the CA
+    /// that issued it. Nothing of it is kept: asking again issues another.
+    pub async fn issue_certificate(&self, id: Uuid) -> Result<IssuedCertificate, ProviderError> {
+        let Some(tls) = self.tls() else {
+            return Err(ProviderError::Invalid(
+                "remote providers are off: start the server with --provider-listen".into(),
+            ));
+        };
+        self.inner.catalog.get(id).await?;
+        let issued = tls
+            .issue(id)
+            .map_err(|e| ProviderError::Unavailable(e.to_string()))?;
+        Ok(IssuedCertificate {
+            certificate: issued.certificate,
+            key: issued.key,
+            ca: tls.ca_pem().to_owned(),
+            server_name: tls::REGISTRY_NAME.to_owned(),
+        })
     }
 
     pub fn settings(&self) -> &ProviderSettings {

@@ -1,5 +1,9 @@
 //! The registry: the gRPC service providers register with, on a unix socket in
-//! the data directory (`CORBEL_REGISTRY`).
+//! the data directory (`CORBEL_REGISTRY`), and for remote providers on TCP
+//! with mutual TLS (`--provider-listen`; see `tls.rs`): there the client's
+//! certificate must name the provider registering, the token must be its
+//! stored one, it must be loaded as remote, and its endpoint is dialled over
+//! TLS expecting its certificate.
 //!
 //! Registration is where a provider becomes usable: the token is checked, the
 //! provider's endpoint dialled, its health checked and its configuration sent,
@@ -78,38 +82,85 @@ pub async fn serve_registry(
         .await;
     tracing::info!(socket = %path.display(), "provider registry listening");
     Ok(async move {
-        let shutdown = {
-            let stop = stop.clone();
-            async move {
-                stop.cancelled().await;
-                // Watchers see NOT_SERVING, then the stream ends.
-                reporter
-                    .set_service_status(REGISTRY_SERVICE, ServingStatus::NotServing)
-                    .await;
-            }
-        };
         let server = tonic::transport::Server::builder()
             .add_service(health)
             .add_service(RegistryServer::new(RegistryService::new(&providers)))
             .serve_with_incoming_shutdown(
                 // grpc-core clients' `:authority` made acceptable to h2.
                 UnixListenerStream::new(listener).map(|accepted| accepted.map(AuthorityFix::new)),
-                shutdown,
+                not_serving(reporter, stop.clone()),
             );
-        // Providers' health watches are endless streams: once stopping, give them
-        // a moment to notice and then end the server regardless.
-        tokio::select! {
-            result = server => {
-                if let Err(e) = result {
-                    tracing::error!(error = %e, "provider registry failed");
-                }
-            }
-            _ = async {
-                stop.cancelled().await;
-                tokio::time::sleep(Duration::from_secs(2)).await;
-            } => {}
-        }
+        until_stopped(server, stop, "provider registry").await;
         let _ = std::fs::remove_file(&path);
+    })
+}
+
+/// Resolves once `stop` is cancelled, after telling health watchers
+/// NOT_SERVING (their streams then end).
+async fn not_serving(reporter: tonic_health::server::HealthReporter, stop: CancellationToken) {
+    stop.cancelled().await;
+    reporter
+        .set_service_status(REGISTRY_SERVICE, ServingStatus::NotServing)
+        .await;
+}
+
+/// Runs `server` to its end. Providers' health watches are endless streams:
+/// once stopping, give them a moment to notice and then end it regardless.
+async fn until_stopped(
+    server: impl Future<Output = Result<(), tonic::transport::Error>>,
+    stop: CancellationToken,
+    what: &str,
+) {
+    tokio::select! {
+        result = server => {
+            if let Err(e) = result {
+                tracing::error!(error = %e, "{what} failed");
+            }
+        }
+        _ = async {
+            stop.cancelled().await;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        } => {}
+    }
+}
+
+/// Binds `--provider-listen` and returns the future that serves the registry
+/// there, over mutual TLS, until `stop` is cancelled: remote providers
+/// register here with a certificate from the provider CA naming them (see
+/// `tls.rs`) and their stored token.
+pub async fn serve_remote_registry(
+    providers: Providers,
+    addr: std::net::SocketAddr,
+    stop: CancellationToken,
+) -> anyhow::Result<impl Future<Output = ()> + Send + 'static> {
+    use anyhow::Context as _;
+    let tls = providers
+        .tls()
+        .context("remote providers are not enabled")?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the provider registry on {addr}"))?;
+    let bound = listener.local_addr()?;
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter
+        .set_service_status(REGISTRY_SERVICE, ServingStatus::Serving)
+        .await;
+    let server = tonic::transport::Server::builder()
+        .tls_config(tls.server_config())
+        .context("the provider registry's TLS")?;
+    tracing::info!(address = %bound, "provider registry listening for remote providers (mutual TLS)");
+    Ok(async move {
+        let mut server = server;
+        let served = server
+            .add_service(health)
+            .add_service(RegistryServer::new(
+                RegistryService::new(&providers).remote(tls),
+            ))
+            .serve_with_incoming_shutdown(
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                not_serving(reporter, stop.clone()),
+            );
+        until_stopped(served, stop, "remote provider registry").await;
     })
 }
 
@@ -153,6 +204,8 @@ struct RegistryService {
     slots: Arc<Slots>,
     supervisor: Arc<Supervisor>,
     secrets: Secrets,
+    /// The TLS listener's service: registrations from remote providers.
+    tls: Option<Arc<super::tls::ProviderTls>>,
 }
 
 impl RegistryService {
@@ -164,7 +217,14 @@ impl RegistryService {
             slots: inner.slots.clone(),
             supervisor: inner.supervisor.clone(),
             secrets: inner.secrets.clone(),
+            tls: None,
         }
+    }
+
+    /// The service of the TLS listener.
+    fn remote(mut self, tls: Arc<super::tls::ProviderTls>) -> Self {
+        self.tls = Some(tls);
+        self
     }
 }
 
@@ -200,7 +260,14 @@ impl Registry for RegistryService {
                 .and_then(|info| info.peer_cred)
                 .and_then(|cred| cred.pid()),
         };
-        let session = self.register(request.into_inner(), peer).await?;
+        // Over TLS, the client's certificate (the listener required one from
+        // the CA) must name the provider registering.
+        let certificate = request
+            .peer_certs()
+            .and_then(|certs| certs.first().map(|c| c.to_vec()));
+        let session = self
+            .register(request.into_inner(), peer, certificate)
+            .await?;
         Ok(Response::new(RegisterResponse { session }))
     }
 
@@ -225,13 +292,36 @@ impl RegistryService {
     /// from the process launched, and only once), the protocol version, the
     /// endpoint; then the link is dialled, checked and configured, and only
     /// then does the provider count as connected.
-    async fn register(&self, request: RegisterRequest, peer: Peer) -> Result<String, Status> {
+    async fn register(
+        &self,
+        request: RegisterRequest,
+        peer: Peer,
+        certificate: Option<Vec<u8>>,
+    ) -> Result<String, Status> {
         let id = parse_id(&request.id)?;
+        if self.tls.is_some() {
+            self.admit_remote(id, certificate.as_deref())?;
+        }
         let slot = self.slots.slot(id);
         // Until this registration ends, no other one for the provider starts:
         // a launch's token is spent before the next one looks at it.
         let _turn = slot.registration_turn().await;
         let (row, admitted) = self.admit(id, &slot, &request, &peer).await?;
+        if self.tls.is_some() {
+            if admitted != Admitted::Stored {
+                return Err(Status::permission_denied(
+                    "a launch's token is for the process Corbel started, not for a remote provider",
+                ));
+            }
+            if !slot.is_remote() {
+                let message = format!(
+                    "registration over TLS refused: provider `{}` is not loaded as a remote provider (`runtime: remote`)",
+                    row.name
+                );
+                self.slots.note(&slot, &message);
+                return Err(Status::failed_precondition(message));
+            }
+        }
         if !corbel_proto::SUPPORTED_VERSIONS.contains(&request.protocol_version) {
             return Err(Status::failed_precondition(format!(
                 "protocol version {} was not agreed: this server speaks {:?}; call Handshake first",
@@ -248,6 +338,22 @@ impl RegistryService {
             slot.spend_launch(&request.token);
         }
         Ok(self.connect(slot.clone(), link, request, &endpoint).await)
+    }
+
+    /// Over TLS: the client's certificate must name provider `id`.
+    fn admit_remote(&self, id: Uuid, certificate: Option<&[u8]>) -> Result<(), Status> {
+        match certificate {
+            Some(der) if super::tls::names_provider(der, id) => Ok(()),
+            Some(_) => {
+                tracing::warn!(provider.id = %id, "registration refused: the certificate names another provider");
+                Err(Status::permission_denied(format!(
+                    "registration refused: the client certificate is not provider {id}'s"
+                )))
+            }
+            None => Err(Status::unauthenticated(
+                "registration refused: no client certificate",
+            )),
+        }
     }
 
     /// The provider's row, if the token is the stored one, or the one given to
@@ -331,8 +437,13 @@ impl RegistryService {
                 .note(slot, &format!("registration failed: {message}"));
             Status::failed_precondition(message)
         };
-        let link = Link::dial(
+        let tls = match (&self.tls, endpoint.starts_with("https://")) {
+            (Some(tls), true) => Some(tls.client_config(id)),
+            _ => None,
+        };
+        let link = Link::dial_with(
             endpoint,
+            tls,
             self.settings.call_timeout,
             self.settings.resource_timeout,
         )
@@ -452,6 +563,21 @@ impl RegistryService {
     /// Only endpoints Corbel can trust to be the provider's own: a socket in
     /// the socket directory, or a loopback TCP port.
     fn check_endpoint(&self, endpoint: &str) -> Result<String, Status> {
+        if self.tls.is_some() {
+            // Dialled over TLS expecting the provider's own certificate: any
+            // host will do, an impostor fails the handshake.
+            if let Ok(url) = url::Url::parse(endpoint)
+                && url.scheme() == "https"
+                && url.host_str().is_some()
+                && url.port().is_some()
+                && url.path() == "/"
+            {
+                return Ok(endpoint.to_owned());
+            }
+            return Err(Status::invalid_argument(format!(
+                "endpoint: `{endpoint}` must be https://<host>:<port>, served with the provider's certificate"
+            )));
+        }
         if let Some(path) = endpoint.strip_prefix("unix://") {
             let path = Path::new(path);
             let dir = self.settings.socket_dir();

@@ -2,6 +2,7 @@
 //! the `--provider-*` flags (`CORBEL_PROVIDER_*`). Defaults live in `Default`.
 //! Settings are values only: nothing here acts on them.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -78,6 +79,17 @@ pub struct ProviderSettings {
     /// containers from others on the same engine. Set by the server.
     #[serde(skip)]
     pub instance_id: String,
+    /// Where remote providers register, over TCP with mutual TLS (see
+    /// `tls.rs`). Unset: providers register on the local socket only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<SocketAddr>,
+    /// The CA certificate (PEM) remote providers' certificates come from.
+    /// Unset: `provider-ca.pem` in the data directory, made at first start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_cert_file: Option<PathBuf>,
+    /// The CA's private key (PEM), given with `ca_cert_file`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_key_file: Option<PathBuf>,
 }
 
 impl Default for ProviderSettings {
@@ -103,6 +115,9 @@ impl Default for ProviderSettings {
             docker_host: None,
             docker_call_timeout: Duration::from_secs(60),
             instance_id: String::new(),
+            listen: None,
+            ca_cert_file: None,
+            ca_key_file: None,
         }
     }
 }
@@ -280,4 +295,35 @@ pub struct ProviderFlags {
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub docker_call_timeout_ms: Option<u64>,
+    /// Where remote providers register over TCP with mutual TLS (host:port).
+    #[arg(
+        id = "provider_listen",
+        value_name = "HOST:PORT",
+        long = "provider-listen",
+        env = "CORBEL_PROVIDER_LISTEN",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<SocketAddr>,
+    /// The remote providers' CA certificate (PEM); made in the data
+    /// directory when unset.
+    #[arg(
+        id = "provider_ca_cert_file",
+        value_name = "FILE",
+        long = "provider-ca-cert",
+        env = "CORBEL_PROVIDER_CA_CERT",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_cert_file: Option<PathBuf>,
+    /// The remote providers' CA key (PEM), with `--provider-ca-cert`.
+    #[arg(
+        id = "provider_ca_key_file",
+        value_name = "FILE",
+        long = "provider-ca-key",
+        env = "CORBEL_PROVIDER_CA_KEY",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_key_file: Option<PathBuf>,
 }

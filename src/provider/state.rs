@@ -83,6 +83,8 @@ pub(super) struct Slot {
     ring: Arc<Mutex<LogRing>>,
     /// Bumped whenever the link is set or lost; supervisors wait on it.
     changed: watch::Sender<u64>,
+    /// Loaded as a remote provider: it registers over TLS, and only so.
+    remote: std::sync::atomic::AtomicBool,
 }
 
 impl Slot {
@@ -93,7 +95,19 @@ impl Slot {
             registering: tokio::sync::Mutex::new(()),
             ring: Arc::new(Mutex::new(LogRing::new(log_lines))),
             changed: watch::channel(0).0,
+            remote: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Whether it is loaded as a remote provider.
+    pub fn is_remote(&self) -> bool {
+        self.remote.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Set by its supervisor while it waits for or follows a remote provider.
+    pub fn set_remote(&self, remote: bool) {
+        self.remote
+            .store(remote, std::sync::atomic::Ordering::Release);
     }
 
     fn state(&self) -> MutexGuard<'_, SlotState> {

@@ -23,7 +23,7 @@ use uuid::Uuid;
 
 use super::docker::{DockerRuntime, Engine};
 use super::link::Link;
-use super::runtime::{Job, Running, Runtime, ShellRuntime};
+use super::runtime::{Job, RemoteRuntime, Running, Runtime, ShellRuntime};
 use super::state::{Command, Slot, Slots};
 use super::{
     ProviderError, ProviderMetadata, ProviderSettings, ProviderStatus, catalog, metadata, rows,
@@ -249,6 +249,14 @@ impl Supervisor {
                 return;
             }
         };
+        if runtime.is_remote() {
+            let done = self.follow_remote(&slot, &mut commands).await;
+            self.slots
+                .set_status(&slot, ProviderStatus::Unloaded, None)
+                .await;
+            let _ = done.send(());
+            return;
+        }
         let mut restarts = row.restarts;
         let mut crashes: u32 = 0;
         loop {
@@ -372,6 +380,7 @@ impl Supervisor {
                 socket_dir: settings.socket_dir(),
                 state_dir: state_dir.clone(),
             }),
+            metadata::Runtime::Remote => Box::new(RemoteRuntime),
         };
         tokio::fs::create_dir_all(&state_dir)
             .await
@@ -484,6 +493,59 @@ impl Supervisor {
                 Some(Command::Unload(done)) = commands.recv() => {
                     self.stop(slot, running.as_mut(), true).await;
                     return Ended::Unloaded(done);
+                }
+            }
+        }
+    }
+
+    /// A remote provider: wait for it to register over TLS, follow its link,
+    /// and wait again when the link is lost, until told to unload (its
+    /// process is its operator's: it is neither started nor stopped here).
+    async fn follow_remote(
+        &self,
+        slot: &Arc<Slot>,
+        commands: &mut mpsc::Receiver<Command>,
+    ) -> oneshot::Sender<()> {
+        slot.set_remote(true);
+        let mut watch = slot.watch();
+        watch.borrow_and_update();
+        let place = match self.settings.listen {
+            Some(addr) => format!("at {addr}, over mutual TLS"),
+            None => "but this server has no --provider-listen: it cannot".to_owned(),
+        };
+        self.slots
+            .set_status(
+                slot,
+                ProviderStatus::Registering,
+                Some(format!(
+                    "waiting for the remote provider to register {place}"
+                )),
+            )
+            .await;
+        loop {
+            let connected = slot.session().is_some();
+            tokio::select! {
+                changed = watch.changed() => {
+                    if changed.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                    if connected && slot.session().is_none() {
+                        let message = format!(
+                            "the remote provider's link was lost; waiting for it to register again {place}"
+                        );
+                        self.slots.note(slot, &message);
+                        self.slots
+                            .set_status(slot, ProviderStatus::Disconnected, Some(message))
+                            .await;
+                    }
+                }
+                Some(Command::Unload(done)) = commands.recv() => {
+                    self.slots
+                        .set_status(slot, ProviderStatus::Unloading, None)
+                        .await;
+                    slot.set_remote(false);
+                    slot.disconnect(None);
+                    return done;
                 }
             }
         }

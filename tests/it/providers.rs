@@ -14,5 +14,6 @@ mod faults;
 mod lifecycle;
 pub(crate) mod protocol;
 mod python;
+mod remote;
 mod secrets;
 mod sources;

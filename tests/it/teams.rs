@@ -553,6 +553,11 @@ fn operations(f: &Fixture) -> Vec<(&'static str, String, Value)> {
             json!({ "id": r }),
         ),
         (
+            "issueProviderCertificate",
+            "mutation($id: ID!) { issueProviderCertificate(id: $id) { ca } }",
+            json!({ "id": r }),
+        ),
+        (
             "repositories",
             "{ repositories(first: 5) { totalCount } }",
             json!({}),

@@ -460,14 +460,24 @@ async fn services_outlive_the_provider_binary_and_do_not_inherit_its_registratio
     }
     let pid = pid_of(&outcome(&events).unwrap());
 
-    // The provider had all five; the service sees none, but its own tag.
+    // The provider had the five Corbel sets (not a remote provider's); the
+    // service sees none, but its own tag.
     let given: Vec<String> = environment
         .iter()
         .map(|(name, _)| name.to_string())
         .collect();
+    let remote_only = [
+        "CORBEL_TLS_CERT",
+        "CORBEL_TLS_KEY",
+        "CORBEL_TLS_CA",
+        "CORBEL_PROVIDER_LISTEN",
+        "CORBEL_PROVIDER_ENDPOINT",
+    ];
     for name in PROVIDER_ENV {
         assert!(
-            name == "CORBEL_STATE_DIR" || given.iter().any(|g| g == name),
+            name == "CORBEL_STATE_DIR"
+                || remote_only.contains(&name)
+                || given.iter().any(|g| g == name),
             "the test gives the provider {name}"
         );
     }

@@ -48,10 +48,12 @@ pub use provider::{
 };
 pub use records::{Records, StateLock};
 pub use serve::{
-    REGISTRY_HEALTH_SERVICE, Stopped, connect, serve, serve_env, serve_env_with, serve_with,
+    REGISTRY_HEALTH_SERVICE, Stopped, connect, connect_tls, serve, serve_env, serve_env_with,
+    serve_with,
 };
 pub use settings::{
-    ENV_PROVIDER_ID, ENV_PROVIDER_TOKEN, ENV_REGISTRY, ENV_SOCKET_DIR, ENV_STATE_DIR, PROVIDER_ENV,
+    ENV_ENDPOINT, ENV_LISTEN, ENV_PROVIDER_ID, ENV_PROVIDER_TOKEN, ENV_REGISTRY, ENV_SOCKET_DIR,
+    ENV_STATE_DIR, ENV_TLS_CA, ENV_TLS_CERT, ENV_TLS_KEY, PROVIDER_ENV, REGISTRY_TLS_NAME, Remote,
     Settings,
 };
 

@@ -20,7 +20,9 @@ use tokio::net::UnixListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnixListenerStream;
-use tonic::transport::{Channel, Endpoint, Server};
+use tonic::transport::{
+    Certificate, Channel, ClientTlsConfig, Endpoint, Identity, Server, ServerTlsConfig,
+};
 use tonic::{Code, Request, Response, Status};
 use tonic_health::ServingStatus;
 use tonic_health::pb::HealthCheckRequest;
@@ -32,6 +34,7 @@ use tracing::{info, warn};
 use crate::proto;
 use crate::proto::registry_client::RegistryClient;
 use crate::service::ProviderService;
+use crate::settings::{REGISTRY_TLS_NAME, Remote};
 use crate::{PROVIDER_ENV, Provider, ProviderEnv, Registration, SdkError, Settings};
 
 /// The health service name the watchdog watches on the registry connection.
@@ -196,7 +199,10 @@ struct Prepared {
 
 async fn prepare<P: Provider>(settings: &Settings, provider: Arc<P>) -> Result<Prepared, SdkError> {
     let deadline = settings.call_timeout;
-    let channel = connect(&settings.registry, deadline).await?;
+    let channel = match &settings.remote {
+        Some(remote) => connect_tls(&settings.registry, remote, deadline).await?,
+        None => connect(&settings.registry, deadline).await?,
+    };
     let ours = settings.protocol_versions.clone();
     let handshake = call(
         deadline,
@@ -244,7 +250,10 @@ async fn register<P: Provider>(
     } = prepared;
     let id = &settings.provider_id;
     let deadline = settings.call_timeout;
-    let endpoint = format!("unix://{}", server.socket.display());
+    let endpoint = match &settings.remote {
+        Some(remote) => remote.endpoint.clone(),
+        None => format!("unix://{}", server.socket.display()),
+    };
     let info = provider.info();
     let response = call(
         deadline,
@@ -291,12 +300,41 @@ async fn register<P: Provider>(
 /// Opens a channel to `address` (`unix:///abs/path.sock` or `http://host:port`),
 /// failing after `deadline`.
 pub async fn connect(address: &str, deadline: Duration) -> Result<Channel, SdkError> {
+    connect_with(address, None, deadline).await
+}
+
+/// Opens a channel to the registry at `address` (`https://host:port`) over
+/// mutual TLS: the registry's certificate must come from `remote`'s CA and
+/// name [`REGISTRY_TLS_NAME`]; this provider presents its own.
+pub async fn connect_tls(
+    address: &str,
+    remote: &Remote,
+    deadline: Duration,
+) -> Result<Channel, SdkError> {
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(&remote.ca))
+        .domain_name(REGISTRY_TLS_NAME)
+        .identity(Identity::from_pem(&remote.certificate, &remote.key));
+    connect_with(address, Some(tls), deadline).await
+}
+
+async fn connect_with(
+    address: &str,
+    tls: Option<ClientTlsConfig>,
+    deadline: Duration,
+) -> Result<Channel, SdkError> {
     let failed = |reason: String| SdkError::Connect {
         address: address.to_string(),
         reason,
     };
-    let endpoint = Endpoint::from_shared(address.to_string())
-        .map_err(|e| failed(e.to_string()))?
+    let mut endpoint =
+        Endpoint::from_shared(address.to_string()).map_err(|e| failed(e.to_string()))?;
+    if let Some(tls) = tls {
+        endpoint = endpoint
+            .tls_config(tls)
+            .map_err(|e| failed(error_chain(&e)))?;
+    }
+    let endpoint = endpoint
         .connect_timeout(deadline)
         // Notices a server that stopped answering without closing the socket.
         .http2_keep_alive_interval(Duration::from_secs(20))
@@ -401,34 +439,62 @@ async fn unregister(channel: Channel, registration: &Registration, deadline: Dur
     }
 }
 
-/// The provider's own gRPC server on its unix socket.
+/// The provider's own gRPC server on its unix socket, or for a remote
+/// provider on TCP over mutual TLS.
 struct RunningServer {
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), tonic::transport::Error>>,
     health: HealthReporter,
-    /// Absolute; removed when the server stops.
+    /// Absolute; removed when the server stops. Empty for a remote provider.
     socket: PathBuf,
 }
 
 impl RunningServer {
     async fn start<P: Provider>(settings: &Settings, provider: Arc<P>) -> Result<Self, SdkError> {
-        let (listener, socket) = bind(settings)?;
         let (health, health_service) = tonic_health::server::health_reporter();
         health
             .set_service_status(proto::provider_server::SERVICE_NAME, ServingStatus::Serving)
             .await;
         health.set_service_status("", ServingStatus::Serving).await;
         let (stop, stopped) = oneshot::channel::<()>();
-        let router = Server::builder().add_service(health_service).add_service(
-            proto::provider_server::ProviderServer::new(ProviderService::new(provider)),
-        );
-        let task = tokio::spawn(router.serve_with_incoming_shutdown(
-            UnixListenerStream::new(listener),
-            async move {
-                // A dropped sender stops the server too.
-                let _ = stopped.await;
-            },
-        ));
+        // A dropped sender stops the server too.
+        let stopped = async move {
+            let _ = stopped.await;
+        };
+        let service = proto::provider_server::ProviderServer::new(ProviderService::new(provider));
+        let (task, socket) = match &settings.remote {
+            Some(remote) => {
+                let failed = |reason: String| SdkError::Bind {
+                    path: PathBuf::from(remote.listen.to_string()),
+                    reason,
+                };
+                // Only Corbel, with a certificate from the CA, may call.
+                let tls = ServerTlsConfig::new()
+                    .identity(Identity::from_pem(&remote.certificate, &remote.key))
+                    .client_ca_root(Certificate::from_pem(&remote.ca));
+                let listener = tokio::net::TcpListener::bind(remote.listen)
+                    .await
+                    .map_err(|e| failed(e.to_string()))?;
+                let router = Server::builder()
+                    .tls_config(tls)
+                    .map_err(|e| failed(error_chain(&e)))?
+                    .add_service(health_service)
+                    .add_service(service);
+                let incoming = tonic::transport::server::TcpIncoming::from(listener);
+                let task = tokio::spawn(router.serve_with_incoming_shutdown(incoming, stopped));
+                (task, PathBuf::new())
+            }
+            None => {
+                let (listener, socket) = bind(settings)?;
+                let router = Server::builder()
+                    .add_service(health_service)
+                    .add_service(service);
+                let task = tokio::spawn(
+                    router.serve_with_incoming_shutdown(UnixListenerStream::new(listener), stopped),
+                );
+                (task, socket)
+            }
+        };
         Ok(RunningServer {
             stop: Some(stop),
             task,
@@ -459,7 +525,9 @@ impl Drop for RunningServer {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        let _ = std::fs::remove_file(&self.socket);
+        if !self.socket.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.socket);
+        }
     }
 }
 

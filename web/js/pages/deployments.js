@@ -218,7 +218,7 @@ const FIELDS = `id name projectId blueprintId elementId state phase onFailure er
   revisions { number kind outcome createdBy createdAt }`;
 const DEPLOYMENT = `query Deployment($id: ID!) { deployment(id: $id) { ${FIELDS} } }`;
 const FIRST = `query Deployment($id: ID!) { deployment(id: $id) { ${FIELDS} resources { key type dependsOn } } }`;
-const EVENTS = `subscription Events($id: ID!) { deploymentEvents(id: $id) { id at kind nodeKey state message } }`;
+const EVENTS = `subscription Events($id: ID!, $after: ID) { deploymentEvents(id: $id, after: $after) { id at kind nodeKey state message } }`;
 const LOG_ROWS = 1000;
 
 function local(iso) {
@@ -510,10 +510,14 @@ export async function detail(view, { id }, scope) {
 
   let lastId = 0;
   const askedFor = new Set(); // keys not drawn, read again for
-  scope.subscribe(EVENTS, { id }, {
+  // Sent again as they are when the socket reopens (a replica failing over):
+  // the history is then resumed after the last event seen, not replayed.
+  const resume = { id };
+  scope.subscribe(EVENTS, resume, {
     next: ({ deploymentEvents: e }) => {
       if (Number(e.id) <= lastId) return;
       lastId = Number(e.id);
+      resume.after = e.id;
       liveSlot.clear();
       queued.push(e);
       flushing ??= setTimeout(flush, 30);
