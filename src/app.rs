@@ -195,8 +195,13 @@ impl App {
 
         let instance_id = hex::encode(Sha256::digest(location.identity().as_bytes()));
         provider_settings.instance_id = instance_id.clone();
-        let remote_tls = match provider_settings.listen {
-            Some(_) => Some(Arc::new(load_provider_ca(&provider_settings, &secret_key)?)),
+        // Remote providers' listener and CA, read before the key goes to
+        // the providers.
+        let remote = match provider_settings.listen {
+            Some(addr) => Some((
+                addr,
+                Arc::new(load_provider_ca(&provider_settings, &secret_key)?),
+            )),
             None => None,
         };
         let providers = Providers::new(
@@ -224,22 +229,22 @@ impl App {
         let registry = provider::serve_registry(providers.clone(), registry_stop.clone())
             .await
             .context("starting the provider registry")?;
-        let registry: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> =
-            match (remote_tls, providers.settings().listen) {
-                (Some(tls), Some(addr)) => {
-                    providers.enable_remote(tls);
-                    let remote = provider::serve_remote_registry(
-                        providers.clone(),
-                        addr,
-                        registry_stop.clone(),
-                    )
-                    .await?;
-                    Box::pin(async move {
-                        tokio::join!(registry, remote);
-                    })
-                }
-                _ => Box::pin(registry),
-            };
+        let registry: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = match remote {
+            Some((addr, tls)) => {
+                providers.enable_remote(tls.clone());
+                let remote = provider::serve_remote_registry(
+                    providers.clone(),
+                    addr,
+                    tls,
+                    registry_stop.clone(),
+                )
+                .await?;
+                Box::pin(async move {
+                    tokio::join!(registry, remote);
+                })
+            }
+            None => Box::pin(registry),
+        };
 
         // A leading replica's engine writes under the leader lease's fence.
         let fence = replica.as_ref().and_then(|(cluster, _)| {

@@ -303,7 +303,8 @@ fn parse_sealed(text: &str) -> Result<(&str, &str), OpenError> {
     Ok((key_id, body))
 }
 
-fn sync_parent(path: &Path) -> std::io::Result<()> {
+/// Makes a rename or a new file in `path`'s directory durable.
+pub(crate) fn sync_parent(path: &Path) -> std::io::Result<()> {
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),

@@ -268,15 +268,10 @@ impl Providers {
         let _ = self.inner.tls.set(tls);
     }
 
-    /// The CA of remote providers, if they are enabled.
-    pub fn tls(&self) -> Option<Arc<tls::ProviderTls>> {
-        self.inner.tls.get().cloned()
-    }
-
     /// A new certificate and key for the remote provider `id`, with the CA
     /// that issued it. Nothing of it is kept: asking again issues another.
     pub async fn issue_certificate(&self, id: Uuid) -> Result<IssuedCertificate, ProviderError> {
-        let Some(tls) = self.tls() else {
+        let Some(tls) = self.inner.tls.get() else {
             return Err(ProviderError::Invalid(
                 "remote providers are off: start the server with --provider-listen".into(),
             ));

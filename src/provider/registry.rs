@@ -131,12 +131,10 @@ async fn until_stopped(
 pub async fn serve_remote_registry(
     providers: Providers,
     addr: std::net::SocketAddr,
+    tls: Arc<super::tls::ProviderTls>,
     stop: CancellationToken,
 ) -> anyhow::Result<impl Future<Output = ()> + Send + 'static> {
     use anyhow::Context as _;
-    let tls = providers
-        .tls()
-        .context("remote providers are not enabled")?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding the provider registry on {addr}"))?;
@@ -145,12 +143,11 @@ pub async fn serve_remote_registry(
     reporter
         .set_service_status(REGISTRY_SERVICE, ServingStatus::Serving)
         .await;
-    let server = tonic::transport::Server::builder()
+    let mut server = tonic::transport::Server::builder()
         .tls_config(tls.server_config())
         .context("the provider registry's TLS")?;
     tracing::info!(address = %bound, "provider registry listening for remote providers (mutual TLS)");
     Ok(async move {
-        let mut server = server;
         let served = server
             .add_service(health)
             .add_service(RegistryServer::new(

@@ -42,8 +42,6 @@ pub enum RuntimeError {
     },
     #[error("docker: {0}")]
     Docker(String),
-    #[error("a remote provider is run by its operator; Corbel does not start it")]
-    Remote,
     #[error("building image {image} failed: {message}; last output:\n{tail}")]
     ImageBuildFailed {
         image: String,
@@ -74,34 +72,6 @@ pub trait Runtime: Send + Sync {
         job: &Job,
         env: &[(String, String)],
     ) -> Result<Box<dyn Running>, RuntimeError>;
-    /// Whether the provider runs elsewhere and registers over TLS: then the
-    /// supervisor waits for it instead of starting it.
-    fn is_remote(&self) -> bool {
-        false
-    }
-}
-
-/// `runtime: remote`: its operator runs it on another host; nothing is built
-/// or started here.
-pub struct RemoteRuntime;
-
-#[async_trait::async_trait]
-impl Runtime for RemoteRuntime {
-    async fn build(&self, _job: &Job) -> Result<(), RuntimeError> {
-        Ok(())
-    }
-
-    async fn start(
-        &self,
-        _job: &Job,
-        _env: &[(String, String)],
-    ) -> Result<Box<dyn Running>, RuntimeError> {
-        Err(RuntimeError::Remote)
-    }
-
-    fn is_remote(&self) -> bool {
-        true
-    }
 }
 
 /// A started provider.

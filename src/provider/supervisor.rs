@@ -6,6 +6,10 @@
 //! A provider that exits or stays silent before it registers is `FAILED` with
 //! its log tail: that is a broken provider, not a crash worth retrying.
 //!
+//! A remote provider (`runtime: remote`) is fetched for its metadata, then
+//! `REGISTERING` until it registers over TLS, and `DISCONNECTED` while it is
+//! waited for again after losing its link: its process is its operator's.
+//!
 //! The supervisor also watches each registered link's health, and stops every
 //! provider at shutdown. It never reads or changes the stored provider beyond
 //! its status, source and restart count, and never accepts a registration: it
@@ -23,7 +27,7 @@ use uuid::Uuid;
 
 use super::docker::{DockerRuntime, Engine};
 use super::link::Link;
-use super::runtime::{Job, RemoteRuntime, Running, Runtime, ShellRuntime};
+use super::runtime::{Job, Running, Runtime, ShellRuntime};
 use super::state::{Command, Slot, Slots};
 use super::{
     ProviderError, ProviderMetadata, ProviderSettings, ProviderStatus, catalog, metadata, rows,
@@ -37,6 +41,14 @@ const MIN_PROBE: Duration = Duration::from_millis(500);
 
 /// Lines of output quoted when a provider fails.
 const TAIL_LINES: usize = 20;
+
+/// A provider fetched and ready to run.
+enum Prepared {
+    /// Built, to be started here.
+    Local(Box<dyn Runtime>, Job),
+    /// `runtime: remote`: its operator runs it; it is waited for.
+    Remote,
+}
 
 /// How a phase ended when it did not simply succeed.
 enum Stop {
@@ -234,7 +246,15 @@ impl Supervisor {
             }
         };
         let (runtime, job) = match prepared {
-            Ok(ready) => ready,
+            Ok(Prepared::Local(runtime, job)) => (runtime, job),
+            Ok(Prepared::Remote) => {
+                let done = self.follow_remote(&slot, &mut commands).await;
+                self.slots
+                    .set_status(&slot, ProviderStatus::Unloaded, None)
+                    .await;
+                let _ = done.send(());
+                return;
+            }
             Err(Stop::Failed(message)) => {
                 self.slots
                     .set_status(&slot, ProviderStatus::Failed, Some(message))
@@ -249,14 +269,6 @@ impl Supervisor {
                 return;
             }
         };
-        if runtime.is_remote() {
-            let done = self.follow_remote(&slot, &mut commands).await;
-            self.slots
-                .set_status(&slot, ProviderStatus::Unloaded, None)
-                .await;
-            let _ = done.send(());
-            return;
-        }
         let mut restarts = row.restarts;
         let mut crashes: u32 = 0;
         loop {
@@ -318,12 +330,9 @@ impl Supervisor {
         }
     }
 
-    /// Fetch, read the metadata, build: under the loading bound.
-    async fn prepare(
-        &self,
-        slot: &Arc<Slot>,
-        row: &rows::ProviderRow,
-    ) -> Result<(Box<dyn Runtime>, Job), Stop> {
+    /// Fetch, read the metadata, build: under the loading bound. A remote
+    /// provider is not built, and has no state directory here.
+    async fn prepare(&self, slot: &Arc<Slot>, row: &rows::ProviderRow) -> Result<Prepared, Stop> {
         let _permit = self.loading.acquire().await;
         let settings = &self.settings;
         let dir = settings.provider_dir(slot.id);
@@ -380,7 +389,7 @@ impl Supervisor {
                 socket_dir: settings.socket_dir(),
                 state_dir: state_dir.clone(),
             }),
-            metadata::Runtime::Remote => Box::new(RemoteRuntime),
+            metadata::Runtime::Remote => return Ok(Prepared::Remote),
         };
         tokio::fs::create_dir_all(&state_dir)
             .await
@@ -402,7 +411,7 @@ impl Supervisor {
             .build(&job)
             .await
             .map_err(|e| Stop::Failed(e.to_string()))?;
-        Ok((runtime, job))
+        Ok(Prepared::Local(runtime, job))
     }
 
     /// Starts the provider once and follows it until it stops for any reason.

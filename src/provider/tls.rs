@@ -174,7 +174,9 @@ fn leaf(issuer: &Issuer<'static, KeyPair>, name: &str) -> Result<Issued, TlsErro
 }
 
 /// `provider-ca.pem` and the sealed `provider-ca.key` in `data_dir`, made
-/// when neither is there.
+/// when the certificate is not there. The key is written first and the
+/// certificate last, so a key alone is what a crash while making them left,
+/// before anything was issued: it is made again.
 fn load_or_make(data_dir: &Path, secret: &SecretKey) -> Result<(String, String), TlsError> {
     let cert_path = data_dir.join("provider-ca.pem");
     let key_path = data_dir.join("provider-ca.key");
@@ -194,7 +196,7 @@ fn load_or_make(data_dir: &Path, secret: &SecretKey) -> Result<(String, String),
             })?;
             Ok((cert, key))
         }
-        (false, false) => {
+        (false, _) => {
             let mut params = CertificateParams::new(Vec::<String>::new())?;
             params
                 .distinguished_name
@@ -216,8 +218,9 @@ fn load_or_make(data_dir: &Path, secret: &SecretKey) -> Result<(String, String),
             tracing::info!(certificate = %cert_path.display(), "made the provider CA");
             Ok((cert, key))
         }
-        _ => Err(TlsError::Ca(format!(
-            "{} and {} go together: one is missing",
+        (true, false) => Err(TlsError::Ca(format!(
+            "{} is there without its key {}: restore the key, or remove both to make a new CA \
+             (every remote provider then needs a new certificate)",
             cert_path.display(),
             key_path.display()
         ))),
@@ -239,7 +242,9 @@ fn write_private(path: &Path, text: &str) -> Result<(), TlsError> {
         path: path.to_owned(),
         message: e.to_string(),
     };
-    let partial = path.with_extension("partial");
+    let mut name = path.file_name().unwrap_or_default().to_owned();
+    name.push(".partial");
+    let partial = path.with_file_name(name);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -249,7 +254,8 @@ fn write_private(path: &Path, text: &str) -> Result<(), TlsError> {
         .map_err(fail)?;
     file.write_all(text.as_bytes()).map_err(fail)?;
     file.sync_all().map_err(fail)?;
-    std::fs::rename(&partial, path).map_err(fail)
+    std::fs::rename(&partial, path).map_err(fail)?;
+    crate::seal::sync_parent(path).map_err(fail)
 }
 
 #[cfg(test)]
@@ -284,6 +290,24 @@ mod tests {
         })
         .unwrap_err();
         assert!(err.to_string().contains("provider-ca.key"), "{err}");
+
+        // A key left alone by a crash is made again; a certificate without
+        // its key is refused, naming both.
+        let crashed = tempfile::tempdir().unwrap();
+        std::fs::write(crashed.path().join("provider-ca.key"), "torn").unwrap();
+        let made = ProviderTls::load(CaSource::DataDir {
+            data_dir: crashed.path(),
+            key: &key,
+        })
+        .unwrap();
+        assert_ne!(made.ca_pem(), first.ca_pem());
+        std::fs::remove_file(crashed.path().join("provider-ca.key")).unwrap();
+        let err = ProviderTls::load(CaSource::DataDir {
+            data_dir: crashed.path(),
+            key: &key,
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("without its key"), "{err}");
     }
 
     fn pem_der(pem: &str) -> Vec<u8> {

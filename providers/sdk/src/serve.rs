@@ -250,10 +250,7 @@ async fn register<P: Provider>(
     } = prepared;
     let id = &settings.provider_id;
     let deadline = settings.call_timeout;
-    let endpoint = match &settings.remote {
-        Some(remote) => remote.endpoint.clone(),
-        None => format!("unix://{}", server.socket.display()),
-    };
+    let endpoint = server.endpoint.clone();
     let info = provider.info();
     let response = call(
         deadline,
@@ -445,8 +442,11 @@ struct RunningServer {
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), tonic::transport::Error>>,
     health: HealthReporter,
-    /// Absolute; removed when the server stops. Empty for a remote provider.
-    socket: PathBuf,
+    /// What `Register` names, for Corbel to dial.
+    endpoint: String,
+    /// The unix socket (absolute), removed when the server stops; a remote
+    /// provider has none.
+    socket: Option<PathBuf>,
 }
 
 impl RunningServer {
@@ -462,7 +462,7 @@ impl RunningServer {
             let _ = stopped.await;
         };
         let service = proto::provider_server::ProviderServer::new(ProviderService::new(provider));
-        let (task, socket) = match &settings.remote {
+        let (task, endpoint, socket) = match &settings.remote {
             Some(remote) => {
                 let failed = |reason: String| SdkError::Bind {
                     path: PathBuf::from(remote.listen.to_string()),
@@ -482,7 +482,7 @@ impl RunningServer {
                     .add_service(service);
                 let incoming = tonic::transport::server::TcpIncoming::from(listener);
                 let task = tokio::spawn(router.serve_with_incoming_shutdown(incoming, stopped));
-                (task, PathBuf::new())
+                (task, remote.endpoint.clone(), None)
             }
             None => {
                 let (listener, socket) = bind(settings)?;
@@ -492,13 +492,14 @@ impl RunningServer {
                 let task = tokio::spawn(
                     router.serve_with_incoming_shutdown(UnixListenerStream::new(listener), stopped),
                 );
-                (task, socket)
+                (task, format!("unix://{}", socket.display()), Some(socket))
             }
         };
         Ok(RunningServer {
             stop: Some(stop),
             task,
             health,
+            endpoint,
             socket,
         })
     }
@@ -525,8 +526,8 @@ impl Drop for RunningServer {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        if !self.socket.as_os_str().is_empty() {
-            let _ = std::fs::remove_file(&self.socket);
+        if let Some(socket) = &self.socket {
+            let _ = std::fs::remove_file(socket);
         }
     }
 }

@@ -41,7 +41,6 @@ use crate::support::{POSTGRES_ENV, TestStore, corbel_bin, eventually};
 const CHAIN: usize = 12;
 /// Where the leader is cut off: once this many of them are made.
 const CUT_AFTER: usize = 3;
-/// The label on every container of this test (replicas and PostgreSQL).
 /// Timings: a lease of eight heartbeats.
 const HEARTBEAT_MS: &str = "250";
 const LEASE_MS: &str = "2000";

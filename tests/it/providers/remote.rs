@@ -183,20 +183,26 @@ async fn a_remote_provider_registers_over_mutual_tls_and_runs_a_deployment() {
     let dir = tempfile::tempdir().unwrap();
 
     // Refused: plaintext to the TLS listener.
-    let mut plain = remote_env(dir.path(), &id, &token, &issued, &registry, free_port());
-    plain.retain(|(name, _)| !name.starts_with("CORBEL_TLS_") && *name != "CORBEL_PROVIDER_LISTEN");
-    plain[0].1 = format!("http://127.0.0.1:{port}");
-    plain.push((
-        "CORBEL_SOCKET_DIR",
-        dir.path().join("sockets").display().to_string(),
-    ));
+    let plaintext = |registry: String| {
+        let mut env = remote_env(dir.path(), &id, &token, &issued, &registry, free_port());
+        env.retain(|(name, _)| {
+            !name.starts_with("CORBEL_TLS_") && *name != "CORBEL_PROVIDER_LISTEN"
+        });
+        env.push((
+            "CORBEL_SOCKET_DIR",
+            dir.path().join("sockets").display().to_string(),
+        ));
+        env
+    };
+    let plain = plaintext(format!("http://127.0.0.1:{port}"));
     let (code, said) = Remote::start(dir.path(), &plain).exited().await;
     assert_eq!(code, 1, "{said}");
-    assert!(said.contains("registry"), "{said}");
+    // The TLS listener drops the plaintext connection at its first call.
+    assert!(said.contains("refused the handshake"), "{said}");
+    assert!(!said.contains("registered"), "{said}");
 
     // Refused by the SDK itself: a registry on another host without TLS.
-    let mut far = plain.clone();
-    far[0].1 = "http://192.0.2.1:7000".to_owned();
+    let far = plaintext("http://192.0.2.1:7000".to_owned());
     let (code, said) = Remote::start(dir.path(), &far).exited().await;
     assert_eq!(code, 2, "{said}");
     assert!(said.contains("reached over TLS"), "{said}");
