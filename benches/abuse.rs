@@ -12,7 +12,7 @@
 //!
 //! and reports the server's peak RSS (VmHWM) at the end.
 //!
-//! Run with `cargo bench --bench abuse`. `CORBEL_BIN` names another server
+//! Run with `cargo bench --profile dist --bench abuse`. `CORBEL_BIN` names another server
 //! binary to measure (e.g. `target/release/corbel` from a debug-built bench:
 //! `CORBEL_BIN=target/release/corbel cargo test --bench abuse`).
 

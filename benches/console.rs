@@ -7,7 +7,7 @@
 //!    `web/js/app.js` sets once the first page is drawn and its controls
 //!    work, for the sign-in page (signed out) and the overview (signed in).
 //!
-//! Run with `cargo bench --bench console` (needs chromium and chromedriver,
+//! Run with `cargo bench --profile dist --bench console` (needs chromium and chromedriver,
 //! which `scripts/test.sh` installs).
 
 mod common;
@@ -24,10 +24,7 @@ const TOKEN: &str = "cbl_bench_admin_token_0123456789abcdef";
 const PASSWORD: &str = "bench-password-1";
 
 fn main() {
-    println!(
-        "corbel console benchmark ({} cores)",
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    );
+    common::profile::announce("console");
     size();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -18,9 +18,9 @@
 //! Then again on PostgreSQL when `CORBEL_BENCH_POSTGRES_URL` names a server
 //! (a fresh database is made on it).
 //!
-//! Run with `cargo bench --bench deploy` (`DEPLOY_BENCH=deep`, `big` or
+//! Run with `cargo bench --profile dist --bench deploy` (`DEPLOY_BENCH=deep`, `big` or
 //! `recovery` for one part alone). It builds the fixture in release mode
-//! first. Placement figures are in `cargo bench --bench placement`.
+//! first. Placement figures are in `cargo bench --profile dist --bench placement`.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -38,6 +38,8 @@ use uuid::Uuid;
 mod fixture;
 #[path = "common/postgres.rs"]
 mod postgres;
+#[path = "common/profile.rs"]
+mod profile;
 
 use postgres::fresh_postgres_database;
 
@@ -57,10 +59,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    println!(
-        "corbel deploy benchmark ({} cores)",
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    );
+    profile::announce("deploy");
     runtime.block_on(run(&bin));
 }
 

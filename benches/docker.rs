@@ -22,10 +22,12 @@
 //! figure is the ratio of wall times. The image is Debian's static busybox on
 //! nothing (`/bin/busybox`, from busybox-static).
 //!
-//! Run with `cargo bench --bench docker` (the engine must answer; it builds
+//! Run with `cargo bench --profile dist --bench docker` (the engine must answer; it builds
 //! the providers in release first). Everything it makes carries its
 //! providers' or its deployment's labels and is removed at the end.
 
+#[path = "common/profile.rs"]
+mod profile;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -61,28 +63,14 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    println!(
-        "corbel docker runtime benchmark ({} cores)",
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    );
+    profile::announce("docker runtime");
     runtime.block_on(run(&bin));
     runtime.block_on(containers(&docker_provider));
 }
 
-/// `target/release/<package>`, built (this bench runs from
-/// `target/release/deps`).
+/// `target/<profile>/<package>`, built in this bench's profile.
 fn build_release(package: &str) -> PathBuf {
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--release", "-p", package])
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "building {package} failed");
-    std::env::current_exe()
-        .expect("the bench's path")
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/release")
-        .join(package)
+    profile::build(&["-p", package]).join(package)
 }
 
 fn run_ok(command: &mut Command) -> String {

@@ -6,7 +6,7 @@
 //! 2. GraphQL overhead: `serverInfo` through `/graphql` against a plain axum JSON
 //!    route serving the same body, in the same process, under the same load.
 //!
-//! Run with `cargo bench --bench foundation`.
+//! Run with `cargo bench --profile dist --bench foundation`.
 
 mod common;
 
@@ -31,10 +31,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    println!(
-        "corbel foundation benchmark ({} cores)",
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    );
+    common::profile::announce("foundation");
     startup_and_rss();
     runtime.block_on(throughput());
 }

@@ -9,7 +9,7 @@
 //! count + capacity >= 25. A last line plans 10^12 replicas on nodes of capacity 10^9,
 //! to show the cost does not grow with the replica count.
 //!
-//! Run with `cargo bench --bench placement`.
+//! Run with `cargo bench --profile dist --bench placement`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

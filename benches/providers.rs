@@ -8,9 +8,11 @@
 //! 3. No-op `DeployResource` calls per second through the link
 //!    (`corbel-provider-fixture`, whose deploy does nothing).
 //!
-//! Run with `cargo bench --bench providers`. It builds the provider binaries in
+//! Run with `cargo bench --profile dist --bench providers`. It builds the provider binaries in
 //! release mode first.
 
+#[path = "common/profile.rs"]
+mod profile;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -36,33 +38,18 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    println!(
-        "corbel providers benchmark ({} cores)",
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    );
+    profile::announce("providers");
     runtime.block_on(run(&bins));
 }
 
-/// `target/release` (this bench runs from `target/release/deps`).
+/// `target/<profile>`, with both providers built in this bench's profile.
 fn build_provider_binaries() -> PathBuf {
-    let status = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "corbel-provider-process",
-            "-p",
-            "corbel-provider-fixture",
-        ])
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "building the provider binaries failed");
-    std::env::current_exe()
-        .expect("the bench's path")
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/release")
-        .to_owned()
+    profile::build(&[
+        "-p",
+        "corbel-provider-process",
+        "-p",
+        "corbel-provider-fixture",
+    ])
 }
 
 fn git(dir: &Path, args: &[&str]) {

@@ -8,10 +8,12 @@
 //!   and the blueprint copy's resources with their edges);
 //! - the query it makes again on every change (the same without resources).
 //!
-//! Run with `cargo bench --bench queries`.
+//! Run with `cargo bench --profile dist --bench queries`.
 
 #[path = "common/fixture.rs"]
 mod fixture;
+#[path = "common/profile.rs"]
+mod profile;
 
 use std::time::{Duration, Instant};
 
@@ -31,10 +33,7 @@ const FIELDS: &str = "id name projectId blueprintId elementId state phase onFail
 
 fn main() {
     let bin = fixture::build_fixture();
-    println!(
-        "corbel API read benchmark ({} cores)",
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    );
+    profile::announce("API read");
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -14,7 +14,7 @@
 //!    it is COMPLETE. Five rounds; the killed replica comes back as a
 //!    standby each time.
 //!
-//! Run with `CORBEL_BENCH_POSTGRES_URL=postgres://… cargo bench --bench
+//! Run with `CORBEL_BENCH_POSTGRES_URL=postgres://… cargo bench --profile dist --bench
 //! replicas`. It builds the server and the fixture in release mode first
 //! (`CORBEL_BENCH_BIN` and `CORBEL_BENCH_FIXTURE` name other binaries
 //! instead). `REPLICAS_BENCH=throughput` or `failover` runs one part.
@@ -29,6 +29,8 @@ use serde_json::{Value, json};
 mod fixture;
 #[path = "common/postgres.rs"]
 mod postgres;
+#[path = "common/profile.rs"]
+mod profile;
 
 const TOKEN: &str = "bench-admin-token-0123456789abcdef";
 
@@ -215,17 +217,7 @@ fn build_server() -> PathBuf {
     if let Ok(bin) = std::env::var("CORBEL_BENCH_BIN") {
         return PathBuf::from(bin);
     }
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--release", "--bin", "corbel"])
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "building the server failed");
-    std::env::current_exe()
-        .unwrap()
-        .parent()
-        .and_then(Path::parent)
-        .unwrap()
-        .join("corbel")
+    profile::build(&["--bin", "corbel"]).join("corbel")
 }
 
 async fn cluster_of(n: usize, bin: &Path, server: &str, fixture_url: &str) -> Cluster {

@@ -2,7 +2,7 @@
 //! whose requirements form a DAG at most 30 deep, resolved from many roots by
 //! `corbel::resolve` and, as a yardstick, by the `pubgrub` crate.
 //!
-//! Run with `cargo bench --bench resolve`. It prints figures and asserts
+//! Run with `cargo bench --profile dist --bench resolve`. It prints figures and asserts
 //! nothing about time.
 
 use std::time::{Duration, Instant};

@@ -7,7 +7,7 @@
 //! its own, so each peak RSS is that size's. Needs nginx (`scripts/test.sh`
 //! installs it).
 //!
-//! Run with `cargo bench --bench sync`: 100,000 versions, then 1,000,000.
+//! Run with `cargo bench --profile dist --bench sync`: 100,000 versions, then 1,000,000.
 //! `SYNC_BENCH_VERSIONS=100000` (a comma-separated list) runs other sizes;
 //! `SYNC_BENCH_BIN=path/to/corbel` measures another build (an older one, say).
 

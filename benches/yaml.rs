@@ -2,7 +2,7 @@
 //! document takes, what the check costs on an ordinary manifest, and, as a
 //! yardstick, what serde_yaml_ng alone spends on nested brackets.
 //!
-//! Run with `cargo bench --bench yaml`. It prints figures and asserts nothing
+//! Run with `cargo bench --profile dist --bench yaml`. It prints figures and asserts nothing
 //! about time.
 
 use std::time::{Duration, Instant};

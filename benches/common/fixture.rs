@@ -1,22 +1,13 @@
-//! The fixture provider for the benchmarks that deploy: built in release
-//! mode, in a git repository of its own, loaded from there like any provider.
+//! The fixture provider for the benchmarks that deploy: built in the
+//! bench's profile, in a git repository of its own, loaded from there like any provider.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Builds `corbel-provider-fixture` (release) and returns its path.
+/// Builds `corbel-provider-fixture` in the bench's profile and returns its
+/// path.
 pub fn build_fixture() -> PathBuf {
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--release", "-p", "corbel-provider-fixture"])
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "building the fixture failed");
-    std::env::current_exe()
-        .expect("the bench's path")
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/release")
-        .join("corbel-provider-fixture")
+    super::profile::build(&["-p", "corbel-provider-fixture"]).join("corbel-provider-fixture")
 }
 
 fn git(dir: &Path, args: &[&str]) {

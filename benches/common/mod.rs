@@ -2,6 +2,8 @@
 //! it on a random port and reading its address, stopping it, and reading its
 //! memory from `/proc`.
 
+pub mod profile;
+
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
