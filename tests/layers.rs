@@ -18,6 +18,13 @@
 //!    `cli`; and `client`, the command line client, which speaks only the
 //!    API over HTTP and imports nothing of the crate (`cli` runs it).
 
+#[path = "layers/builds.rs"]
+mod builds;
+#[path = "layers/files.rs"]
+mod files;
+#[path = "layers/house.rs"]
+mod house;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -291,100 +298,4 @@ fn the_checker_sees_grouped_and_nested_imports() {
     let found = crate_references(&code_of(code));
     let want: BTreeSet<String> = ["a", "b", "c", "x"].map(String::from).into();
     assert_eq!(found, want);
-}
-
-/// A dependency's declared features: whether its defaults are on, and which
-/// others; `shared` is its `[workspace.dependencies]` entry, for
-/// `workspace = true`.
-fn declared_features(spec: &toml::Value, shared: Option<&toml::Value>) -> (bool, BTreeSet<String>) {
-    let Some(table) = spec.as_table() else {
-        return (true, BTreeSet::new()); // `name = "1.0"`
-    };
-    let mut features: BTreeSet<String> = table
-        .get("features")
-        .and_then(toml::Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|f| f.as_str().map(str::to_owned))
-        .collect();
-    let mut defaults = table
-        .get("default-features")
-        .and_then(toml::Value::as_bool)
-        .unwrap_or(true);
-    if table.get("workspace").and_then(toml::Value::as_bool) == Some(true) {
-        let shared = shared.expect("`workspace = true` has a [workspace.dependencies] entry");
-        let (shared_defaults, shared_features) = declared_features(shared, None);
-        defaults = shared_defaults;
-        features.extend(shared_features);
-    }
-    (defaults, features)
-}
-
-fn manifest(path: &Path) -> toml::Table {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .parse()
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// `cargo build --workspace --bins` resolves each dependency's features over
-/// every member; `cargo build -p corbel` over the server's graph alone. Where a
-/// provider turns on a feature of a shared dependency that the server does not,
-/// the two differ, and going from one to the other rebuilds the dependency and
-/// the server. Checked for the direct dependencies the server shares with the
-/// workspace members it does not depend on.
-#[test]
-fn providers_turn_on_no_feature_of_a_shared_dependency_the_server_lacks() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let server = manifest(&root.join("Cargo.toml"));
-    let workspace = server["workspace"].as_table().unwrap();
-    let shared = workspace
-        .get("dependencies")
-        .and_then(toml::Value::as_table)
-        .cloned()
-        .unwrap_or_default();
-    let server_deps = server["dependencies"].as_table().unwrap();
-    let mut problems = Vec::new();
-    let mut compared = 0;
-    for member in workspace["members"].as_array().unwrap() {
-        let member = member.as_str().unwrap();
-        let cargo = manifest(&root.join(member).join("Cargo.toml"));
-        let name = cargo["package"]["name"].as_str().unwrap();
-        let path_dep = |spec: &toml::Value| spec.get("path").is_some();
-        if member == "."
-            || server_deps.values().any(|spec| {
-                path_dep(spec) && Path::new(spec["path"].as_str().unwrap()) == Path::new(member)
-            })
-        {
-            continue; // the server itself, or in its graph anyway
-        }
-        let deps = cargo.get("dependencies").and_then(toml::Value::as_table);
-        for (dep, spec) in deps.into_iter().flatten() {
-            let Some(server_spec) = server_deps.get(dep) else {
-                continue;
-            };
-            let (defaults, features) = declared_features(spec, shared.get(dep));
-            let (server_defaults, server_features) =
-                declared_features(server_spec, shared.get(dep));
-            compared += 1;
-            let extra: Vec<_> = features.difference(&server_features).collect();
-            if !extra.is_empty() {
-                problems.push(format!(
-                    "{name} turns on {dep}'s {extra:?}, the server does not"
-                ));
-            }
-            if defaults && !server_defaults {
-                problems.push(format!(
-                    "{name} keeps {dep}'s default features, the server turns them off"
-                ));
-            }
-        }
-    }
-    assert!(compared > 5, "{compared} shared dependencies compared");
-    assert!(
-        problems.is_empty(),
-        "give the server the same features, or declare the dependency once in \
-         [workspace.dependencies]:\n{}",
-        problems.join("\n")
-    );
 }
