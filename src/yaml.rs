@@ -10,7 +10,7 @@
 //! 100 MB and is refused after the first few dozen uses, not after the
 //! expansion was made. serde_yaml_ng's own alias limit only counts uses, and
 //! libyaml spends tens of milliseconds (seconds in a debug build) on tens of
-//! thousands of nested flow collections (`cargo bench --bench yaml`); neither
+//! thousands of nested flow collections (`cargo bench --profile dist --bench yaml`); neither
 //! is reached with text that passed the check.
 
 use saphyr_parser::{Event, Parser};
@@ -272,38 +272,70 @@ pub fn line_of(text: &str, path: &str) -> Option<usize> {
     if want.is_empty() {
         return None;
     }
-    // One frame per open collection: where it is, and which entry is current.
-    enum Frame {
-        Map {
-            expect_key: bool,
-            key: Option<String>,
-            key_line: usize,
-        },
-        Seq {
-            next: usize,
-        },
-    }
-    impl Frame {
-        /// The frame a `MappingStart` (else a `SequenceStart`) opens.
-        fn opened(event: &Event<'_>, line: usize) -> Frame {
-            match event {
-                Event::MappingStart(..) => Frame::Map {
-                    expect_key: true,
-                    key: None,
-                    key_line: line,
-                },
-                _ => Frame::Seq { next: 0 },
-            }
-        }
-    }
-    let mut frames: Vec<Frame> = Vec::new();
-    // The path of each open collection, and whether it is on `want`'s way.
-    // (`None` for the document's root, which has no segment).
-    let mut at: Vec<Option<Segment>> = Vec::new();
-    let mut best: Option<(usize, usize)> = None; // (matched segments, line)
+    let mut finder = LineFinder {
+        want,
+        frames: Vec::new(),
+        at: Vec::new(),
+        best: None,
+    };
     for item in Parser::new_from_str(text) {
         let Ok((event, span)) = item else { break };
-        let line = span.start.line();
+        if finder.event(&event, span.start.line()) {
+            break;
+        }
+    }
+    finder.best.map(|(_, line)| line)
+}
+
+/// One frame per open collection: where it is, and which entry is current.
+enum Frame {
+    Map {
+        expect_key: bool,
+        key: Option<String>,
+        key_line: usize,
+    },
+    Seq {
+        next: usize,
+    },
+}
+
+impl Frame {
+    /// The frame a `MappingStart` (else a `SequenceStart`) opens.
+    fn opened(event: &Event<'_>, line: usize) -> Frame {
+        match event {
+            Event::MappingStart(..) => Frame::Map {
+                expect_key: true,
+                key: None,
+                key_line: line,
+            },
+            _ => Frame::Seq { next: 0 },
+        }
+    }
+}
+
+/// What a node's event means to the collection it is in.
+enum Placed {
+    /// The key of a mapping entry: no node of the path.
+    Key,
+    /// An entry's value or a sequence's item, at this segment and line
+    /// (`None` under a key that is not a scalar, or at the root).
+    Entry(Option<(Segment, usize)>),
+}
+
+/// [`line_of`]'s walk through the events.
+struct LineFinder {
+    want: Vec<Segment>,
+    frames: Vec<Frame>,
+    /// The path of each open collection, and whether it is on `want`'s way.
+    /// (`None` for the document's root, which has no segment).
+    at: Vec<Option<Segment>>,
+    /// (matched segments, line) of the deepest part of `want` found.
+    best: Option<(usize, usize)>,
+}
+
+impl LineFinder {
+    /// Takes one event at `line`; true once the whole path is found.
+    fn event(&mut self, event: &Event<'_>, line: usize) -> bool {
         let starts_node = matches!(
             event,
             Event::Scalar(..)
@@ -313,68 +345,84 @@ pub fn line_of(text: &str, path: &str) -> Option<usize> {
         );
         let mut entered: Option<(Segment, usize)> = None;
         if starts_node {
-            match frames.last_mut() {
-                Some(Frame::Map {
-                    expect_key,
-                    key,
-                    key_line,
-                }) if *expect_key => {
-                    if let Event::Scalar(value, ..) = &event {
-                        *key = Some(value.to_string());
-                    } else {
-                        *key = None;
-                    }
-                    *key_line = line;
-                    *expect_key = false;
-                    if !matches!(event, Event::Scalar(..) | Event::Alias(_)) {
-                        // A complex key: skip what it holds as if a value.
-                        frames.push(Frame::opened(&event, line));
-                        at.push(Some(Segment::Key("\0".to_owned())));
-                    }
-                    continue;
-                }
-                Some(Frame::Map {
-                    expect_key,
-                    key,
-                    key_line,
-                }) => {
-                    *expect_key = true;
-                    entered = key.take().map(|k| (Segment::Key(k), *key_line));
-                }
-                Some(Frame::Seq { next }) => {
-                    entered = Some((Segment::Index(*next), line));
-                    *next += 1;
-                }
-                None => {}
+            match self.place(event, line) {
+                Placed::Key => return false,
+                Placed::Entry(entry) => entered = entry,
             }
         }
-        if let Some((segment, line)) = &entered {
-            let open: Vec<&Segment> = at.iter().flatten().collect();
-            let depth = open.len() + 1;
-            if depth <= want.len()
-                && open.iter().zip(&want).all(|(a, b)| *a == b)
-                && want[depth - 1] == *segment
-                && best.is_none_or(|(d, _)| depth > d)
-            {
-                best = Some((depth, *line));
-                if depth == want.len() {
-                    break;
-                }
-            }
+        if let Some((segment, line)) = &entered
+            && self.found(segment, *line)
+        {
+            return true;
         }
         match event {
             Event::MappingStart(..) | Event::SequenceStart(..) => {
-                frames.push(Frame::opened(&event, line));
-                at.push(entered.map(|(s, _)| s));
+                self.frames.push(Frame::opened(event, line));
+                self.at.push(entered.map(|(s, _)| s));
             }
             Event::MappingEnd | Event::SequenceEnd => {
-                frames.pop();
-                at.pop();
+                self.frames.pop();
+                self.at.pop();
             }
             _ => {}
         }
+        false
     }
-    best.map(|(_, line)| line)
+
+    /// Where the node `event` starts sits in the innermost open collection.
+    fn place(&mut self, event: &Event<'_>, line: usize) -> Placed {
+        match self.frames.last_mut() {
+            Some(Frame::Map {
+                expect_key,
+                key,
+                key_line,
+            }) if *expect_key => {
+                if let Event::Scalar(value, ..) = event {
+                    *key = Some(value.to_string());
+                } else {
+                    *key = None;
+                }
+                *key_line = line;
+                *expect_key = false;
+                if !matches!(event, Event::Scalar(..) | Event::Alias(_)) {
+                    // A complex key: skip what it holds as if a value.
+                    self.frames.push(Frame::opened(event, line));
+                    self.at.push(Some(Segment::Key("\0".to_owned())));
+                }
+                Placed::Key
+            }
+            Some(Frame::Map {
+                expect_key,
+                key,
+                key_line,
+            }) => {
+                *expect_key = true;
+                Placed::Entry(key.take().map(|k| (Segment::Key(k), *key_line)))
+            }
+            Some(Frame::Seq { next }) => {
+                let entry = (Segment::Index(*next), line);
+                *next += 1;
+                Placed::Entry(Some(entry))
+            }
+            None => Placed::Entry(None),
+        }
+    }
+
+    /// Records `segment` (at `line`) if it goes deeper along `want` than
+    /// any before; true when it completes `want`.
+    fn found(&mut self, segment: &Segment, line: usize) -> bool {
+        let open: Vec<&Segment> = self.at.iter().flatten().collect();
+        let depth = open.len() + 1;
+        if depth <= self.want.len()
+            && open.iter().zip(&self.want).all(|(a, b)| *a == b)
+            && self.want[depth - 1] == *segment
+            && self.best.is_none_or(|(d, _)| depth > d)
+        {
+            self.best = Some((depth, line));
+            return depth == self.want.len();
+        }
+        false
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -5,9 +5,8 @@
 //! `ADMIN`s the entries of their project.
 //!
 //! Which project a mutation acted in is what its resolver checked the
-//! caller's role in ([`note_project`], called by `policy::require`).
+//! caller's role in (noted by `policy::require`, see `audit_notes`).
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -18,13 +17,14 @@ use async_graphql::extensions::{
 };
 use async_graphql::parser::types::{ExecutableDocument, Field, OperationType, Selection};
 use async_graphql::{
-    Context, Enum, ID, InputObject, Json, Object, QueryPathSegment, Request, ServerError,
-    ServerResult, Subscription, Value, Variables,
+    Context, Enum, ID, InputObject, Json, Object, Request, ServerError, ServerResult, Subscription,
+    Value, Variables,
 };
 use chrono::{DateTime, Utc};
 use futures_util::{Stream, StreamExt};
 use uuid::Uuid;
 
+use super::audit_notes::{Notes, segment};
 use super::pagination::{Page, Totals, page_size};
 use super::{ApiError, Caller, ClientAddress, parse_id, state};
 use crate::audit::{self as domain, Audit, AuditQuery, OutcomeFilter, hide_secrets};
@@ -233,45 +233,6 @@ impl AuditSubscription {
     }
 }
 
-/// What resolvers noted of each root field of this request, by response key.
-#[derive(Clone, Default)]
-struct Notes(Arc<Mutex<HashMap<String, Noted>>>);
-
-#[derive(Clone, Copy, Default)]
-struct Noted {
-    project: Option<Uuid>,
-    user: Option<Uuid>,
-}
-
-fn note(ctx: &Context<'_>, with: impl FnOnce(&mut Noted)) {
-    let Some(notes) = ctx.data_opt::<Notes>() else {
-        return;
-    };
-    let Some(mut node) = ctx.path_node.as_ref() else {
-        return;
-    };
-    while let Some(parent) = node.parent {
-        node = parent;
-    }
-    let key = segment(node.segment);
-    if let Ok(mut map) = notes.0.lock() {
-        with(map.entry(key).or_default());
-    }
-}
-
-/// Records that the current root field acts in `project` (the first project
-/// it names is kept).
-pub(crate) fn note_project(ctx: &Context<'_>, project: Uuid) {
-    note(ctx, |noted| {
-        noted.project.get_or_insert(project);
-    });
-}
-
-/// Records the user a `login` signed in: the caller, from now on.
-pub(crate) fn note_user(ctx: &Context<'_>, user: Uuid) {
-    note(ctx, |noted| noted.user = Some(user));
-}
-
 /// The extension that writes the log.
 pub struct AuditTrail;
 
@@ -302,14 +263,6 @@ fn actor(ctx: &ExtensionContext<'_>) -> (Option<Uuid>, Option<String>) {
             Some(principal.user.username.clone()),
         ),
         _ => (None, None),
-    }
-}
-
-/// A root field's response key.
-fn segment(segment: QueryPathSegment<'_>) -> String {
-    match segment {
-        QueryPathSegment::Name(name) => name.to_owned(),
-        QueryPathSegment::Index(i) => i.to_string(),
     }
 }
 
@@ -442,13 +395,7 @@ impl Extension for Recorder {
         let started = Instant::now();
         let result = next.run(ctx, info).await;
         let duration = started.elapsed();
-        let noted = self
-            .notes
-            .0
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&key).copied())
-            .unwrap_or_default();
+        let noted = self.notes.of(&key);
         let (mut user_id, mut username) = actor(ctx);
         if action == "login" {
             // Who tried: the name given, and the user once signed in.

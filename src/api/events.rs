@@ -1,12 +1,13 @@
 //! `serverEvents` and `repositoryEvents`: the areas' event buses, live, over
 //! the websocket.
 
-use async_graphql::{Context, ID, SimpleObject, Subscription, Union};
-use futures_util::{Stream, StreamExt};
-
-use super::{ApiError, parse_id, principal, state};
 use std::future::ready;
 
+use async_graphql::{Context, ID, SimpleObject, Subscription, Union};
+use futures_util::{Stream, StreamExt};
+use uuid::Uuid;
+
+use super::{ApiError, parse_id, principal, state};
 use crate::auth::{Auth, AuthEvent};
 use crate::deploy::{Deployments, EventKind};
 use crate::events::Delivery;
@@ -152,6 +153,70 @@ fn server_view<E>(
     }
 }
 
+/// What `serverEvents` shows of a provider event (log lines it does not).
+fn provider_view(event: &ProviderEvent) -> Option<ServerEvent> {
+    match event {
+        ProviderEvent::Status {
+            provider_id,
+            status,
+            message,
+        } => Some(ServerEvent::ProviderStatusChanged(ProviderStatusChanged {
+            provider_id: ID(provider_id.to_string()),
+            status: status.as_str().to_owned(),
+            message: message.clone(),
+        })),
+        ProviderEvent::Created { provider_id, name } => {
+            Some(ServerEvent::ProviderCreated(ProviderCreated {
+                provider_id: ID(provider_id.to_string()),
+                name: name.clone(),
+            }))
+        }
+        ProviderEvent::Deleted { provider_id, name } => {
+            Some(ServerEvent::ProviderDeleted(ProviderDeleted {
+                provider_id: ID(provider_id.to_string()),
+                name: name.clone(),
+            }))
+        }
+        ProviderEvent::Log { .. } => None,
+    }
+}
+
+/// The deployments' state changes `serverEvents` shows: every one for a
+/// server admin (`visible` is `None`), else those of the `visible` projects.
+fn deployment_changes(
+    engine: Deployments,
+    visible: Option<Vec<Uuid>>,
+) -> impl Stream<Item = ServerEvent> + use<> {
+    engine.events().subscribe().filter_map(move |d| {
+        let (engine, visible) = (engine.clone(), visible.clone());
+        async move {
+            let e = match d {
+                Delivery::Lagged(missed) => {
+                    return Some(ServerEvent::EventsMissed(EventsMissed { missed }));
+                }
+                Delivery::Event(e) if e.kind == EventKind::State => e,
+                Delivery::Event(_) => return None,
+            };
+            if let Some(visible) = visible {
+                let project = engine
+                    .queries()
+                    .get(e.deployment_id)
+                    .await
+                    .ok()?
+                    .project_id?;
+                if !visible.contains(&project) {
+                    return None;
+                }
+            }
+            Some(ServerEvent::DeploymentChanged(DeploymentChanged {
+                deployment_id: ID(e.deployment_id.to_string()),
+                state: e.state.clone(),
+                message: e.message.clone(),
+            }))
+        }
+    })
+}
+
 #[derive(Default)]
 pub struct EventSubscription;
 
@@ -184,61 +249,8 @@ impl EventSubscription {
         let providers = state::<Providers>(ctx)?
             .events()
             .subscribe()
-            .filter_map(|d| {
-                ready(server_view(d, |e| match e {
-                    ProviderEvent::Status {
-                        provider_id,
-                        status,
-                        message,
-                    } => Some(ServerEvent::ProviderStatusChanged(ProviderStatusChanged {
-                        provider_id: ID(provider_id.to_string()),
-                        status: status.as_str().to_owned(),
-                        message: message.clone(),
-                    })),
-                    ProviderEvent::Created { provider_id, name } => {
-                        Some(ServerEvent::ProviderCreated(ProviderCreated {
-                            provider_id: ID(provider_id.to_string()),
-                            name: name.clone(),
-                        }))
-                    }
-                    ProviderEvent::Deleted { provider_id, name } => {
-                        Some(ServerEvent::ProviderDeleted(ProviderDeleted {
-                            provider_id: ID(provider_id.to_string()),
-                            name: name.clone(),
-                        }))
-                    }
-                    ProviderEvent::Log { .. } => None,
-                }))
-            });
-        let engine = state::<Deployments>(ctx)?.clone();
-        let deployments = engine.events().subscribe().filter_map(move |d| {
-            let (engine, visible) = (engine.clone(), visible.clone());
-            async move {
-                let e = match d {
-                    Delivery::Lagged(missed) => {
-                        return Some(ServerEvent::EventsMissed(EventsMissed { missed }));
-                    }
-                    Delivery::Event(e) if e.kind == EventKind::State => e,
-                    Delivery::Event(_) => return None,
-                };
-                if let Some(visible) = visible {
-                    let project = engine
-                        .queries()
-                        .get(e.deployment_id)
-                        .await
-                        .ok()?
-                        .project_id?;
-                    if !visible.contains(&project) {
-                        return None;
-                    }
-                }
-                Some(ServerEvent::DeploymentChanged(DeploymentChanged {
-                    deployment_id: ID(e.deployment_id.to_string()),
-                    state: e.state.clone(),
-                    message: e.message.clone(),
-                }))
-            }
-        });
+            .filter_map(|d| ready(server_view(d, provider_view)));
+        let deployments = deployment_changes(state::<Deployments>(ctx)?.clone(), visible);
         Ok(futures_util::stream::select(
             futures_util::stream::select(auth, deployments),
             futures_util::stream::select(syncs, providers),

@@ -1,27 +1,31 @@
 //! HTTP and websocket handlers for `/graphql`, `/graphql/ws`, and the operational
-//! routes (`/healthz`, `/readyz`, `/metrics`).
+//! routes (`/healthz`, `/readyz`, `/metrics`). This file holds the state they
+//! share, the `/graphql` POST and the plain routes; who is calling is read in
+//! `caller`, the websocket served in `ws`.
 
-use std::net::{IpAddr, SocketAddr};
+mod caller;
+#[cfg(test)]
+mod tests;
+mod ws;
+
+use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
-use async_graphql::http::{ALL_WEBSOCKET_PROTOCOLS, WebSocketProtocols, WsMessage};
-use async_graphql::{BatchRequest, Data};
+use async_graphql::BatchRequest;
 use axum::body::{Body, Bytes};
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use futures_util::{SinkExt, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use std::sync::Arc;
-
-use super::auth::SESSION_COOKIE;
+use self::caller::{caller_from_headers, client_of};
+pub use self::ws::graphql_ws;
 use super::documents::DocumentCache;
 use super::settings::RequestLimits;
 use super::{ApiError, Caller, ClientAddress, CorbelSchema, ErrorCode, GraphqlLimits};
-use crate::auth::{Auth, Principal};
+use crate::auth::Auth;
 use crate::repository::Repositories;
 
 /// Whether the server can serve now (`/readyz`); the app wires it to the store.
@@ -65,26 +69,10 @@ pub async fn graphql_post(State(state): State<HttpState>, request: Request) -> R
     // because the client closed the connection.
     let _in_flight = crate::telemetry::graphql_in_flight();
     let (parts, body) = request.into_parts();
-    let bytes = match axum::body::to_bytes(body, state.limits.max_body_bytes).await {
-        Ok(bytes) => bytes,
-        Err(_) => {
-            return edge_error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                ErrorCode::BadRequest,
-                &format!(
-                    "request body is larger than the limit of {} bytes",
-                    state.limits.max_body_bytes
-                ),
-            );
-        }
-    };
-    let batch = match parse_body(&bytes) {
+    let batch = match read_batch(body, state.limits.max_body_bytes).await {
         Ok(batch) => batch,
-        Err(message) => {
-            return edge_error(StatusCode::BAD_REQUEST, ErrorCode::BadRequest, &message);
-        }
+        Err(refused) => return refused,
     };
-    drop(bytes);
     let caller = match caller_from_headers(&state.auth, &parts.headers).await {
         Ok(caller) => caller,
         Err(e) => {
@@ -109,54 +97,85 @@ pub async fn graphql_post(State(state): State<HttpState>, request: Request) -> R
         );
         return api_error_response(StatusCode::BAD_REQUEST, e);
     }
-    let client = client_of(&parts, &state.trusted_proxies);
     let deadline = tokio::time::Instant::now() + limits.timeout;
-    // Set once a request has timed out or filled the response: the rest of the
-    // batch is not run.
-    let mut stopped: Option<ApiError> = None;
-    // Waiting at the anonymous gate counts against the request's deadline.
-    let _gate = if caller.is_signed_in() {
-        None
-    } else {
-        let gate = state.anonymous_gate.clone();
-        match tokio::time::timeout_at(deadline, gate.acquire_owned()).await {
+    let mut run = BatchRun {
+        state: &state,
+        client: client_of(&parts, &state.trusted_proxies),
+        caller,
+        limits,
+        is_batch,
+        deadline,
+        stopped: None,
+        headers: HeaderMap::new(),
+        bodies: Vec::with_capacity(requests.len()),
+        total: 0,
+    };
+    let _gate = run.enter_gate().await;
+    for request in requests {
+        if let Err(failed) = run.run(request).await {
+            return failed;
+        }
+    }
+    json_response(run.headers, run.bodies, is_batch)
+}
+
+/// The body as a GraphQL request or batch, or the response refusing it (too
+/// large, or not a request).
+async fn read_batch(body: Body, max_bytes: usize) -> Result<BatchRequest, Response> {
+    let Ok(bytes) = axum::body::to_bytes(body, max_bytes).await else {
+        return Err(edge_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::BadRequest,
+            &format!("request body is larger than the limit of {max_bytes} bytes"),
+        ));
+    };
+    parse_body(&bytes)
+        .map_err(|message| edge_error(StatusCode::BAD_REQUEST, ErrorCode::BadRequest, &message))
+}
+
+/// One POST's requests as they run, one after the other, into one response.
+struct BatchRun<'a> {
+    state: &'a HttpState,
+    caller: Caller,
+    client: ClientAddress,
+    limits: RequestLimits,
+    is_batch: bool,
+    /// The whole batch's: waiting at the anonymous gate counts against it.
+    deadline: tokio::time::Instant,
+    /// Set once a request has timed out or filled the response: the rest of the
+    /// batch is not run.
+    stopped: Option<ApiError>,
+    /// The responses' HTTP headers (a `login`'s cookie), those sent in full.
+    headers: HeaderMap,
+    /// Each response, serialised.
+    bodies: Vec<Vec<u8>>,
+    /// The bytes of `bodies`, against `max_response_bytes`.
+    total: usize,
+}
+
+impl BatchRun<'_> {
+    /// Waits at the anonymous gate, for a caller without a token; a wait past
+    /// the deadline stops the batch.
+    async fn enter_gate(&mut self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        if self.caller.is_signed_in() {
+            return None;
+        }
+        let gate = self.state.anonymous_gate.clone();
+        match tokio::time::timeout_at(self.deadline, gate.acquire_owned()).await {
             Ok(permit) => permit.ok(),
             Err(_) => {
-                stopped = Some(timeout_error(&limits));
+                self.stopped = Some(timeout_error(&self.limits));
                 None
             }
         }
-    };
-    let mut headers = HeaderMap::new();
-    let mut bodies: Vec<Vec<u8>> = Vec::with_capacity(requests.len());
-    let mut total = 0usize;
-    for mut request in requests {
+    }
+
+    /// Runs one request of the batch and adds its response; `Err` with the
+    /// response to send instead of the batch's when it cannot be serialised.
+    async fn run(&mut self, request: async_graphql::Request) -> Result<(), Response> {
         let operation = operation_name(&request);
         let started = Instant::now();
-        let mut response = if let Some(e) = &stopped {
-            error_response(e.clone())
-        } else if tokio::time::Instant::now() >= deadline {
-            let e = timeout_error(&limits);
-            stopped = Some(e.clone());
-            error_response(e)
-        } else {
-            state.documents.prepare(&mut request);
-            match read_schema(&state, &mut request, &caller, &limits) {
-                Err(refused) => async_graphql::Response::from_errors(vec![refused]),
-                Ok(schema) => {
-                    request.data.insert(caller.clone());
-                    request.data.insert(client);
-                    match tokio::time::timeout_at(deadline, schema.execute(request)).await {
-                        Ok(response) => response,
-                        Err(_) => {
-                            let e = timeout_error(&limits);
-                            stopped = Some(e.clone());
-                            error_response(e)
-                        }
-                    }
-                }
-            }
-        };
+        let mut response = self.execute(request).await;
         mark_errors(&mut response);
         crate::telemetry::record_graphql(
             &operation,
@@ -167,33 +186,65 @@ pub async fn graphql_post(State(state): State<HttpState>, request: Request) -> R
             Ok(body) => body,
             Err(e) => {
                 let e = ApiError::internal(&e);
-                return api_error_response(StatusCode::INTERNAL_SERVER_ERROR, e);
+                return Err(api_error_response(StatusCode::INTERNAL_SERVER_ERROR, e));
             }
         };
-        if total + body.len() > limits.max_response_bytes {
-            let key = limits.key("max_response_bytes");
+        if self.total + body.len() > self.limits.max_response_bytes {
+            let key = self.limits.key("max_response_bytes");
             let e = ApiError::limit(
                 &key,
-                limits.max_response_bytes,
+                self.limits.max_response_bytes,
                 format!(
                     "the response would be larger than {} bytes (`{key}`); ask for less{}",
-                    limits.max_response_bytes,
-                    if is_batch { " or split the batch" } else { "" }
+                    self.limits.max_response_bytes,
+                    if self.is_batch {
+                        " or split the batch"
+                    } else {
+                        ""
+                    }
                 ),
             );
-            stopped = Some(e.clone());
+            self.stopped = Some(e.clone());
             let mut refused = error_response(e);
             mark_errors(&mut refused);
             body = serde_json::to_vec(&refused).unwrap_or_default();
         } else {
             for (name, value) in response.http_headers.iter() {
-                headers.append(name, value.clone());
+                self.headers.append(name, value.clone());
             }
         }
-        total += body.len();
-        bodies.push(body);
+        self.total += body.len();
+        self.bodies.push(body);
+        Ok(())
     }
-    json_response(headers, bodies, is_batch)
+
+    /// The response to one request: its error once the batch has stopped or
+    /// its deadline passed, else what the schema answers in time.
+    async fn execute(&mut self, mut request: async_graphql::Request) -> async_graphql::Response {
+        if let Some(e) = &self.stopped {
+            return error_response(e.clone());
+        }
+        if tokio::time::Instant::now() >= self.deadline {
+            let e = timeout_error(&self.limits);
+            self.stopped = Some(e.clone());
+            return error_response(e);
+        }
+        self.state.documents.prepare(&mut request);
+        let schema = match read_schema(self.state, &mut request, &self.caller, &self.limits) {
+            Err(refused) => return async_graphql::Response::from_errors(vec![refused]),
+            Ok(schema) => schema,
+        };
+        request.data.insert(self.caller.clone());
+        request.data.insert(self.client);
+        match tokio::time::timeout_at(self.deadline, schema.execute(request)).await {
+            Ok(response) => response,
+            Err(_) => {
+                let e = timeout_error(&self.limits);
+                self.stopped = Some(e.clone());
+                error_response(e)
+            }
+        }
+    }
 }
 
 /// The schema to run `request` on: a query passes the checks the extensions
@@ -235,41 +286,6 @@ fn read_schema<'a>(
     super::cost::check(document, limits)?;
     super::policy::check(document, caller)?;
     Ok(&state.reads)
-}
-
-/// Who sent a request (see [`client_address`]); unknown without the peer address.
-fn client_of(parts: &axum::http::request::Parts, trusted: &[IpAddr]) -> ClientAddress {
-    ClientAddress(
-        parts
-            .extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|info| client_address(info.0.ip(), &parts.headers, trusted)),
-    )
-}
-
-/// Who the client is, as `login` counts failed attempts: the peer address, or
-/// for a peer that is a trusted proxy, the last address in `X-Forwarded-For`
-/// that is not itself a trusted proxy (every earlier entry is the client's own
-/// word, which anyone can forge).
-fn client_address(peer: IpAddr, headers: &HeaderMap, trusted: &[IpAddr]) -> IpAddr {
-    let is_trusted = |addr: &IpAddr| trusted.contains(&addr.to_canonical());
-    if !is_trusted(&peer) {
-        return peer;
-    }
-    let forwarded: Vec<IpAddr> = headers
-        .get_all("x-forwarded-for")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map_while(|entry| entry.trim().parse::<IpAddr>().ok())
-        .collect();
-    forwarded
-        .iter()
-        .rev()
-        .find(|addr| !is_trusted(addr))
-        .or(forwarded.first())
-        .copied()
-        .unwrap_or(peer)
 }
 
 fn timeout_error(limits: &RequestLimits) -> ApiError {
@@ -400,332 +416,6 @@ pub fn edge_error(status: StatusCode, code: ErrorCode, message: &str) -> Respons
     api_error_response(status, ApiError::new(code, message))
 }
 
-/// The token a request carries: the bearer header, else the session cookie.
-fn bearer_token(headers: &HeaderMap) -> Option<&str> {
-    if let Some(value) = headers.get(header::AUTHORIZATION)
-        && let Ok(value) = value.to_str()
-    {
-        let value = value.trim();
-        if let Some(token) = value
-            .strip_prefix("Bearer ")
-            .or_else(|| value.strip_prefix("bearer "))
-        {
-            return Some(token.trim());
-        }
-    }
-    if !same_origin(headers) {
-        return None;
-    }
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == SESSION_COOKIE)
-        .map(|(_, value)| value)
-}
-
-/// Whether a request may use the session cookie: it says no `Origin`
-/// (not a browser's cross-origin request), or one whose host and port are
-/// this request's `Host`. `SameSite=Strict` ignores ports, so without this a
-/// page served by another port of the same host could use the session (a
-/// WebSocket, or a form-encoded POST that needs no CORS preflight).
-fn same_origin(headers: &HeaderMap) -> bool {
-    let Some(origin) = headers.get(header::ORIGIN) else {
-        return true;
-    };
-    let origin = origin.to_str().unwrap_or_default();
-    let Some(authority) = origin
-        .strip_prefix("http://")
-        .or_else(|| origin.strip_prefix("https://"))
-    else {
-        return false;
-    };
-    headers
-        .get(header::HOST)
-        .and_then(|host| host.to_str().ok())
-        .is_some_and(|host| host.eq_ignore_ascii_case(authority))
-}
-
-async fn caller_from_headers(auth: &Auth, headers: &HeaderMap) -> Result<Caller, ApiError> {
-    match bearer_token(headers) {
-        Some(token) => Ok(match authenticate(auth, token).await? {
-            Some(principal) => Caller::SignedIn(principal),
-            None => Caller::InvalidToken,
-        }),
-        None => Ok(Caller::Anonymous),
-    }
-}
-
-async fn authenticate(auth: &Auth, token: &str) -> Result<Option<Principal>, ApiError> {
-    auth.authenticate(token).await.map_err(ApiError::from)
-}
-
-pub async fn graphql_ws(
-    State(state): State<HttpState>,
-    upgrade: WebSocketUpgrade,
-    parts: axum::http::request::Parts,
-) -> Response {
-    let headers = &parts.headers;
-    let Some(protocol) = ws_protocol(headers) else {
-        return edge_error(
-            StatusCode::BAD_REQUEST,
-            ErrorCode::BadRequest,
-            "Sec-WebSocket-Protocol must name graphql-transport-ws or graphql-ws",
-        );
-    };
-    let caller = match caller_from_headers(&state.auth, headers).await {
-        Ok(caller) => caller,
-        Err(e) => return api_error_response(StatusCode::INTERNAL_SERVER_ERROR, e),
-    };
-    let client = client_of(&parts, &state.trusted_proxies);
-    let tasks = state.ws_tasks.clone();
-    let max_message = state.limits.max_body_bytes;
-    upgrade
-        .protocols(ALL_WEBSOCKET_PROTOCOLS)
-        .max_message_size(max_message)
-        .max_frame_size(max_message)
-        .on_upgrade(move |socket| {
-            tasks.track_future(serve_ws(state, socket, protocol, caller, client))
-        })
-}
-
-/// The first GraphQL subprotocol the client offers that we speak.
-fn ws_protocol(headers: &HeaderMap) -> Option<WebSocketProtocols> {
-    headers
-        .get(header::SEC_WEBSOCKET_PROTOCOL)?
-        .to_str()
-        .ok()?
-        .split(',')
-        .find_map(|p| p.trim().parse::<WebSocketProtocols>().ok())
-}
-
-/// graphql-transport-ws close codes (the protocol's PROTOCOL.md).
-mod close {
-    pub const BAD_REQUEST: u16 = 4400;
-    pub const UNAUTHORIZED: u16 = 4401;
-    pub const FORBIDDEN: u16 = 4403;
-    pub const INIT_TIMEOUT: u16 = 4408;
-    pub const DUPLICATE_ID: u16 = 4409;
-}
-
-/// Runs one websocket connection until the client leaves or the server shuts
-/// down; then it says goodbye with a close frame rather than dropping the line.
-///
-/// async-graphql's `WebSocket` speaks both protocols; this adds what it lacks
-/// of graphql-transport-ws: the `connection_init` timeout (4408, for the legacy
-/// protocol too), a duplicate subscription id (4409), and the protocol's close
-/// codes where it uses generic ones: a malformed message is 4400 (not 1002), a
-/// refused `connection_init` 4403 (not 1002), `subscribe` before the ack 4401
-/// (not 1011). A second `connection_init` is 4429 already.
-async fn serve_ws(
-    state: HttpState,
-    socket: WebSocket,
-    protocol: WebSocketProtocols,
-    from_headers: Caller,
-    client: ClientAddress,
-) {
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    let (mut sink, stream) = socket.split();
-    // The subscriptions this client has open, so shutdown can wait for their
-    // `complete` before closing the socket.
-    let open = Arc::new(std::sync::Mutex::new(
-        std::collections::HashSet::<String>::new(),
-    ));
-    let init_seen = Arc::new(AtomicBool::new(false));
-    let init_refused = Arc::new(AtomicBool::new(false));
-    let (violation, mut violations) = tokio::sync::mpsc::unbounded_channel::<(u16, String)>();
-    let input = {
-        let open = open.clone();
-        let init_seen = init_seen.clone();
-        stream
-            .take_while(|message| std::future::ready(message.is_ok()))
-            .filter_map(move |message| {
-                let bytes = match message {
-                    Ok(Message::Text(text)) => Bytes::from(text),
-                    Ok(Message::Binary(bytes)) => bytes,
-                    _ => return std::future::ready(None),
-                };
-                let envelope = Envelope::read(&bytes);
-                let mut open = open.lock().unwrap_or_else(|e| e.into_inner());
-                match envelope {
-                    Some(Envelope { kind, .. }) if kind == "connection_init" => {
-                        init_seen.store(true, Ordering::SeqCst);
-                    }
-                    // A subscription id already open is a violation of graphql-transport-ws.
-                    Some(Envelope { kind, id: Some(id) })
-                        if (kind == "subscribe" || kind == "start")
-                            && !open.insert(id.clone())
-                            && protocol == WebSocketProtocols::GraphQLWS =>
-                    {
-                        let _ = violation.send((
-                            close::DUPLICATE_ID,
-                            format!("Subscriber for {id} already exists"),
-                        ));
-                        return std::future::ready(None);
-                    }
-                    Some(Envelope { kind, id: Some(id) })
-                        if kind == "complete" || kind == "stop" =>
-                    {
-                        open.remove(&id);
-                    }
-                    _ => {}
-                }
-                std::future::ready(Some(bytes))
-            })
-    };
-    let auth = state.auth.clone();
-    let refused = init_refused.clone();
-    let connection = async_graphql::http::WebSocket::new(state.schema.clone(), input, protocol)
-        .on_connection_init(move |payload| async move {
-            let caller = match token_from_init(&payload) {
-                Some(token) => match authenticate(&auth, &token).await {
-                    Ok(Some(principal)) => Caller::SignedIn(principal),
-                    Ok(None) => {
-                        refused.store(true, Ordering::SeqCst);
-                        return Err(async_graphql::Error::new("Forbidden: invalid token"));
-                    }
-                    Err(e) => {
-                        refused.store(true, Ordering::SeqCst);
-                        return Err(e.into());
-                    }
-                },
-                None => from_headers,
-            };
-            let mut data = Data::default();
-            data.insert(caller);
-            data.insert(client);
-            Ok(data)
-        });
-    let mut connection = std::pin::pin!(connection);
-    let init_deadline = tokio::time::sleep(state.limits.ws_init_timeout);
-    let mut init_deadline = std::pin::pin!(init_deadline);
-    let mut closing = false;
-    loop {
-        if closing && open.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
-            break;
-        }
-        let message = tokio::select! {
-            message = connection.next() => message,
-            Some((code, reason)) = violations.recv() => Some(WsMessage::Close(code, reason)),
-            _ = &mut init_deadline, if !init_seen.load(Ordering::SeqCst) => {
-                if init_seen.load(Ordering::SeqCst) {
-                    continue;
-                }
-                let reason = "Connection initialisation timeout";
-                if protocol == WebSocketProtocols::SubscriptionsTransportWS {
-                    let error = serde_json::json!({
-                        "type": "connection_error",
-                        "payload": {"message": reason},
-                    });
-                    let _ = sink.send(Message::Text(error.to_string().into())).await;
-                }
-                Some(WsMessage::Close(close::INIT_TIMEOUT, reason.to_owned()))
-            }
-            _ = state.ws_close.cancelled(), if !closing => {
-                closing = true;
-                continue;
-            }
-        };
-        let Some(message) = message else {
-            // The client went away.
-            return;
-        };
-        let sent = match message {
-            WsMessage::Text(text) => {
-                if let Some(Envelope { kind, id: Some(id) }) = Envelope::read(text.as_bytes())
-                    && (kind == "complete" || kind == "error")
-                {
-                    open.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
-                }
-                sink.send(Message::Text(text.into())).await
-            }
-            WsMessage::Close(code, reason) => {
-                let (code, reason) = match protocol {
-                    WebSocketProtocols::GraphQLWS => {
-                        protocol_close(code, reason, init_refused.load(Ordering::SeqCst))
-                    }
-                    WebSocketProtocols::SubscriptionsTransportWS => (code, reason),
-                };
-                let frame = CloseFrame {
-                    code,
-                    reason: close_reason(reason).into(),
-                };
-                let _ = sink.send(Message::Close(Some(frame))).await;
-                return;
-            }
-        };
-        if sent.is_err() {
-            return;
-        }
-    }
-    let frame = CloseFrame {
-        code: axum::extract::ws::close_code::AWAY,
-        reason: "server shutting down".into(),
-    };
-    let _ = sink.send(Message::Close(Some(frame))).await;
-}
-
-/// A close frame's reason fits in 123 bytes; a longer one (serde's list of
-/// expected message types) would fail the frame itself.
-fn close_reason(mut reason: String) -> String {
-    const MAX: usize = 123;
-    if reason.len() > MAX {
-        let mut end = MAX;
-        while !reason.is_char_boundary(end) {
-            end -= 1;
-        }
-        reason.truncate(end);
-    }
-    reason
-}
-
-/// The graphql-transport-ws close code for one async-graphql gives.
-fn protocol_close(code: u16, reason: String, init_refused: bool) -> (u16, String) {
-    match code {
-        1002 if init_refused => (close::FORBIDDEN, reason),
-        1002 => (close::BAD_REQUEST, reason),
-        1011 => (close::UNAUTHORIZED, "Unauthorized".to_owned()),
-        _ => (code, reason),
-    }
-}
-
-/// A protocol message's `type` and `id`, read without the rest.
-#[derive(serde::Deserialize)]
-struct Envelope {
-    #[serde(rename = "type")]
-    kind: String,
-    id: Option<String>,
-}
-
-impl Envelope {
-    fn read(message: &[u8]) -> Option<Envelope> {
-        serde_json::from_slice(message).ok()
-    }
-}
-
-/// A token in `connection_init`: `{"Authorization": "Bearer …"}` (any case) or
-/// `{"token": "…"}`.
-fn token_from_init(payload: &serde_json::Value) -> Option<String> {
-    let object = payload.as_object()?;
-    object.iter().find_map(|(key, value)| {
-        let value = value.as_str()?.trim();
-        match key.to_ascii_lowercase().as_str() {
-            "authorization" => Some(
-                value
-                    .strip_prefix("Bearer ")
-                    .or_else(|| value.strip_prefix("bearer "))
-                    .unwrap_or(value)
-                    .to_owned(),
-            ),
-            "token" | "authtoken" => Some(value.to_owned()),
-            _ => None,
-        }
-    })
-}
-
 /// `GET /artifacts/{element}/{urn}`: an element's artifact, streamed from its
 /// repository's source. Needs a token like the API.
 pub async fn artifact(
@@ -795,108 +485,4 @@ pub async fn metrics() -> Response {
         Body::from(crate::telemetry::metrics().render()),
     )
         .into_response()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn operation_names_are_read_from_the_document() {
-        assert_eq!(
-            named_operation("query Info { serverInfo { version } }").as_deref(),
-            Some("Info")
-        );
-        assert_eq!(
-            named_operation("mutation Go($a: Int) { x }").as_deref(),
-            Some("Go")
-        );
-        assert_eq!(named_operation("{ serverInfo { version } }"), None);
-        assert_eq!(named_operation("query { serverInfo { version } }"), None);
-        assert_eq!(named_operation("query($a: Int) { a }"), None);
-    }
-
-    #[test]
-    fn the_client_address_is_the_peer_unless_a_trusted_proxy_forwards() {
-        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            "x-forwarded-for",
-            HeaderValue::from_static("6.6.6.6, 198.51.100.4, 10.0.0.2"),
-        );
-        let proxies = [ip("127.0.0.1"), ip("10.0.0.2")];
-        // An untrusted peer's header is its own word: ignored.
-        assert_eq!(
-            client_address(ip("192.0.2.1"), &headers, &proxies),
-            ip("192.0.2.1")
-        );
-        // Through trusted proxies: the last address they did not add themselves;
-        // the forged first entry is never used.
-        assert_eq!(
-            client_address(ip("127.0.0.1"), &headers, &proxies),
-            ip("198.51.100.4")
-        );
-        assert_eq!(
-            client_address(ip("127.0.0.1"), &HeaderMap::new(), &proxies),
-            ip("127.0.0.1")
-        );
-    }
-
-    #[test]
-    fn close_codes_follow_graphql_transport_ws() {
-        assert_eq!(protocol_close(1002, "bad".into(), false).0, 4400);
-        assert_eq!(protocol_close(1002, "no".into(), true).0, 4403);
-        assert_eq!(protocol_close(1011, "x".into(), false).0, 4401);
-        assert_eq!(protocol_close(4429, "again".into(), false).0, 4429);
-        assert_eq!(close_reason("é".repeat(100)).len(), 122);
-    }
-
-    #[test]
-    fn the_cookie_counts_only_from_this_origin() {
-        let mut headers = HeaderMap::new();
-        headers.insert(header::HOST, HeaderValue::from_static("127.0.0.1:8080"));
-        headers.insert(
-            header::COOKIE,
-            HeaderValue::from_static("corbel_session=tok"),
-        );
-        assert_eq!(bearer_token(&headers), Some("tok"), "no Origin: a script");
-        for (origin, allowed) in [
-            ("http://127.0.0.1:8080", true),
-            ("https://127.0.0.1:8080", true),
-            ("http://127.0.0.1:9999", false),
-            ("http://evil.example", false),
-            ("null", false),
-        ] {
-            headers.insert(header::ORIGIN, HeaderValue::from_static(origin));
-            assert_eq!(bearer_token(&headers).is_some(), allowed, "{origin}");
-        }
-        // A bearer header is not ambient: it counts from anywhere.
-        headers.insert(
-            header::AUTHORIZATION,
-            HeaderValue::from_static("Bearer hdr"),
-        );
-        assert_eq!(bearer_token(&headers), Some("hdr"));
-    }
-
-    #[test]
-    fn tokens_come_from_header_or_cookie() {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            header::COOKIE,
-            HeaderValue::from_static("a=b; corbel_session=tok"),
-        );
-        assert_eq!(bearer_token(&headers), Some("tok"));
-        headers.insert(
-            header::AUTHORIZATION,
-            HeaderValue::from_static("Bearer hdr"),
-        );
-        assert_eq!(bearer_token(&headers), Some("hdr"));
-        let init = serde_json::json!({"Authorization": "Bearer x1"});
-        assert_eq!(token_from_init(&init).as_deref(), Some("x1"));
-        assert_eq!(
-            token_from_init(&serde_json::json!({"token": "t"})).as_deref(),
-            Some("t")
-        );
-        assert_eq!(token_from_init(&serde_json::json!({})), None);
-    }
 }

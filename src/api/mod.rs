@@ -2,9 +2,14 @@
 //! the authentication guard, and the HTTP/websocket handlers that serve it.
 
 mod audit;
+mod audit_notes;
 mod auth;
+mod blueprint;
 mod cost;
 mod deploy;
+mod deploy_enums;
+mod deployment;
+mod deployment_events;
 pub mod documents;
 pub mod error;
 mod events;
@@ -14,9 +19,12 @@ mod plans;
 pub mod policy;
 mod provider;
 mod repository;
+mod revisions;
+mod roles;
 mod server;
 mod settings;
 mod teams;
+mod user;
 
 use async_graphql::{MergedObject, MergedSubscription, Schema, SchemaBuilder};
 use chrono::{DateTime, Utc};
@@ -52,7 +60,7 @@ pub struct Mutation(
 pub struct Subscription(
     events::EventSubscription,
     provider::ProviderSubscription,
-    deploy::DeploySubscription,
+    deployment_events::DeploySubscription,
     audit::AuditSubscription,
 );
 

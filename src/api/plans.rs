@@ -1,13 +1,13 @@
-//! Plans, applies, revisions and rollback in the API: `planDeployment`
+//! Plans, applies and rollback in the API: `planDeployment`
 //! computes and stores a plan (nothing runs), `plan(id)` reads one,
 //! `applyPlan` runs it in the background (`CONFLICT` when the deployment
 //! moved since, naming what moved), `rollbackDeployment` plans and applies
-//! back to a revision; `Deployment.revisions` lists them.
+//! back to a revision (`Deployment.revisions` lists them, see `revisions`).
 
 use async_graphql::{Context, ID, InputObject, Json, Object, SimpleObject};
 use chrono::{DateTime, Utc};
 
-use super::deploy::{Deployment, deployment_in};
+use super::deployment::{Deployment, deployment_in};
 use super::policy::require;
 use super::{ApiError, parse_id, state};
 use crate::deploy::changes::{self, Action};
@@ -179,40 +179,6 @@ impl Plan {
     }
 }
 
-/// One revision of a deployment: what a deploy or an apply asked for.
-#[derive(SimpleObject)]
-pub struct DeploymentRevision {
-    number: i32,
-    /// `DEPLOY`, `APPLY` or `ROLLBACK`.
-    kind: String,
-    source: String,
-    variables: Json<serde_json::Value>,
-    blueprint_id: Option<ID>,
-    plan_id: Option<ID>,
-    created_by: Option<String>,
-    created_at: DateTime<Utc>,
-    /// `IN_PROGRESS`, `COMPLETE` or `FAILED`.
-    outcome: String,
-    error: Option<String>,
-}
-
-impl From<domain::Revision> for DeploymentRevision {
-    fn from(r: domain::Revision) -> Self {
-        DeploymentRevision {
-            number: r.number,
-            kind: r.kind,
-            source: r.source,
-            variables: Json(r.variables),
-            blueprint_id: r.blueprint_id.map(|id| ID(id.to_string())),
-            plan_id: r.plan_id.map(|id| ID(id.to_string())),
-            created_by: r.created_by,
-            created_at: r.created_at,
-            outcome: r.outcome,
-            error: r.error,
-        }
-    }
-}
-
 #[derive(InputObject)]
 pub struct PlanDeploymentInput {
     deployment_id: ID,
@@ -334,18 +300,4 @@ async fn plan_in(ctx: &Context<'_>, id: &ID) -> Result<domain::StoredPlan, ApiEr
     let deployment = deployments.queries().get(plan.deployment_id).await?;
     require(ctx, deployment.project_id, &format!("plan with id {id}")).await?;
     Ok(plan)
-}
-
-/// `Deployment.revisions`.
-pub(super) async fn revisions_of(
-    ctx: &Context<'_>,
-    id: uuid::Uuid,
-) -> Result<Vec<DeploymentRevision>, ApiError> {
-    Ok(state::<Deployments>(ctx)?
-        .plans()
-        .revisions(id)
-        .await?
-        .into_iter()
-        .map(Into::into)
-        .collect())
 }

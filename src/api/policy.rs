@@ -152,7 +152,7 @@ pub(crate) async fn require(
 ) -> Result<Access, ApiError> {
     let field = ctx.field().name();
     if let Some(project) = project {
-        super::audit::note_project(ctx, project);
+        super::audit_notes::note_project(ctx, project);
     }
     let access = access(ctx).await?;
     match need_of(field) {

@@ -1,48 +1,14 @@
 //! Users (server admins manage them) and projects with their members.
 
-use async_graphql::{Context, Enum, ID, InputObject, Json, Object, SimpleObject};
+use async_graphql::{Context, ID, InputObject, Json, Object, SimpleObject};
 use chrono::{DateTime, Utc};
 
-use super::auth::{Role, User};
 use super::policy::{access, require};
-use super::{ApiError, ErrorCode, parse_id, principal, state};
+use super::roles::{ProjectRole, Role};
+use super::user::User;
+use super::{ApiError, parse_id, principal, state};
 use crate::auth::{self as domain, Auth};
 use crate::deploy::DeploymentState;
-
-/// A member's role in a project; each allows what the ones before it do.
-#[derive(Enum, Clone, Copy, PartialEq, Eq)]
-pub enum ProjectRole {
-    /// Reads the project's blueprints and deployments.
-    Viewer,
-    /// Also deploys, redeploys, extends, powers and destroys.
-    Deployer,
-    /// Also creates, edits and deletes blueprints.
-    Developer,
-    /// Also manages members and quotas, and may delete the project.
-    Admin,
-}
-
-impl From<ProjectRole> for domain::ProjectRole {
-    fn from(r: ProjectRole) -> Self {
-        match r {
-            ProjectRole::Viewer => domain::ProjectRole::Viewer,
-            ProjectRole::Deployer => domain::ProjectRole::Deployer,
-            ProjectRole::Developer => domain::ProjectRole::Developer,
-            ProjectRole::Admin => domain::ProjectRole::Admin,
-        }
-    }
-}
-
-impl From<domain::ProjectRole> for ProjectRole {
-    fn from(r: domain::ProjectRole) -> Self {
-        match r {
-            domain::ProjectRole::Viewer => ProjectRole::Viewer,
-            domain::ProjectRole::Deployer => ProjectRole::Deployer,
-            domain::ProjectRole::Developer => ProjectRole::Developer,
-            domain::ProjectRole::Admin => ProjectRole::Admin,
-        }
-    }
-}
 
 pub struct Project(domain::Project);
 
@@ -144,52 +110,6 @@ pub struct ProjectUsage {
     /// What they count of each named quantity their providers describe
     /// (against `quotas`), e.g. `{"cpu": 6}`.
     quantities: Json<std::collections::BTreeMap<String, i64>>,
-}
-
-#[derive(SimpleObject)]
-pub struct Membership {
-    project: ProjectRef,
-    role: ProjectRole,
-}
-
-#[derive(SimpleObject)]
-pub struct ProjectRef {
-    id: ID,
-    name: String,
-}
-
-/// A user's memberships: their own, or anyone's for a server admin.
-pub(super) async fn memberships_of(
-    ctx: &Context<'_>,
-    user: &domain::User,
-) -> Result<Vec<Membership>, ApiError> {
-    let who = principal(ctx)?;
-    if who.user.id != user.id && who.user.role != domain::Role::Admin {
-        return Err(ApiError::new(
-            ErrorCode::Forbidden,
-            "only the user and server admins may read a user's projects",
-        ));
-    }
-    let auth = state::<Auth>(ctx)?;
-    let theirs = auth
-        .access(&domain::Principal {
-            user: user.clone(),
-            ..who.clone()
-        })
-        .await?;
-    let mut out = Vec::new();
-    for project in auth.projects(&theirs).await? {
-        if let Some(role) = theirs.role_in(project.id) {
-            out.push(Membership {
-                project: ProjectRef {
-                    id: ID(project.id.to_string()),
-                    name: project.name,
-                },
-                role: role.into(),
-            });
-        }
-    }
-    Ok(out)
 }
 
 #[derive(InputObject)]
@@ -334,7 +254,7 @@ impl TeamsMutation {
                 },
             )
             .await?;
-        super::audit::note_project(ctx, project.id);
+        super::audit_notes::note_project(ctx, project.id);
         Ok(Project(project))
     }
 

@@ -149,16 +149,7 @@ pub fn compute(input: &Input<'_>) -> Result<Draft, Problem> {
     for node in input.nodes {
         by_key.entry(node.key.as_str()).or_default().push(node);
     }
-    // Outputs that hold through the apply: replica 0 of each running key.
-    let mut outputs: BTreeMap<String, Value> = BTreeMap::new();
-    for node in input.nodes {
-        if node.replica == 0
-            && node.deployed
-            && let Some(o) = &node.outputs
-        {
-            outputs.insert(node.key.clone(), o.clone());
-        }
-    }
+    let outputs = lasting_outputs(input.nodes);
     let mut changing: BTreeSet<String> = BTreeSet::new();
     let mut draft = Draft::default();
     for key in &order {
@@ -166,13 +157,59 @@ pub fn compute(input: &Input<'_>) -> Result<Draft, Problem> {
             .new
             .resource(key)
             .expect("order names the blueprint's keys");
+        let running = by_key.remove(key.as_str()).unwrap_or_default();
+        let keyed = Keyed {
+            input,
+            resource,
+            running: &running,
+        };
+        if keyed.changes(&outputs, &changing, &mut draft)? {
+            changing.insert(key.clone());
+        }
+    }
+    destroy_removed(input.old, &by_key, &mut draft);
+    Ok(draft)
+}
+
+/// Outputs that hold through the apply: replica 0 of each running key.
+fn lasting_outputs(nodes: &[NodeView]) -> BTreeMap<String, Value> {
+    let mut outputs: BTreeMap<String, Value> = BTreeMap::new();
+    for node in nodes {
+        if node.replica == 0
+            && node.deployed
+            && let Some(o) = &node.outputs
+        {
+            outputs.insert(node.key.clone(), o.clone());
+        }
+    }
+    outputs
+}
+
+/// One key of the new blueprint, and the nodes that run it now.
+struct Keyed<'a> {
+    input: &'a Input<'a>,
+    resource: &'a blueprint::Resource,
+    running: &'a [&'a NodeView],
+}
+
+impl Keyed<'_> {
+    /// Adds the key's changes to `draft`, its config rendered with `outputs`
+    /// save what reads the `changing` keys. Returns whether its outputs
+    /// change with the plan (its replica 0 is created, updated or replaced).
+    fn changes(
+        &self,
+        outputs: &BTreeMap<String, Value>,
+        changing: &BTreeSet<String>,
+        draft: &mut Draft,
+    ) -> Result<bool, Problem> {
+        let (input, resource) = (self.input, self.resource);
+        let key = &resource.key;
         let count = blueprint::replicas(resource, input.variables)?;
         let count = i32::try_from(count).unwrap_or(i32::MAX);
         let capability = input.capabilities.get(key.as_str());
-        let running = by_key.remove(key.as_str()).unwrap_or_default();
         if let Some(old) = input.old.resource(key)
             && old.strategy != resource.strategy
-            && !running.is_empty()
+            && !self.running.is_empty()
         {
             draft.notes.push(format!(
                 "resources.{key}: strategy {} → {}: replicas added are placed by the new one; \
@@ -181,8 +218,8 @@ pub fn compute(input: &Input<'_>) -> Result<Draft, Problem> {
                 resource.strategy.as_str()
             ));
         }
-        let rendered = render_keys(resource, input.variables, &outputs, &changing)?;
-        let (chosen, extra) = choose(&running);
+        let rendered = render_keys(resource, input.variables, outputs, changing)?;
+        let (chosen, extra) = choose(self.running);
         for node in extra {
             draft.changes.push(destroy(
                 node,
@@ -194,32 +231,8 @@ pub fn compute(input: &Input<'_>) -> Result<Draft, Problem> {
             let node = chosen.get(&replica).copied();
             let change = match node {
                 Some(node) if replica >= count => destroy(node, None),
-                None => Change {
-                    key: key.clone(),
-                    replica,
-                    action: Action::Create.as_str().to_owned(),
-                    resource_type: resource.resource_type.clone(),
-                    node_id: None,
-                    reason: None,
-                    config: Vec::new(),
-                    ripples_from: Vec::new(),
-                    create_before_destroy: false,
-                    placement_before: None,
-                    placement: None,
-                },
-                Some(node) if !node.deployed => Change {
-                    key: key.clone(),
-                    replica,
-                    action: Action::Create.as_str().to_owned(),
-                    resource_type: resource.resource_type.clone(),
-                    node_id: Some(node.id),
-                    reason: Some(format!("not running ({})", node.state)),
-                    config: Vec::new(),
-                    ripples_from: Vec::new(),
-                    create_before_destroy: false,
-                    placement_before: node.node.clone(),
-                    placement: node.node.clone(),
-                },
+                None => create(resource, replica, None),
+                Some(node) if !node.deployed => create(resource, replica, Some(node)),
                 Some(node) => compare(node, resource, capability, &rendered),
             };
             if replica == 0
@@ -232,13 +245,14 @@ pub fn compute(input: &Input<'_>) -> Result<Draft, Problem> {
             }
             draft.changes.push(change);
         }
-        if outputs_change {
-            changing.insert(key.clone());
-        }
+        Ok(outputs_change)
     }
-    // Keys no longer asked for, dependents first (the old blueprint's order,
-    // reversed).
-    let old_order = blueprint::order(input.old).unwrap_or_default();
+}
+
+/// Destroys the keys no longer asked for, dependents first (the old
+/// blueprint's order, reversed).
+fn destroy_removed(old: &Blueprint, by_key: &BTreeMap<&str, Vec<&NodeView>>, draft: &mut Draft) {
+    let old_order = blueprint::order(old).unwrap_or_default();
     let mut removed: Vec<&str> = old_order
         .iter()
         .rev()
@@ -256,7 +270,24 @@ pub fn compute(input: &Input<'_>) -> Result<Draft, Problem> {
             draft.changes.push(destroy(node, None));
         }
     }
-    Ok(draft)
+}
+
+/// Creates `replica` of `resource`: new, or again in the row of `node`,
+/// which is not running.
+fn create(resource: &blueprint::Resource, replica: i32, node: Option<&NodeView>) -> Change {
+    Change {
+        key: resource.key.clone(),
+        replica,
+        action: Action::Create.as_str().to_owned(),
+        resource_type: resource.resource_type.clone(),
+        node_id: node.map(|n| n.id),
+        reason: node.map(|n| format!("not running ({})", n.state)),
+        config: Vec::new(),
+        ripples_from: Vec::new(),
+        create_before_destroy: false,
+        placement_before: node.and_then(|n| n.node.clone()),
+        placement: node.and_then(|n| n.node.clone()),
+    }
 }
 
 /// For each replica, the node that speaks for it (running before not, then
@@ -357,6 +388,7 @@ fn compare(
     capability: Option<&Capability>,
     rendered: &BTreeMap<String, NewValue>,
 ) -> Change {
+    let (config, ripples) = config_changes(node, rendered);
     let mut change = Change {
         key: node.key.clone(),
         replica: node.replica,
@@ -364,17 +396,45 @@ fn compare(
         resource_type: resource.resource_type.clone(),
         node_id: Some(node.id),
         reason: None,
-        config: Vec::new(),
-        ripples_from: Vec::new(),
+        config,
+        ripples_from: ripples.into_iter().collect(),
         create_before_destroy: false,
         placement_before: node.node.clone(),
         placement: node.node.clone(),
     };
+    let moved = match capability {
+        Some(c) if node.provider_id.is_some_and(|p| p != c.provider_id) => {
+            Some(format!("its provider changes to `{}`", c.provider_name))
+        }
+        _ if node.resource_type != resource.resource_type => Some(format!(
+            "its type changes from `{}` to `{}`",
+            node.resource_type, resource.resource_type
+        )),
+        _ => None,
+    };
+    if let Some(moved) = moved {
+        replaced(&mut change, capability, moved);
+        return change;
+    }
+    if !change.config.is_empty() {
+        update_or_replace(&mut change, capability);
+    }
+    change
+}
+
+/// The top-level keys whose value changes from the node's stored config to
+/// the `rendered` one (credentials masked), and the resources whose
+/// changing outputs the unknown ones read.
+fn config_changes(
+    node: &NodeView,
+    rendered: &BTreeMap<String, NewValue>,
+) -> (Vec<ConfigChange>, BTreeSet<String>) {
     let empty = serde_json::Map::new();
     let before = match &node.config {
         Some(Value::Object(map)) => map,
         _ => &empty,
     };
+    let mut changes = Vec::new();
     let mut ripples = BTreeSet::new();
     let names: BTreeSet<&String> = before.keys().chain(rendered.keys()).collect();
     for name in names {
@@ -395,7 +455,7 @@ fn compare(
         };
         let mask =
             |v: Option<&Value>| v.map(|v| if secret { Value::from(MASK) } else { v.clone() });
-        change.config.push(ConfigChange {
+        changes.push(ConfigChange {
             key: name.clone(),
             before: mask(old),
             after: mask(after.as_ref()),
@@ -403,24 +463,13 @@ fn compare(
             secret,
         });
     }
-    change.ripples_from = ripples.into_iter().collect();
-    let moved = match capability {
-        Some(c) if node.provider_id.is_some_and(|p| p != c.provider_id) => {
-            Some(format!("its provider changes to `{}`", c.provider_name))
-        }
-        _ if node.resource_type != resource.resource_type => Some(format!(
-            "its type changes from `{}` to `{}`",
-            node.resource_type, resource.resource_type
-        )),
-        _ => None,
-    };
-    if let Some(moved) = moved {
-        replaced(&mut change, capability, moved);
-        return change;
-    }
-    if change.config.is_empty() {
-        return change;
-    }
+    (changes, ripples)
+}
+
+/// A replica whose config changes, on the same provider and type: updated
+/// in place when its provider can update every changed key, else replaced,
+/// saying which keys and why.
+fn update_or_replace(change: &mut Change, capability: Option<&Capability>) {
     let changed: Vec<&str> = change.config.iter().map(|c| c.key.as_str()).collect();
     let quoted = |keys: &[&str]| {
         keys.iter()
@@ -429,17 +478,15 @@ fn compare(
             .join(", ")
     };
     let name = capability.map_or("?", |c| c.provider_name.as_str());
-    match capability.and_then(|c| c.updatable.as_ref()) {
-        Some(updatable) if changed.iter().all(|k| updatable.contains(*k)) => {
-            change.action = Action::Update.as_str().to_owned();
-        }
+    let reason = match capability.and_then(|c| c.updatable.as_ref()) {
+        Some(updatable) if changed.iter().all(|k| updatable.contains(*k)) => None,
         Some(updatable) => {
             let fixed: Vec<&str> = changed
                 .iter()
                 .copied()
                 .filter(|k| !updatable.contains(*k))
                 .collect();
-            let reason = format!(
+            Some(format!(
                 "{} changed, and provider `{name}` cannot update {} in place",
                 quoted(&changed),
                 if fixed.len() == changed.len() {
@@ -447,19 +494,18 @@ fn compare(
                 } else {
                     quoted(&fixed)
                 }
-            );
-            replaced(&mut change, capability, reason);
+            ))
         }
-        None => {
-            let reason = format!(
-                "{} changed, and provider `{name}` cannot update in place (it speaks protocol \
-                 version 1)",
-                quoted(&changed)
-            );
-            replaced(&mut change, capability, reason);
-        }
+        None => Some(format!(
+            "{} changed, and provider `{name}` cannot update in place (it speaks protocol \
+             version 1)",
+            quoted(&changed)
+        )),
+    };
+    match reason {
+        None => change.action = Action::Update.as_str().to_owned(),
+        Some(reason) => replaced(change, capability, reason),
     }
-    change
 }
 
 /// Makes `change` a replacement for `reason`: the new one first, unless its
@@ -483,310 +529,4 @@ fn replaced(change: &mut Change, capability: Option<&Capability>, reason: String
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn bp(yaml: &str) -> Blueprint {
-        blueprint::parse(yaml).expect("a valid blueprint")
-    }
-
-    fn node(key: &str, replica: i32, config: Value, outputs: Value) -> NodeView {
-        NodeView {
-            id: Uuid::new_v4(),
-            key: key.into(),
-            replica,
-            generation: 0,
-            resource_type: "t.v1.x".into(),
-            provider_id: Some(Uuid::nil()),
-            node: Some("n1".into()),
-            deployed: true,
-            state: "COMPLETE".into(),
-            config: Some(config),
-            outputs: Some(outputs),
-        }
-    }
-
-    fn caps(keys: &[&str], updatable: Option<&[&str]>) -> BTreeMap<String, Capability> {
-        keys.iter()
-            .map(|k| {
-                (
-                    k.to_string(),
-                    Capability {
-                        provider_id: Uuid::nil(),
-                        provider_name: "p".into(),
-                        updatable: updatable.map(|u| u.iter().map(|s| s.to_string()).collect()),
-                        destroy_first: false,
-                    },
-                )
-            })
-            .collect()
-    }
-
-    fn actions(draft: &Draft) -> Vec<(String, i32, String)> {
-        draft
-            .changes
-            .iter()
-            .map(|c| (c.key.clone(), c.replica, c.action.clone()))
-            .collect()
-    }
-
-    const OLD: &str = r#"
-version: "1"
-variables:
-  label: {type: string, default: a}
-  port: {type: int, default: 1}
-  n: {type: int, default: 1}
-resources:
-  db:
-    type: t.v1.x
-    config: {label: "{{ label }}", port: "{{ port }}"}
-  web:
-    type: t.v1.x
-    depends_on: [db]
-    replicas: "{{ n }}"
-    config: {upstream: "{{ resources.db.outputs.addr }}", name: web}
-"#;
-
-    fn running() -> Vec<NodeView> {
-        vec![
-            node(
-                "db",
-                0,
-                json!({"label": "a", "port": 1}),
-                json!({"addr": "db:1"}),
-            ),
-            node(
-                "web",
-                0,
-                json!({"upstream": "db:1", "name": "web"}),
-                json!({}),
-            ),
-        ]
-    }
-
-    fn vars(pairs: Value) -> BTreeMap<String, Value> {
-        let bp = bp(OLD);
-        blueprint::bind(&bp, pairs.as_object().unwrap()).unwrap()
-    }
-
-    #[test]
-    fn nothing_changed_keeps_everything() {
-        let (old, nodes) = (bp(OLD), running());
-        let variables = vars(json!({}));
-        let capabilities = caps(&["db", "web"], Some(&["label"]));
-        let draft = compute(&Input {
-            old: &old,
-            new: &old,
-            variables: &variables,
-            nodes: &nodes,
-            capabilities: &capabilities,
-        })
-        .unwrap();
-        assert_eq!(
-            actions(&draft),
-            vec![
-                ("db".into(), 0, "KEEP".into()),
-                ("web".into(), 0, "KEEP".into())
-            ]
-        );
-    }
-
-    #[test]
-    fn an_updatable_key_updates_and_ripples_to_what_reads_its_outputs() {
-        let (old, nodes) = (bp(OLD), running());
-        let variables = vars(json!({"label": "b"}));
-        let capabilities = caps(&["db", "web"], Some(&["label"]));
-        let draft = compute(&Input {
-            old: &old,
-            new: &old,
-            variables: &variables,
-            nodes: &nodes,
-            capabilities: &capabilities,
-        })
-        .unwrap();
-        assert_eq!(
-            actions(&draft),
-            vec![
-                ("db".into(), 0, "UPDATE".into()),
-                ("web".into(), 0, "REPLACE".into())
-            ]
-        );
-        let db = &draft.changes[0];
-        assert_eq!(db.config.len(), 1);
-        assert_eq!(db.config[0].before, Some(json!("a")));
-        assert_eq!(db.config[0].after, Some(json!("b")));
-        let web = &draft.changes[1];
-        assert_eq!(web.ripples_from, vec!["db".to_owned()]);
-        assert!(!web.config[0].known);
-        assert!(web.reason.as_deref().unwrap().contains("`upstream`"));
-    }
-
-    #[test]
-    fn a_provider_that_cannot_hold_both_gets_its_replacements_destroyed_first() {
-        let (old, nodes) = (bp(OLD), running());
-        let variables = vars(json!({"port": 2}));
-        let mut capabilities = caps(&["db", "web"], Some(&["label"]));
-        for c in capabilities.values_mut() {
-            c.destroy_first = true;
-        }
-        let draft = compute(&Input {
-            old: &old,
-            new: &old,
-            variables: &variables,
-            nodes: &nodes,
-            capabilities: &capabilities,
-        })
-        .unwrap();
-        let change = &draft.changes[0];
-        assert_eq!(change.action, "REPLACE");
-        assert!(!change.create_before_destroy);
-        assert_eq!(change.placement, change.placement_before);
-        let reason = change.reason.as_deref().unwrap();
-        assert!(
-            reason.contains("cannot update them in place")
-                && reason.contains("destroyed before it is made again: provider `p` says"),
-            "{reason}"
-        );
-    }
-
-    #[test]
-    fn a_key_the_provider_cannot_update_replaces_and_an_old_provider_always_replaces() {
-        let (old, nodes) = (bp(OLD), running());
-        let variables = vars(json!({"port": 2}));
-        let capabilities = caps(&["db", "web"], Some(&["label"]));
-        let draft = compute(&Input {
-            old: &old,
-            new: &old,
-            variables: &variables,
-            nodes: &nodes,
-            capabilities: &capabilities,
-        })
-        .unwrap();
-        assert_eq!(draft.changes[0].action, "REPLACE");
-        assert!(draft.changes[0].create_before_destroy);
-        assert!(
-            draft.changes[0]
-                .reason
-                .as_deref()
-                .unwrap()
-                .contains("cannot update them in place")
-        );
-        let variables = vars(json!({"label": "b"}));
-        let capabilities = caps(&["db", "web"], None);
-        let draft = compute(&Input {
-            old: &old,
-            new: &old,
-            variables: &variables,
-            nodes: &nodes,
-            capabilities: &capabilities,
-        })
-        .unwrap();
-        assert_eq!(draft.changes[0].action, "REPLACE");
-        assert!(
-            draft.changes[0]
-                .reason
-                .as_deref()
-                .unwrap()
-                .contains("protocol version 1")
-        );
-    }
-
-    #[test]
-    fn replicas_up_and_down_and_resources_added_and_removed() {
-        let old = bp(OLD);
-        let mut nodes = running();
-        nodes.push(node(
-            "web",
-            1,
-            json!({"upstream": "db:1", "name": "web"}),
-            json!({}),
-        ));
-        let variables = vars(json!({"n": 3}));
-        let capabilities = caps(&["db", "web"], Some(&[]));
-        let draft = compute(&Input {
-            old: &old,
-            new: &old,
-            variables: &variables,
-            nodes: &nodes,
-            capabilities: &capabilities,
-        })
-        .unwrap();
-        assert_eq!(
-            actions(&draft),
-            vec![
-                ("db".into(), 0, "KEEP".into()),
-                ("web".into(), 0, "KEEP".into()),
-                ("web".into(), 1, "KEEP".into()),
-                ("web".into(), 2, "CREATE".into())
-            ]
-        );
-        let new = bp(r#"
-version: "1"
-variables:
-  label: {type: string, default: a}
-  port: {type: int, default: 1}
-resources:
-  db:
-    type: t.v1.x
-    config: {label: "{{ label }}", port: "{{ port }}"}
-  cache:
-    type: t.v1.x
-    config: {}
-"#);
-        let variables = blueprint::bind(&new, &serde_json::Map::new()).unwrap();
-        let capabilities = caps(&["db", "cache"], Some(&[]));
-        let draft = compute(&Input {
-            old: &old,
-            new: &new,
-            variables: &variables,
-            nodes: &nodes,
-            capabilities: &capabilities,
-        })
-        .unwrap();
-        assert_eq!(
-            actions(&draft),
-            vec![
-                ("db".into(), 0, "KEEP".into()),
-                ("cache".into(), 0, "CREATE".into()),
-                ("web".into(), 0, "DESTROY".into()),
-                ("web".into(), 1, "DESTROY".into())
-            ]
-        );
-    }
-
-    #[test]
-    fn a_secret_looking_key_is_masked_and_a_failed_node_is_created_again() {
-        let old = bp(r#"
-version: "1"
-variables:
-  pw: {type: string, default: one}
-resources:
-  db:
-    type: t.v1.x
-    config: {password: "{{ pw }}"}
-"#);
-        let nodes = vec![node("db", 0, json!({"password": "one"}), json!({}))];
-        let mut failed = nodes.clone();
-        failed[0].deployed = false;
-        failed[0].state = "FAILED".into();
-        let variables = blueprint::bind(&old, json!({"pw": "two"}).as_object().unwrap()).unwrap();
-        let capabilities = caps(&["db"], Some(&["password"]));
-        let input = |nodes| Input {
-            old: &old,
-            new: &old,
-            variables: &variables,
-            nodes,
-            capabilities: &capabilities,
-        };
-        let draft = compute(&input(&nodes)).unwrap();
-        let change = &draft.changes[0].config[0];
-        assert!(change.secret);
-        assert_eq!(change.before, Some(json!(MASK)));
-        assert_eq!(change.after, Some(json!(MASK)));
-        assert!(!serde_json::to_string(&draft).unwrap().contains("two"));
-        let draft = compute(&input(&failed)).unwrap();
-        assert_eq!(draft.changes[0].action, "CREATE");
-        assert_eq!(draft.changes[0].node_id, Some(failed[0].id));
-    }
-}
+mod tests;

@@ -3,11 +3,15 @@
 //!
 //! - [`blueprints`] — `Blueprints`: create, update, delete, read blueprints;
 //! - [`queries`] — `Queries`: reads of deployments, nodes, history, journal;
-//! - [`runs`] — `Runs`: starts runs (deploy, destroy, redeploy), the
-//!   per-deployment run lock, a deployment's state changes and its events;
+//! - [`runs`] — `Runs`: starts runs (deploy, destroy, redeploy), takes the
+//!   run lock, a deployment's state changes and its events;
+//! - [`lock`] — `Lock`: the per-deployment run lock;
 //! - [`executor`] — `Executor`: runs a run's DAG to its end (phases, rollback);
 //! - [`step`] — `Steps`: one journaled provider call for one node;
+//! - [`describe`] — a blueprint as its providers describe it;
 //! - [`plan`] — `Planner`: providers and placement of a deployment's nodes;
+//! - [`quotas`] — what a project may use: `maxResources`, named quotas,
+//!   `maxLeaseSeconds`;
 //! - [`plans`] — `Plans`: plan a change, apply it, revisions and rollback
 //!   (what a plan does is computed by the pure [`changes`]);
 //! - [`recovery`] — `Recovery`: journal settling, resuming after a restart,
@@ -23,12 +27,15 @@
 pub mod blueprint;
 mod blueprints;
 pub mod changes;
+mod describe;
 mod executor;
 mod installations;
+mod lock;
 mod plan;
 mod plans;
 mod power;
 mod queries;
+mod quotas;
 mod recovery;
 mod runs;
 pub mod schedule;
@@ -289,7 +296,7 @@ struct Inner {
     bus: Bus<DeploymentEvent>,
     settings: DeploySettings,
     /// Deployments something is working on in this process: the run lock
-    /// (see [`runs`]).
+    /// (see [`lock`]).
     busy: Mutex<HashSet<Uuid>>,
     /// Placement reads counts and writes nodes; one at a time, so two deploys
     /// never both take the last room on a node. Replicas place only on the

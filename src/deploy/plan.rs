@@ -1,7 +1,8 @@
 //! Planning: which provider serves each resource, how many replicas it has, and
 //! on which provider node each replica goes. Counts of what is deployed and in
 //! flight are read and the new nodes written under one lock, so two deploys
-//! never both take the last room on a node.
+//! never both take the last room on a node; the project's limits
+//! ([`quotas`](super::quotas)) are checked under the same lock.
 //!
 //! Never calls a provider's resources (only asks for its nodes) nor starts a
 //! run.
@@ -13,7 +14,8 @@ use uuid::Uuid;
 
 use super::blueprint::{self, Blueprint, Resource};
 use super::changes::{Action, Draft};
-use super::plans::Described;
+use super::describe::Described;
+use super::quotas::{self, Quantities};
 use super::strategy::{self, NodeInput};
 use super::{DeployError, DeploymentState, Deployments, LIVE_NODE_STATES, NodeState};
 use crate::provider::ProviderNode;
@@ -25,10 +27,6 @@ pub(super) struct Placed {
     pub provider_id: Uuid,
     pub nodes: Vec<Option<String>>,
 }
-
-/// What each resource (by key) counts against its project's named quotas,
-/// per replica, as its provider described it (`DescribeResources`).
-pub(super) type Quantities = BTreeMap<String, BTreeMap<String, i64>>;
 
 /// The planning part of [`Deployments`].
 #[derive(Clone, Copy)]
@@ -54,10 +52,7 @@ impl Planner<'_> {
                 .map_err(|e| format!("resources.{}: {e}", resource.key))?;
             let quota = quantities.get(&resource.key);
             for (replica, node) in placed.nodes.into_iter().enumerate() {
-                for (name, amount) in quota.into_iter().flatten() {
-                    let total = wanted.entry(name.clone()).or_default();
-                    *total = total.saturating_add((*amount).max(0));
-                }
+                quotas::add_replica(&mut wanted, quota);
                 nodes.push(rows::NewNode {
                     key: resource.key.clone(),
                     replica: i32::try_from(replica).unwrap_or(i32::MAX),
@@ -69,7 +64,7 @@ impl Planner<'_> {
             }
         }
         let count = nodes.len();
-        self.within_quota(id, count, &wanted).await?;
+        quotas::nodes_within_quota(&self.0.inner.db, id, count, &wanted).await?;
         rows::insert_nodes(
             &self.0.inner.db,
             id,
@@ -89,58 +84,6 @@ impl Planner<'_> {
                 format!("planned {count} resource node(s)"),
             )
             .await;
-        Ok(())
-    }
-
-    /// Refuses a plan of `count` nodes, counting `wanted` of named
-    /// quantities, that would take the deployment's project past its
-    /// `maxResources` or one of its named quotas, saying which and by how
-    /// much. Called under the placing lock, with the nodes written under it:
-    /// two plans never both take the last room.
-    async fn within_quota(
-        &self,
-        id: Uuid,
-        count: usize,
-        wanted: &BTreeMap<String, i64>,
-    ) -> Result<(), String> {
-        let db = &self.0.inner.db;
-        let Some(project) = rows::find_deployment(db, id)
-            .await
-            .map_err(|e| e.to_string())?
-            .and_then(|d| d.project_id)
-        else {
-            return Ok(());
-        };
-        let Some(row) = crate::store::projects::find_project(db, project)
-            .await
-            .map_err(|e| e.to_string())?
-        else {
-            return Ok(());
-        };
-        let live = LIVE_NODE_STATES.map(NodeState::as_str);
-        if let Some(max) = row.max_resources {
-            let used = rows::project_node_count(db, project, &live)
-                .await
-                .map_err(|e| e.to_string())?;
-            over(&row.name, "maxResources", max, used as i64, count as i64)?;
-        }
-        let limits: serde_json::Map<String, Value> =
-            serde_json::from_str(&row.quotas).unwrap_or_default();
-        let limited: Vec<(&String, i64)> = limits
-            .iter()
-            .filter_map(|(name, limit)| Some((name, limit.as_i64()?)))
-            .filter(|(name, _)| wanted.get(*name).is_some_and(|n| *n > 0))
-            .collect();
-        if limited.is_empty() {
-            return Ok(());
-        }
-        let used = project_quantities(db, project)
-            .await
-            .map_err(|e| e.to_string())?;
-        for (name, limit) in limited {
-            let in_use = used.get(name).copied().unwrap_or(0);
-            over(&row.name, name, limit, in_use, wanted[name])?;
-        }
         Ok(())
     }
 
@@ -245,14 +188,11 @@ impl Planner<'_> {
                 .await
                 .map_err(|e| format!("resources.{key}: {e}"))?;
             for (replica, node) in replicas.into_iter().zip(placed.nodes) {
-                for (name, amount) in described.quantities.get(key).into_iter().flatten() {
-                    let total = quantities.entry(name.clone()).or_default();
-                    *total = total.saturating_add((*amount).max(0));
-                }
+                quotas::add_replica(&mut quantities, described.quantities.get(key));
                 out.push((key.to_owned(), replica, placed.provider_id, node));
             }
         }
-        self.within_quota(id, out.len(), &quantities).await?;
+        quotas::nodes_within_quota(&self.0.inner.db, id, out.len(), &quantities).await?;
         Ok(out)
     }
 
@@ -437,39 +377,4 @@ fn capacity_for(node: &ProviderNode, resource_type: &str) -> Option<i64> {
             .map(|(_, v)| *v)
     };
     of(resource_type).or_else(|| of("*")).filter(|c| *c > 0)
-}
-
-/// The error for a plan that needs `needs` of the quota `name` of `project`
-/// (`limit` allowed, `used` in use), if that is too much.
-fn over(project: &str, name: &str, limit: i64, used: i64, needs: i64) -> Result<(), String> {
-    let limit = limit.max(0);
-    let total = used.saturating_add(needs);
-    if total > limit {
-        return Err(format!(
-            "quota {name} of project `{project}`: {limit} allowed, {used} in use, this \
-             deployment needs {needs}: {} over",
-            total - limit
-        ));
-    }
-    Ok(())
-}
-
-/// What the project's live nodes count of each named quantity.
-pub(super) async fn project_quantities(
-    db: &crate::store::Db,
-    project: Uuid,
-) -> Result<BTreeMap<String, i64>, crate::store::DbErr> {
-    let rows =
-        rows::project_node_quotas(db, project, &LIVE_NODE_STATES.map(NodeState::as_str)).await?;
-    let mut used = BTreeMap::<String, i64>::new();
-    for text in rows {
-        let Ok(quota) = serde_json::from_str::<BTreeMap<String, i64>>(&text) else {
-            continue;
-        };
-        for (name, amount) in quota {
-            let total = used.entry(name).or_default();
-            *total = total.saturating_add(amount.max(0));
-        }
-    }
-    Ok(used)
 }

@@ -2,23 +2,27 @@
 //!
 //! `plan` compares what runs with what is asked (a blueprint and variables)
 //! through [`changes`](super::changes), previews where new replicas would go,
-//! and stores the result with the state it saw; nothing runs. `apply` refuses
-//! a plan the deployment moved away from (`CONFLICT`, naming what moved),
-//! else places the new nodes, marks the others and opens a revision in one
-//! transaction (under the run lock and the placing lock), and hands the run
-//! to `executor::run_apply`. Every deploy and apply is a revision;
+//! and stores the result with the state it saw (its `basis`); nothing runs.
+//! `apply` refuses a plan the deployment moved away from (`CONFLICT`, naming
+//! what moved), else places the new nodes, marks the others and opens a
+//! revision in one transaction (under the run lock and the placing lock), and
+//! hands the run to `executor::run_apply`. Every deploy and apply is a revision;
 //! `rollback` plans and applies back to one.
 //!
 //! Never calls a provider's resources itself nor runs a DAG.
 
-use std::collections::{BTreeMap, BTreeSet};
+mod basis;
+
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::changes::{self, Action, Capability, Draft, NodeView};
+use super::blueprint::Blueprint;
+use super::changes::{self, Action, Draft, NodeView};
+use super::describe::{Described, describe};
 use super::{
     DEPLOYED, DeployError, Deployment, DeploymentState, Deployments, EventKind, NodeState, Phase,
     blueprint,
@@ -26,6 +30,7 @@ use super::{
 use crate::store::deployments::{self as rows, DeploymentChange, NewNode, NodeRow};
 use crate::store::plans::{self as stored, AddedNode, ApplyStart, NewRevision, NodeMark};
 use crate::text::text_enum;
+use basis::{Basis, is_gone};
 
 text_enum! {
     pub enum PlanState {
@@ -75,83 +80,6 @@ pub struct Ask {
     pub variables: Option<serde_json::Map<String, Value>>,
 }
 
-/// The deployment as a plan saw it: an apply refuses a plan whose basis is
-/// no longer the deployment's.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-struct Basis {
-    operation: Option<Uuid>,
-    state: String,
-    /// Node id → `key[replica] STATE`, and its config.
-    nodes: BTreeMap<Uuid, (String, Option<String>)>,
-}
-
-impl Basis {
-    fn of(deployment: &rows::DeploymentRow, nodes: &[NodeRow]) -> Basis {
-        Basis {
-            operation: deployment.operation_id,
-            state: deployment.state.clone(),
-            nodes: nodes
-                .iter()
-                .filter(|n| !is_gone(n))
-                .map(|n| {
-                    (
-                        n.id,
-                        (
-                            format!("{}[{}] {}", n.key, n.replica, n.state),
-                            n.config.clone(),
-                        ),
-                    )
-                })
-                .collect(),
-        }
-    }
-
-    /// What moved from `self` (the plan's) to `now`.
-    fn moved(&self, now: &Basis) -> Vec<String> {
-        let mut moved = Vec::new();
-        if self.operation != now.operation {
-            moved.push("another operation ran on the deployment since".to_owned());
-        }
-        if self.state != now.state {
-            moved.push(format!(
-                "its state went from {} to {}",
-                self.state, now.state
-            ));
-        }
-        for (id, (label, config)) in &self.nodes {
-            match now.nodes.get(id) {
-                None => moved.push(format!("{} is gone", node_name(label))),
-                Some((now_label, _)) if now_label != label => {
-                    moved.push(format!("{label} is now {}", state_of(now_label)));
-                }
-                Some((_, now_config)) if now_config != config => {
-                    moved.push(format!("{}'s config changed", node_name(label)));
-                }
-                Some(_) => {}
-            }
-        }
-        for (id, (label, _)) in &now.nodes {
-            if !self.nodes.contains_key(id) {
-                moved.push(format!("{label} was added"));
-            }
-        }
-        moved
-    }
-}
-
-fn node_name(label: &str) -> &str {
-    label.split(' ').next().unwrap_or(label)
-}
-
-fn state_of(label: &str) -> &str {
-    label.rsplit(' ').next().unwrap_or(label)
-}
-
-/// Rows that hold nothing and never will: destroyed or retired.
-fn is_gone(node: &NodeRow) -> bool {
-    node.state == NodeState::Destroyed.as_str() || node.state == NodeState::Retired.as_str()
-}
-
 /// The plans part of [`Deployments`].
 #[derive(Clone, Copy)]
 pub struct Plans<'a>(pub(super) &'a Deployments);
@@ -169,51 +97,16 @@ impl Plans<'_> {
         let row = rows::find_deployment(db, id)
             .await?
             .ok_or_else(|| DeployError::NotFound(format!("deployment {id} not found")))?;
-        let (blueprint_id, source) = match (ask.blueprint_id, ask.source) {
-            (Some(_), Some(_)) => {
-                return Err(DeployError::Invalid(
-                    "give a blueprintId or a blueprint source, not both".into(),
-                ));
-            }
-            (Some(bid), None) => {
-                let stored = self.0.blueprints().get(bid).await?;
-                if stored.project_id != deployment.project_id {
-                    return Err(DeployError::Invalid(format!(
-                        "blueprintId: blueprint `{}` is not in the deployment's project",
-                        stored.name
-                    )));
-                }
-                (Some(stored.id), stored.source)
-            }
-            (None, Some(source)) => (deployment.blueprint_id, source),
-            (None, None) => match deployment.blueprint_id {
-                Some(bid) => (Some(bid), self.0.blueprints().get(bid).await?.source),
-                None => {
-                    return Err(DeployError::Invalid(format!(
-                        "deployment `{}` has no blueprint of its own: give a blueprint",
-                        deployment.name
-                    )));
-                }
-            },
-        };
+        let (blueprint_id, source) = self
+            .asked_source(&deployment, ask.blueprint_id, ask.source)
+            .await?;
         let parsed = super::blueprints::parse_checked(&source)?;
-        let given = match ask.variables {
-            Some(given) => given,
-            None => match &deployment.variables {
-                Value::Object(current) => current
-                    .iter()
-                    .filter(|(k, _)| parsed.variable(k).is_some())
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-                _ => serde_json::Map::new(),
-            },
-        };
+        let given = ask
+            .variables
+            .unwrap_or_else(|| still_declared(&deployment.variables, &parsed));
         let variables =
             blueprint::bind(&parsed, &given).map_err(|p| DeployError::Invalid(p.to_string()))?;
-        let described = self
-            .0
-            .executor()
-            .describe(&parsed)
+        let described = describe(self.0, &parsed)
             .await
             .map_err(DeployError::Invalid)?;
         let old = blueprint::parse(&row.source).map_err(|p| DeployError::Corrupt(p.to_string()))?;
@@ -248,6 +141,39 @@ impl Plans<'_> {
         };
         stored::insert_plan(db, plan.clone()).await?;
         to_plan(plan)
+    }
+
+    /// The blueprint a plan is asked to reach: its id (if it has one) and
+    /// its source.
+    async fn asked_source(
+        &self,
+        deployment: &Deployment,
+        blueprint_id: Option<Uuid>,
+        source: Option<String>,
+    ) -> Result<(Option<Uuid>, String), DeployError> {
+        match (blueprint_id, source) {
+            (Some(_), Some(_)) => Err(DeployError::Invalid(
+                "give a blueprintId or a blueprint source, not both".into(),
+            )),
+            (Some(bid), None) => {
+                let stored = self.0.blueprints().get(bid).await?;
+                if stored.project_id != deployment.project_id {
+                    return Err(DeployError::Invalid(format!(
+                        "blueprintId: blueprint `{}` is not in the deployment's project",
+                        stored.name
+                    )));
+                }
+                Ok((Some(stored.id), stored.source))
+            }
+            (None, Some(source)) => Ok((deployment.blueprint_id, source)),
+            (None, None) => match deployment.blueprint_id {
+                Some(bid) => Ok((Some(bid), self.0.blueprints().get(bid).await?.source)),
+                None => Err(DeployError::Invalid(format!(
+                    "deployment `{}` has no blueprint of its own: give a blueprint",
+                    deployment.name
+                ))),
+            },
+        }
     }
 
     pub async fn get(&self, plan_id: Uuid) -> Result<StoredPlan, DeployError> {
@@ -357,17 +283,7 @@ impl Plans<'_> {
         kind: &str,
     ) -> Result<Deployment, DeployError> {
         let db = &self.0.inner.db;
-        let plan = stored::find_plan(db, plan_id)
-            .await?
-            .ok_or_else(|| DeployError::NotFound(format!("plan {plan_id} not found")))?;
-        if plan.state != PlanState::Pending.as_str() {
-            return Err(DeployError::Conflict(format!(
-                "plan {plan_id} was applied already{}",
-                plan.applied_at
-                    .map(|at| format!(" (at {})", at.to_rfc3339()))
-                    .unwrap_or_default()
-            )));
-        }
+        let plan = self.pending(plan_id).await?;
         let id = plan.deployment_id;
         let deployment = self.settled(id, "apply").await?;
         let lock = self
@@ -379,37 +295,123 @@ impl Plans<'_> {
             .await?
             .ok_or_else(|| DeployError::NotFound(format!("deployment {id} not found")))?;
         let nodes = rows::nodes_of(db, id).await?;
-        let then: Basis = serde_json::from_str(&plan.basis)
-            .map_err(|e| DeployError::Corrupt(format!("plan basis: {e}")))?;
-        let mut moved = then.moved(&Basis::of(&row, &nodes));
-        if row.source != plan.base_source {
-            moved.insert(0, "its blueprint changed".to_owned());
-        }
-        if row.variables != plan.base_variables {
-            moved.insert(0, "its variables changed".to_owned());
-        }
-        if !moved.is_empty() {
-            return Err(DeployError::Conflict(format!(
-                "the deployment moved since plan {plan_id} was made: {}; plan again",
-                moved.join("; ")
-            )));
-        }
+        basis::refuse_moved(&plan, &row, &nodes)?;
         let draft: Draft = serde_json::from_str(&plan.changes)
             .map_err(|e| DeployError::Corrupt(format!("plan changes: {e}")))?;
         let parsed =
             blueprint::parse(&plan.source).map_err(|p| DeployError::Corrupt(p.to_string()))?;
-        let described = self
-            .0
-            .executor()
-            .describe(&parsed)
+        let described = describe(self.0, &parsed)
             .await
             .map_err(DeployError::Invalid)?;
-        let by_id: BTreeMap<Uuid, &NodeRow> = nodes.iter().map(|n| (n.id, n)).collect();
-        let mut generation: BTreeMap<(String, i32), i32> = BTreeMap::new();
-        for n in &nodes {
-            let g = generation.entry((n.key.clone(), n.replica)).or_insert(0);
-            *g = (*g).max(n.generation + 1);
+        let marked = Marked::of(plan_id, &draft, &described, &nodes)?;
+        let summary = summary(&draft);
+        let revision = revision(&plan, kind, by);
+        let number = self
+            .start_apply(&plan, &parsed, &described, &nodes, marked, revision)
+            .await?;
+        self.0
+            .runs()
+            .record(
+                id,
+                EventKind::State,
+                None,
+                Some(DeploymentState::InProgress.as_str()),
+                format!("applying plan {plan_id} as revision {number}: {summary}"),
+            )
+            .await;
+        let this = self.0.clone();
+        self.0.inner.tasks.spawn(async move {
+            this.executor().run_apply(&lock).await;
+        });
+        self.0.queries().get(id).await
+    }
+
+    /// The plan, while it is still pending.
+    async fn pending(&self, plan_id: Uuid) -> Result<stored::PlanRow, DeployError> {
+        let plan = stored::find_plan(&self.0.inner.db, plan_id)
+            .await?
+            .ok_or_else(|| DeployError::NotFound(format!("plan {plan_id} not found")))?;
+        if plan.state != PlanState::Pending.as_str() {
+            return Err(DeployError::Conflict(format!(
+                "plan {plan_id} was applied already{}",
+                plan.applied_at
+                    .map(|at| format!(" (at {})", at.to_rfc3339()))
+                    .unwrap_or_default()
+            )));
         }
+        Ok(plan)
+    }
+
+    /// Places the plan's new nodes and starts the apply in one transaction
+    /// (the marks, the new nodes, the revision, the deployment
+    /// `IN_PROGRESS`), under the placing lock: no other plan takes their
+    /// room between. Returns the revision's number.
+    async fn start_apply(
+        &self,
+        plan: &stored::PlanRow,
+        parsed: &Blueprint,
+        described: &Described,
+        nodes: &[NodeRow],
+        marked: Marked,
+        revision: NewRevision,
+    ) -> Result<i32, DeployError> {
+        let plan_id = plan.id;
+        let _placing = self.0.inner.placing.lock().await;
+        let placed = self
+            .0
+            .planner()
+            .place_new(plan.deployment_id, described, &marked.wanted)
+            .await
+            .map_err(|e| {
+                DeployError::Conflict(format!(
+                    "plan {plan_id} cannot be placed now: {e}; plan again"
+                ))
+            })?;
+        let added = added_nodes(placed, nodes, parsed, described);
+        let number = stored::begin_apply(
+            &self.0.inner.db,
+            ApplyStart {
+                deployment_id: plan.deployment_id,
+                plan_id,
+                source: plan.source.clone(),
+                variables: plan.variables.clone(),
+                blueprint_id: plan.blueprint_id,
+                change: DeploymentChange {
+                    state: DeploymentState::InProgress.as_str(),
+                    phase: Some(Phase::Apply.as_str()),
+                    error: None,
+                    operation_id: Some(plan_id),
+                },
+                marks: marked.marks,
+                added,
+                node_state: NodeState::ToDeploy.as_str(),
+                plan_state: PlanState::Applied.as_str(),
+                revision,
+                remove_states: &[NodeState::Retired.as_str()],
+            },
+        )
+        .await?;
+        Ok(number)
+    }
+}
+
+/// What an apply does to the nodes there are, and the new nodes it places.
+struct Marked {
+    marks: Vec<NodeMark>,
+    /// New nodes, as `(key, replica)`.
+    wanted: Vec<(String, i32)>,
+}
+
+impl Marked {
+    /// Each change of `draft` as a mark on its node or a new node; refuses
+    /// (`CONFLICT`) a change whose node is gone.
+    fn of(
+        plan_id: Uuid,
+        draft: &Draft,
+        described: &Described,
+        nodes: &[NodeRow],
+    ) -> Result<Marked, DeployError> {
+        let by_id: BTreeMap<Uuid, &NodeRow> = nodes.iter().map(|n| (n.id, n)).collect();
         let mut marks = Vec::new();
         let mut wanted: Vec<(String, i32)> = Vec::new();
         let state = |s: NodeState| s.as_str().to_owned();
@@ -457,109 +459,83 @@ impl Plans<'_> {
                 }
             }
         }
-        let counts = draft.changes.iter().fold(BTreeMap::new(), |mut m, c| {
-            *m.entry(c.action.as_str()).or_insert(0) += 1;
-            m
-        });
-        let summary = counts
-            .iter()
-            .filter(|(a, _)| **a != Action::Keep.as_str())
-            .map(|(a, n)| format!("{n} to {}", a.to_lowercase()))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let _placing = self.0.inner.placing.lock().await;
-        let placed = self
-            .0
-            .planner()
-            .place_new(id, &described, &wanted)
-            .await
-            .map_err(|e| {
-                DeployError::Conflict(format!(
-                    "plan {plan_id} cannot be placed now: {e}; plan again"
-                ))
-            })?;
-        let added = placed
-            .into_iter()
-            .map(|(key, replica, provider_id, node)| {
-                let generation = generation
-                    .get(&(key.clone(), replica))
-                    .copied()
-                    .unwrap_or(0);
-                AddedNode {
-                    node: NewNode {
-                        resource_type: parsed
-                            .resource(&key)
-                            .map(|r| r.resource_type.clone())
-                            .unwrap_or_default(),
-                        quota: described
-                            .quantities
-                            .get(&key)
-                            .map(|q| serde_json::to_string(q).unwrap_or_default()),
-                        key,
-                        replica,
-                        provider_id: Some(provider_id),
-                        node,
-                    },
-                    generation,
-                }
-            })
-            .collect();
-        let number = stored::begin_apply(
-            db,
-            ApplyStart {
-                deployment_id: id,
-                plan_id,
-                source: plan.source.clone(),
-                variables: plan.variables.clone(),
-                blueprint_id: plan.blueprint_id,
-                change: DeploymentChange {
-                    state: DeploymentState::InProgress.as_str(),
-                    phase: Some(Phase::Apply.as_str()),
-                    error: None,
-                    operation_id: Some(plan_id),
-                },
-                marks,
-                added,
-                node_state: NodeState::ToDeploy.as_str(),
-                plan_state: PlanState::Applied.as_str(),
-                revision: NewRevision {
-                    kind: kind.to_owned(),
-                    source: plan.source.clone(),
-                    variables: plan.variables.clone(),
-                    blueprint_id: plan.blueprint_id,
-                    plan_id: Some(plan_id),
-                    operation_id: Some(plan_id),
-                    created_by: by,
-                    outcome: "IN_PROGRESS".to_owned(),
-                },
-                remove_states: &[NodeState::Retired.as_str()],
-            },
-        )
-        .await?;
-        drop(_placing);
-        self.0
-            .runs()
-            .record(
-                id,
-                EventKind::State,
-                None,
-                Some(DeploymentState::InProgress.as_str()),
-                format!(
-                    "applying plan {plan_id} as revision {number}: {}",
-                    if summary.is_empty() {
-                        "nothing to change".to_owned()
-                    } else {
-                        summary
-                    }
-                ),
-            )
-            .await;
-        let this = self.0.clone();
-        self.0.inner.tasks.spawn(async move {
-            this.executor().run_apply(&lock).await;
-        });
-        self.0.queries().get(id).await
+        Ok(Marked { marks, wanted })
     }
+}
+
+/// What a plan changes, counted by action (`2 to create, 1 to update`), for
+/// its apply's event.
+fn summary(draft: &Draft) -> String {
+    let counts = draft.changes.iter().fold(BTreeMap::new(), |mut m, c| {
+        *m.entry(c.action.as_str()).or_insert(0) += 1;
+        m
+    });
+    let summary = counts
+        .iter()
+        .filter(|(a, _)| **a != Action::Keep.as_str())
+        .map(|(a, n)| format!("{n} to {}", a.to_lowercase()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if summary.is_empty() {
+        "nothing to change".to_owned()
+    } else {
+        summary
+    }
+}
+
+/// The revision an apply of `plan` opens, as `kind` (`APPLY`, `ROLLBACK`).
+fn revision(plan: &stored::PlanRow, kind: &str, by: Option<String>) -> NewRevision {
+    NewRevision {
+        kind: kind.to_owned(),
+        source: plan.source.clone(),
+        variables: plan.variables.clone(),
+        blueprint_id: plan.blueprint_id,
+        plan_id: Some(plan.id),
+        operation_id: Some(plan.id),
+        created_by: by,
+        outcome: "IN_PROGRESS".to_owned(),
+    }
+}
+
+/// The rows of the nodes placed for an apply (`(key, replica, provider,
+/// node)`), each a generation past the newest row of its replica.
+fn added_nodes(
+    placed: Vec<(String, i32, Uuid, Option<String>)>,
+    nodes: &[NodeRow],
+    parsed: &Blueprint,
+    described: &Described,
+) -> Vec<AddedNode> {
+    let mut generation: BTreeMap<(String, i32), i32> = BTreeMap::new();
+    for n in nodes {
+        let g = generation.entry((n.key.clone(), n.replica)).or_insert(0);
+        *g = (*g).max(n.generation + 1);
+    }
+    placed
+        .into_iter()
+        .map(|(key, replica, provider_id, node)| {
+            let generation = generation
+                .get(&(key.clone(), replica))
+                .copied()
+                .unwrap_or(0);
+            AddedNode {
+                node: NewNode {
+                    resource_type: parsed
+                        .resource(&key)
+                        .map(|r| r.resource_type.clone())
+                        .unwrap_or_default(),
+                    quota: described
+                        .quantities
+                        .get(&key)
+                        .map(|q| serde_json::to_string(q).unwrap_or_default()),
+                    key,
+                    replica,
+                    provider_id: Some(provider_id),
+                    node,
+                },
+                generation,
+            }
+        })
+        .collect()
 }
 
 fn mark(id: Uuid, state: String) -> NodeMark {
@@ -596,6 +572,19 @@ fn view(n: &NodeRow) -> NodeView {
     }
 }
 
+/// The deployment's variables its new blueprint still declares: a plan's
+/// variables when none are given.
+fn still_declared(current: &Value, parsed: &Blueprint) -> serde_json::Map<String, Value> {
+    match current {
+        Value::Object(current) => current
+            .iter()
+            .filter(|(k, _)| parsed.variable(k).is_some())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        _ => serde_json::Map::new(),
+    }
+}
+
 fn json_text<T: Serialize>(value: &T) -> Result<String, DeployError> {
     serde_json::to_string(value).map_err(|e| DeployError::Invalid(format!("cannot store: {e}")))
 }
@@ -615,17 +604,4 @@ fn to_plan(row: stored::PlanRow) -> Result<StoredPlan, DeployError> {
         state: row.state,
         applied_at: row.applied_at,
     })
-}
-
-/// The capabilities a plan needs of each key's provider.
-pub(super) struct Described {
-    pub blueprint: blueprint::Blueprint,
-    pub capabilities: BTreeMap<String, Capability>,
-    pub quantities: super::plan::Quantities,
-}
-
-impl Described {
-    pub(super) fn updatable(keys: Vec<String>, version: Option<u32>) -> Option<BTreeSet<String>> {
-        (version.unwrap_or(1) >= 2).then(|| keys.into_iter().collect())
-    }
 }

@@ -59,7 +59,7 @@ impl Queries<'_> {
             &super::LIVE_NODE_STATES.map(super::NodeState::as_str),
         )
         .await?;
-        let quantities = super::plan::project_quantities(&self.0.inner.db, project).await?;
+        let quantities = super::quotas::project_quantities(&self.0.inner.db, project).await?;
         Ok((resources, quantities))
     }
 

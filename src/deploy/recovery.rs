@@ -10,8 +10,9 @@
 //! once as a run makes), their writes committed together. The same settling
 //! runs, in the background, for a call a run gave up on.
 //!
-//! The lease: `extend` sets a deployment's `expiresAt`; the reaper destroys
-//! deployments whose lease has passed.
+//! The lease: `extend` sets a deployment's `expiresAt` (within its project's
+//! `maxLeaseSeconds`, see `quotas`); the reaper destroys deployments whose
+//! lease has passed.
 //!
 //! With replicas, only the leader runs deployments, so the whole journal is
 //! the dead leader's: a new leader settles all of it at its start, as a
@@ -26,7 +27,8 @@ use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use uuid::Uuid;
 
-use super::runs::Lock;
+use super::lock::Lock;
+use super::quotas;
 use super::step::{gone, node_change_event, resource_call};
 use super::writer::Write;
 use super::{DeployError, Deployment, DeploymentState, Deployments, Intent, NodeState, Phase};
@@ -49,9 +51,13 @@ impl Recovery<'_> {
     ) -> Result<Deployment, DeployError> {
         check_lease("expiresAt", expires_at, Utc::now())?;
         let deployment = self.0.queries().get(id).await?;
-        let expires_at = self
-            .lease_within_quota("expiresAt", deployment.project_id, expires_at)
-            .await?;
+        let expires_at = quotas::lease_within_quota(
+            &self.0.inner.db,
+            "expiresAt",
+            deployment.project_id,
+            expires_at,
+        )
+        .await?;
         rows::set_expiry(&self.0.inner.db, id, expires_at).await?;
         // In the history, so whoever follows the deployment sees it move.
         let message = match expires_at {
@@ -63,40 +69,6 @@ impl Recovery<'_> {
             .record(id, super::EventKind::State, None, None, message)
             .await;
         self.0.queries().get(id).await
-    }
-
-    /// The lease a deployment of `project` may have: `asked`, when within the
-    /// project's `maxLeaseSeconds`; that longest lease when none is asked;
-    /// refused, saying by how much, when longer.
-    pub(super) async fn lease_within_quota(
-        &self,
-        field: &str,
-        project: Option<Uuid>,
-        asked: Option<DateTime<Utc>>,
-    ) -> Result<Option<DateTime<Utc>>, DeployError> {
-        let Some(project) = project else {
-            return Ok(asked);
-        };
-        let Some(row) = crate::store::projects::find_project(&self.0.inner.db, project).await?
-        else {
-            return Ok(asked);
-        };
-        let Some(max) = row.max_lease_seconds else {
-            return Ok(asked);
-        };
-        let now = Utc::now();
-        let longest = now + chrono::TimeDelta::seconds(max);
-        match asked {
-            None => Ok(Some(longest)),
-            Some(at) if at <= longest => Ok(Some(at)),
-            Some(at) => Err(DeployError::Invalid(format!(
-                "`{field}`: quota maxLeaseSeconds of project `{}` allows leases of at most \
-                 {max} s; this one is {} s: {} s over",
-                row.name,
-                (at - now).num_seconds(),
-                (at - longest).num_seconds()
-            ))),
-        }
     }
 
     /// Settles the journal and resumes interrupted deployments, in the
@@ -345,8 +317,6 @@ impl Recovery<'_> {
         entry: &JournalRow,
         node: &NodeRow,
     ) -> Result<Option<Write>, String> {
-        let db = &self.0.inner.db;
-        let call = resource_call(node);
         let intent = entry
             .intent
             .parse::<Intent>()
@@ -355,62 +325,8 @@ impl Recovery<'_> {
             .state
             .parse::<NodeState>()
             .map_err(|e| DeployError::from(e).to_string())?;
-        // Interrupted while deploying: deploy again. `DeployResource` is
-        // idempotent per resource id, so the provider adopts what the lost
-        // call made, and finishes it: a container created but not started
-        // yet exists (`Inspect` finds it) but is not deployed.
-        let present = if (intent, state) == (Intent::Deploy, NodeState::InProgress)
-            || intent == Intent::Update
-        {
-            None
-        } else {
-            self.0
-                .inner
-                .providers
-                .inspect(entry.provider_id, &call)
-                .await
-                .map_err(|e| e.to_string())?
-        };
-        let change = match (intent, state, present) {
-            (Intent::Deploy, NodeState::InProgress, _) => Some(NodeChange {
-                state: NodeState::ToDeploy.as_str().to_owned(),
-                run_id: Some(None),
-                ..NodeChange::default()
-            }),
-            // A deploy given up on (the node already says why): what it may
-            // have made must go. The node itself is left as the run left it.
-            (Intent::Deploy, _, Some(outputs)) => {
-                self.0
-                    .inner
-                    .providers
-                    .destroy(entry.provider_id, call, &outputs, |_| {})
-                    .await
-                    .map_err(|e| e.to_string())?;
-                None
-            }
-            (Intent::Deploy, _, None) => None,
-            // Interrupted while updating: update again when the apply
-            // resumes (`UpdateResource` to the same config is idempotent);
-            // the node still holds the config it had.
-            (Intent::Update, NodeState::Updating, _) => Some(NodeChange {
-                state: NodeState::ToUpdate.as_str().to_owned(),
-                ..NodeChange::default()
-            }),
-            (Intent::Update, _, _) => None,
-            // A destroy that was cut short: finish it.
-            (Intent::Destroy, _, Some(outputs)) => {
-                self.0
-                    .inner
-                    .providers
-                    .destroy(entry.provider_id, call, &outputs, |_| {})
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Some(gone(node).0)
-            }
-            (Intent::Destroy, _, None) => Some(gone(node).0),
-        };
-        let Some(change) = change else {
-            rows::drop_entry(db, entry.id)
+        let Some(change) = self.settled_change(entry, node, intent, state).await? else {
+            rows::drop_entry(&self.0.inner.db, entry.id)
                 .await
                 .map_err(|e| e.to_string())?;
             return Ok(None);
@@ -428,6 +344,68 @@ impl Recovery<'_> {
             change,
             event,
         }))
+    }
+
+    /// What the node becomes once the lost call of `entry` (`intent`, with
+    /// the node in `state`) is settled, finishing a destroy it cut short or
+    /// undoing a deploy given up on; `None` when the node stays as it is.
+    async fn settled_change(
+        &self,
+        entry: &JournalRow,
+        node: &NodeRow,
+        intent: Intent,
+        state: NodeState,
+    ) -> Result<Option<NodeChange>, String> {
+        let providers = &self.0.inner.providers;
+        let call = resource_call(node);
+        // Interrupted while deploying: deploy again. `DeployResource` is
+        // idempotent per resource id, so the provider adopts what the lost
+        // call made, and finishes it: a container created but not started
+        // yet exists (`Inspect` finds it) but is not deployed.
+        let present = if (intent, state) == (Intent::Deploy, NodeState::InProgress)
+            || intent == Intent::Update
+        {
+            None
+        } else {
+            providers
+                .inspect(entry.provider_id, &call)
+                .await
+                .map_err(|e| e.to_string())?
+        };
+        Ok(match (intent, state, present) {
+            (Intent::Deploy, NodeState::InProgress, _) => Some(NodeChange {
+                state: NodeState::ToDeploy.as_str().to_owned(),
+                run_id: Some(None),
+                ..NodeChange::default()
+            }),
+            // A deploy given up on (the node already says why): what it may
+            // have made must go. The node itself is left as the run left it.
+            (Intent::Deploy, _, Some(outputs)) => {
+                providers
+                    .destroy(entry.provider_id, call, &outputs, |_| {})
+                    .await
+                    .map_err(|e| e.to_string())?;
+                None
+            }
+            (Intent::Deploy, _, None) => None,
+            // Interrupted while updating: update again when the apply
+            // resumes (`UpdateResource` to the same config is idempotent);
+            // the node still holds the config it had.
+            (Intent::Update, NodeState::Updating, _) => Some(NodeChange {
+                state: NodeState::ToUpdate.as_str().to_owned(),
+                ..NodeChange::default()
+            }),
+            (Intent::Update, _, _) => None,
+            // A destroy that was cut short: finish it.
+            (Intent::Destroy, _, Some(outputs)) => {
+                providers
+                    .destroy(entry.provider_id, call, &outputs, |_| {})
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Some(gone(node).0)
+            }
+            (Intent::Destroy, _, None) => Some(gone(node).0),
+        })
     }
 
     /// Destroys deployments whose lease has passed, until the server stops.

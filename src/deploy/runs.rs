@@ -1,40 +1,24 @@
-//! Runs: starting them (deploy, destroy, redeploy) in the background, the
-//! per-deployment run lock, a deployment's state changes, and its events
-//! (stored and published in order). Never runs a DAG itself (that is
-//! `executor`) nor calls a provider.
+//! Runs: starting them (deploy, destroy, redeploy) in the background, taking
+//! the per-deployment run lock (see `lock`), a deployment's state changes,
+//! and its events (stored and published in order). Never runs a DAG itself
+//! (that is `executor`) nor calls a provider.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use uuid::Uuid;
 
 use super::blueprints::check_name;
+use super::lock::Lock;
+use super::quotas;
 use super::{
-    DeployError, Deployment, DeploymentState, Deployments, EventKind, Inner, NewDeployment,
-    NodeState, Phase, REPLACED, blueprint,
+    DeployError, Deployment, DeploymentState, Deployments, EventKind, NewDeployment, NodeState,
+    Phase, REPLACED, blueprint,
 };
 use crate::store::deployments as rows;
 
 /// How long a request on a settled deployment waits for the run that settled
 /// it to let go of its lock.
 const SETTLED_LOCK_WAIT: Duration = Duration::from_secs(2);
-
-/// Holds a deployment's lock; dropping it releases the lock.
-pub(super) struct Lock {
-    inner: Arc<Inner>,
-    pub(super) id: Uuid,
-}
-
-impl Drop for Lock {
-    fn drop(&mut self) {
-        self.inner
-            .busy
-            .lock()
-            .expect("the lock set is never poisoned")
-            .remove(&self.id);
-        self.inner.released.notify_waiters();
-    }
-}
 
 /// The runs part of [`Deployments`].
 #[derive(Clone, Copy)]
@@ -56,11 +40,13 @@ impl<'a> Runs<'a> {
         check_name(&new.name)?;
         super::recovery::check_lease("expiresAt", new.expires_at, chrono::Utc::now())?;
         let blueprint = self.0.blueprints().get(new.blueprint_id).await?;
-        let expires_at = self
-            .0
-            .recovery()
-            .lease_within_quota("expiresAt", blueprint.project_id, new.expires_at)
-            .await?;
+        let expires_at = quotas::lease_within_quota(
+            &self.0.inner.db,
+            "expiresAt",
+            blueprint.project_id,
+            new.expires_at,
+        )
+        .await?;
         let variables = blueprint::bind(&blueprint.parsed, &new.variables)
             .map_err(|p| DeployError::Invalid(p.to_string()))?;
         let row = rows::insert_deployment(
@@ -185,21 +171,7 @@ impl<'a> Runs<'a> {
 
     /// Takes the deployment's run lock, or refuses: something is working on it.
     pub(super) fn lock(&self, id: Uuid, doing: &str) -> Result<Lock, DeployError> {
-        let mut busy = self
-            .0
-            .inner
-            .busy
-            .lock()
-            .expect("the lock set is never poisoned");
-        if !busy.insert(id) {
-            return Err(DeployError::Conflict(format!(
-                "deployment {id} is busy; it cannot start to {doing} now"
-            )));
-        }
-        Ok(Lock {
-            inner: self.0.inner.clone(),
-            id,
-        })
+        Lock::take(&self.0.inner, id, doing)
     }
 
     /// The lock, for a request on a deployment in `state`. A run stores its

@@ -19,6 +19,7 @@
 //! a deployment's own state.
 
 use std::fmt;
+use std::ops::ControlFlow;
 
 use serde_json::Value;
 use uuid::Uuid;
@@ -199,49 +200,12 @@ impl Steps<'_> {
             if self.0.inner.stopping.is_cancelled() {
                 return Err(StepError::Stopping);
             }
-            // An entry the caller queued: the provider was connected then.
-            let ready = match begun.take() {
-                Some(Begun {
-                    entry: queued,
-                    committed,
-                }) => {
-                    committed
-                        .wait()
-                        .await
-                        .map_err(|e| StepError::Store(format!("cannot journal the call: {e}")))?;
-                    entry = Some(queued);
-                    Ok(())
-                }
-                None => self.provider_ready(provider).await,
-            };
-            let error = match ready {
-                Err(_) if self.0.inner.stopping.is_cancelled() => return Err(StepError::Stopping),
-                Err(not_ready) if !not_ready.coming => {
-                    return Err(self.give_up(node, entry, not_ready.message).await);
-                }
-                Err(not_ready) => not_ready.message,
-                Ok(()) => {
-                    let entry = match entry {
-                        Some(entry) => entry,
-                        None => *entry.insert(self.begin(node, provider, &call).await?),
-                    };
-                    match self.call_provider(node, provider, &call).await {
-                        Ok(outputs) => {
-                            let finish = self.finish(node, entry, &call, &outputs);
-                            crate::telemetry::record_deploy_step(intent.as_str(), "complete");
-                            return Ok((outputs, finish));
-                        }
-                        Err(ProviderError::Failed { message, .. }) => {
-                            self.finish_failed(node, entry, &message).await;
-                            crate::telemetry::record_deploy_step(intent.as_str(), "failed");
-                            return Err(StepError::Failed(message));
-                        }
-                        Err(lost) => {
-                            crate::telemetry::record_deploy_step(intent.as_str(), "lost");
-                            format!("{} lost: {lost}", call_name(intent))
-                        }
-                    }
-                }
+            let tried = self
+                .try_once(node, provider, &call, begun.take(), &mut entry)
+                .await?;
+            let error = match tried {
+                ControlFlow::Break(done) => return Ok(done),
+                ControlFlow::Continue(error) => error,
             };
             if attempt >= attempts {
                 return Err(self.give_up(node, entry, error).await);
@@ -260,6 +224,68 @@ impl Steps<'_> {
                     format!("{error}; trying again (attempt {attempt} of {attempts})"),
                 )
                 .await;
+        }
+    }
+
+    /// One try of a call: once its queued entry (`begun`) is durable, or its
+    /// provider is ready, journals the call (unless `entry` is written
+    /// already) and makes it. Breaks with the call's outputs and the write
+    /// of its result; continues with why it may be tried again.
+    async fn try_once(
+        &self,
+        node: &NodeRow,
+        provider: Uuid,
+        call: &Call,
+        begun: Option<Begun>,
+        entry: &mut Option<Uuid>,
+    ) -> Result<ControlFlow<(Value, Write), String>, StepError> {
+        let intent = call.intent();
+        // An entry the caller queued: the provider was connected then.
+        let ready = match begun {
+            Some(Begun {
+                entry: queued,
+                committed,
+            }) => {
+                committed
+                    .wait()
+                    .await
+                    .map_err(|e| StepError::Store(format!("cannot journal the call: {e}")))?;
+                *entry = Some(queued);
+                Ok(())
+            }
+            None => self.provider_ready(provider).await,
+        };
+        match ready {
+            Err(_) if self.0.inner.stopping.is_cancelled() => Err(StepError::Stopping),
+            Err(not_ready) if !not_ready.coming => {
+                Err(self.give_up(node, *entry, not_ready.message).await)
+            }
+            Err(not_ready) => Ok(ControlFlow::Continue(not_ready.message)),
+            Ok(()) => {
+                let entry = match *entry {
+                    Some(entry) => entry,
+                    None => *entry.insert(self.begin(node, provider, call).await?),
+                };
+                match self.call_provider(node, provider, call).await {
+                    Ok(outputs) => {
+                        let finish = self.finish(node, entry, call, &outputs);
+                        crate::telemetry::record_deploy_step(intent.as_str(), "complete");
+                        Ok(ControlFlow::Break((outputs, finish)))
+                    }
+                    Err(ProviderError::Failed { message, .. }) => {
+                        self.finish_failed(node, entry, &message).await;
+                        crate::telemetry::record_deploy_step(intent.as_str(), "failed");
+                        Err(StepError::Failed(message))
+                    }
+                    Err(lost) => {
+                        crate::telemetry::record_deploy_step(intent.as_str(), "lost");
+                        Ok(ControlFlow::Continue(format!(
+                            "{} lost: {lost}",
+                            call_name(intent)
+                        )))
+                    }
+                }
+            }
         }
     }
 

@@ -30,9 +30,9 @@
 //! host's). The namespace is named by the inode of `/proc/<pid>/ns/pid`; the
 //! runtime takes it only after `/proc/<pid>/cgroup` names the container, so a
 //! pid from another numbering (Corbel itself in a container, a remote engine)
-//! is never trusted: that launch is then not bound (see `docker.rs`). What it
-//! does not stop: `docker exec` into the container, which needs the engine,
-//! and with it root on the host, anyway.
+//! is never trusted: that launch is then not bound (see
+//! `docker/container.rs`). What it does not stop: `docker exec` into the
+//! container, which needs the engine, and with it root on the host, anyway.
 //!
 //! Providers that register with their stored token (run outside Corbel) are
 //! not bound. A runtime that cannot tell its process from others returns no

@@ -15,8 +15,10 @@
 //! - `secrets`: `secretConfig` sealed at rest with the server's key;
 //! - `repository`: the provider host as a repository source;
 //! - below them: `source` fetches with git2, `metadata` reads
-//!   `corbel-provider.yaml`, `runtime` builds and starts, `link` is Corbel's
-//!   client to a registered provider, `logs` the log ring and lines.
+//!   `corbel-provider.yaml`, `checkout` finds it in the fetched tree,
+//!   `runtime` builds and starts (`docker` as a container), `link` is
+//!   Corbel's client to a registered provider, `logs` the log ring and lines;
+//! - `check` is `corbel provider check`, with `check_host` its registry.
 //!
 //! This file holds the shared types and `Providers`, a cheap handle that
 //! forwards to the parts. Proto types stay inside this module.
@@ -27,6 +29,7 @@ mod calls;
 mod catalog;
 pub mod check;
 mod check_host;
+mod checkout;
 mod docker;
 mod link;
 mod logs;

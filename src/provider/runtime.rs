@@ -60,6 +60,59 @@ pub struct Job {
     pub build_timeout: Duration,
     /// Where a long build reports its steps.
     pub progress: Progress,
+    /// Variables for the build and run commands: where the build goes
+    /// ([`build_env`]), or none for a check of a local directory.
+    pub env: Vec<(String, String)>,
+}
+
+/// The variable naming a shell provider's build directory.
+pub const BUILD_DIR_VAR: &str = "CORBEL_BUILD_DIR";
+
+/// Where a fetched shell provider's build goes: `CORBEL_BUILD_DIR`, a
+/// directory per commit under `builds`, so that building a new commit never
+/// overwrites the binary a running provider was started from, and a restart
+/// at the same commit finds its build done. A Cargo build goes there too
+/// (`CARGO_TARGET_DIR`), unless the server's own environment names a target
+/// directory to share (a clone's, whose compiled crates the build reuses).
+pub fn build_env(builds: &Path, commit: &str) -> Vec<(String, String)> {
+    let dir = builds.join(commit).display().to_string();
+    let mut env = vec![(BUILD_DIR_VAR.to_owned(), dir.clone())];
+    if std::env::var_os("CARGO_TARGET_DIR").is_none() {
+        env.push(("CARGO_TARGET_DIR".to_owned(), dir));
+    }
+    env
+}
+
+/// Marks `commit`'s build directory under `builds` as just used, and
+/// removes the others but the most recently used one (a step back to the
+/// previous commit is quick).
+pub async fn prune_builds(builds: &Path, commit: &str) {
+    let current = builds.join(commit);
+    let touched = tokio::task::spawn_blocking(move || {
+        std::fs::File::open(&current)?.set_modified(std::time::SystemTime::now())
+    })
+    .await;
+    if let Ok(Err(e)) = touched {
+        tracing::warn!(error = %e, "cannot mark the build directory as used");
+    }
+    let Ok(mut entries) = tokio::fs::read_dir(builds).await else {
+        return;
+    };
+    let mut others = Vec::new();
+    while let Ok(Some(entry)) = entries.next_entry().await {
+        if entry.file_name() == commit {
+            continue;
+        }
+        let used = entry.metadata().await.and_then(|m| m.modified()).ok();
+        others.push((used, entry.path()));
+    }
+    others.sort();
+    others.pop(); // the newest of the others stays
+    for (_, dir) in others {
+        if let Err(e) = tokio::fs::remove_dir_all(&dir).await {
+            tracing::warn!(path = %dir.display(), error = %e, "cannot remove an old build");
+        }
+    }
 }
 
 /// How a provider is built and run, from its `corbel-provider.yaml`.
@@ -100,7 +153,7 @@ impl Runtime for ShellRuntime {
         };
         job.logs
             .line(LogStream::Corbel, &format!("building: {command}"));
-        let mut child = shell(command, &job.source_dir, &[])
+        let mut child = shell(command, &job.source_dir, &job.env)
             .spawn()
             .map_err(|source| RuntimeError::Spawn {
                 command: command.to_owned(),
@@ -144,7 +197,8 @@ impl Runtime for ShellRuntime {
     ) -> Result<Box<dyn Running>, RuntimeError> {
         job.logs
             .line(LogStream::Corbel, &format!("starting: {}", self.run));
-        let mut child = shell(&self.run, &job.source_dir, env)
+        let env: Vec<_> = job.env.iter().chain(env).cloned().collect();
+        let mut child = shell(&self.run, &job.source_dir, &env)
             .spawn()
             .map_err(|source| RuntimeError::Spawn {
                 command: self.run.clone(),
@@ -297,5 +351,42 @@ fn describe(status: ExitStatus) -> String {
             Err(_) => format!("killed by signal {signal}"),
         },
         (None, None) => status.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn old_builds_go_but_the_current_and_the_previous_one() {
+        let builds = tempfile::tempdir().unwrap();
+        let now = SystemTime::now();
+        for (commit, age) in [("aaa", 300), ("bbb", 200), ("ccc", 100), ("ddd", 400)] {
+            let dir = builds.path().join(commit);
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::write(dir.join("binary"), commit).unwrap();
+            let used = now - Duration::from_secs(age);
+            std::fs::File::open(&dir)
+                .unwrap()
+                .set_modified(used)
+                .unwrap();
+        }
+        prune_builds(builds.path(), "ddd").await;
+        let mut left: Vec<String> = std::fs::read_dir(builds.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            ["ccc", "ddd"],
+            "the current build and the newest other"
+        );
+        let env = build_env(builds.path(), "ddd");
+        let dir = builds.path().join("ddd").display().to_string();
+        assert!(env.contains(&(BUILD_DIR_VAR.to_owned(), dir)));
     }
 }

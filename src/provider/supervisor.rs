@@ -20,11 +20,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
+use super::checkout::{describe_progress, missing_metadata, source_root};
 use super::docker::{DockerRuntime, Engine};
 use super::link::Link;
 use super::runtime::{Job, Running, Runtime, ShellRuntime};
@@ -249,84 +250,101 @@ impl Supervisor {
             Ok(Prepared::Local(runtime, job)) => (runtime, job),
             Ok(Prepared::Remote) => {
                 let done = self.follow_remote(&slot, &mut commands).await;
-                self.slots
-                    .set_status(&slot, ProviderStatus::Unloaded, None)
-                    .await;
-                let _ = done.send(());
+                self.unloaded(&slot, done).await;
                 return;
             }
             Err(Stop::Failed(message)) => {
-                self.slots
-                    .set_status(&slot, ProviderStatus::Failed, Some(message))
-                    .await;
+                self.failed(&slot, message).await;
                 return;
             }
             Err(Stop::Unload(done)) => {
-                self.slots
-                    .set_status(&slot, ProviderStatus::Unloaded, None)
-                    .await;
-                let _ = done.send(());
+                self.unloaded(&slot, done).await;
                 return;
             }
         };
-        let mut restarts = row.restarts;
-        let mut crashes: u32 = 0;
+        let mut restarts = Restarts {
+            count: row.restarts,
+            crashes: 0,
+        };
         loop {
             match self
                 .run_once(&slot, runtime.as_ref(), &job, &mut commands)
                 .await
             {
                 Ended::Unloaded(done) => {
-                    self.slots
-                        .set_status(&slot, ProviderStatus::Unloaded, None)
-                        .await;
-                    let _ = done.send(());
+                    self.unloaded(&slot, done).await;
                     return;
                 }
                 Ended::Failed(message) => {
-                    self.slots
-                        .set_status(&slot, ProviderStatus::Failed, Some(message))
-                        .await;
+                    self.failed(&slot, message).await;
                     return;
                 }
                 Ended::Lost {
                     reason,
                     connected_for,
                 } => {
-                    if connected_for > self.settings.backoff_max {
-                        crashes = 0;
-                    }
-                    let delay = backoff(
-                        self.settings.backoff_initial,
-                        self.settings.backoff_max,
-                        crashes,
-                    );
-                    crashes = crashes.saturating_add(1);
-                    restarts += 1;
-                    let message = format!(
-                        "{reason}; restarting in {} ms (restart {restarts})",
-                        delay.as_millis()
-                    );
-                    self.slots.note(&slot, &message);
-                    // The status first: nobody should see the new count on the
-                    // old connection.
-                    self.slots
-                        .set_status(&slot, ProviderStatus::Disconnected, Some(message))
-                        .await;
-                    slot.set_restarts(restarts);
-                    if let Err(e) = rows::set_restarts(&self.db, slot.id, restarts).await {
-                        tracing::error!(error = %e, "cannot store the restart count");
-                    }
-                    tokio::select! {
-                        _ = tokio::time::sleep(delay) => {}
-                        Some(Command::Unload(done)) = commands.recv() => {
-                            self.slots.set_status(&slot, ProviderStatus::Unloaded, None).await;
-                            let _ = done.send(());
-                            return;
-                        }
+                    let waited =
+                        self.back_off(&slot, &mut restarts, reason, connected_for, &mut commands);
+                    if let Some(done) = waited.await {
+                        self.unloaded(&slot, done).await;
+                        return;
                     }
                 }
             }
+        }
+    }
+
+    async fn unloaded(&self, slot: &Arc<Slot>, done: oneshot::Sender<()>) {
+        self.slots
+            .set_status(slot, ProviderStatus::Unloaded, None)
+            .await;
+        let _ = done.send(());
+    }
+
+    async fn failed(&self, slot: &Arc<Slot>, message: String) {
+        self.slots
+            .set_status(slot, ProviderStatus::Failed, Some(message))
+            .await;
+    }
+
+    /// After a lost provider: counts the restart, says when it comes, and
+    /// waits the backoff out; the reply channel if told to unload meanwhile.
+    async fn back_off(
+        &self,
+        slot: &Arc<Slot>,
+        restarts: &mut Restarts,
+        reason: String,
+        connected_for: Duration,
+        commands: &mut mpsc::Receiver<Command>,
+    ) -> Option<oneshot::Sender<()>> {
+        if connected_for > self.settings.backoff_max {
+            restarts.crashes = 0;
+        }
+        let delay = backoff(
+            self.settings.backoff_initial,
+            self.settings.backoff_max,
+            restarts.crashes,
+        );
+        restarts.crashes = restarts.crashes.saturating_add(1);
+        restarts.count += 1;
+        let count = restarts.count;
+        let message = format!(
+            "{reason}; restarting in {} ms (restart {count})",
+            delay.as_millis()
+        );
+        self.slots.note(slot, &message);
+        // The status first: nobody should see the new count on the
+        // old connection.
+        self.slots
+            .set_status(slot, ProviderStatus::Disconnected, Some(message))
+            .await;
+        slot.set_restarts(count);
+        if let Err(e) = rows::set_restarts(&self.db, slot.id, count).await {
+            tracing::error!(error = %e, "cannot store the restart count");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => None,
+            Some(Command::Unload(done)) = commands.recv() => Some(done),
         }
     }
 
@@ -336,7 +354,59 @@ impl Supervisor {
         let _permit = self.loading.acquire().await;
         let settings = &self.settings;
         let dir = settings.provider_dir(slot.id);
-        let src = dir.join("src");
+        let (commit, root, meta) = self.fetch(slot, row, &dir.join("src")).await?;
+        let state_dir = dir.join("state");
+        let builds = dir.join("builds");
+        let runtime: Box<dyn Runtime> = match meta.runtime {
+            metadata::Runtime::Shell { build, run } => Box::new(ShellRuntime { build, run }),
+            metadata::Runtime::Docker(spec) => Box::new(DockerRuntime {
+                engine: self.engine.clone(),
+                spec,
+                provider: slot.id,
+                commit: commit.clone(),
+                path: row.source_path.clone(),
+                registry_socket: settings.registry_socket(),
+                socket_dir: settings.socket_dir(),
+                state_dir: state_dir.clone(),
+            }),
+            metadata::Runtime::Remote => return Ok(Prepared::Remote),
+        };
+        for dir in [&state_dir, &builds.join(&commit)] {
+            tokio::fs::create_dir_all(dir)
+                .await
+                .map_err(|e| Stop::Failed(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        let job = Job {
+            source_dir: root,
+            logs: self.slots.sink(slot),
+            build_timeout: settings.build_timeout,
+            progress: {
+                let slots = self.slots.clone();
+                let slot = slot.clone();
+                Arc::new(move |message: &str| slots.set_message(&slot, message.to_owned()))
+            },
+            env: super::runtime::build_env(&builds, &commit),
+        };
+        self.slots
+            .set_status(slot, ProviderStatus::Building, None)
+            .await;
+        runtime
+            .build(&job)
+            .await
+            .map_err(|e| Stop::Failed(e.to_string()))?;
+        super::runtime::prune_builds(&builds, &commit).await;
+        Ok(Prepared::Local(runtime, job))
+    }
+
+    /// Fetches the source into `src` and reads its metadata, stored with the
+    /// commit: the commit, the provider's directory in the checkout, and the
+    /// metadata.
+    async fn fetch(
+        &self,
+        slot: &Arc<Slot>,
+        row: &rows::ProviderRow,
+        src: &Path,
+    ) -> Result<(String, PathBuf, metadata::Metadata), Stop> {
         let progress = {
             let slots = self.slots.clone();
             let slot = slot.clone();
@@ -353,18 +423,18 @@ impl Supervisor {
         let fetched = source::fetch(
             &row.git_url,
             &row.git_ref,
-            &src,
-            &settings.source(),
+            src,
+            &self.settings.source(),
             progress,
         )
         .await
         .map_err(|e| Stop::Failed(format!("fetch failed: {e}")))?;
         self.slots
             .note(slot, &format!("checked out {}", fetched.commit));
-        let root = source_root(&src, &row.source_path).map_err(Stop::Failed)?;
+        let root = source_root(src, &row.source_path).map_err(Stop::Failed)?;
         let meta = metadata::load(&root).map_err(|e| match e {
             metadata::MetadataError::Missing { .. } => Stop::Failed(missing_metadata(
-                &src,
+                src,
                 &row.source_path,
                 &source::display_url(&row.git_url),
                 &fetched.commit,
@@ -376,42 +446,7 @@ impl Supervisor {
         if let Err(e) = rows::set_source(&self.db, slot.id, &fetched.commit, stored).await {
             tracing::error!(error = %e, "cannot store the fetched commit");
         }
-        let state_dir = dir.join("state");
-        let runtime: Box<dyn Runtime> = match meta.runtime {
-            metadata::Runtime::Shell { build, run } => Box::new(ShellRuntime { build, run }),
-            metadata::Runtime::Docker(spec) => Box::new(DockerRuntime {
-                engine: self.engine.clone(),
-                spec,
-                provider: slot.id,
-                commit: fetched.commit.clone(),
-                path: row.source_path.clone(),
-                registry_socket: settings.registry_socket(),
-                socket_dir: settings.socket_dir(),
-                state_dir: state_dir.clone(),
-            }),
-            metadata::Runtime::Remote => return Ok(Prepared::Remote),
-        };
-        tokio::fs::create_dir_all(&state_dir)
-            .await
-            .map_err(|e| Stop::Failed(format!("cannot create {}: {e}", state_dir.display())))?;
-        let job = Job {
-            source_dir: root,
-            logs: self.slots.sink(slot),
-            build_timeout: settings.build_timeout,
-            progress: {
-                let slots = self.slots.clone();
-                let slot = slot.clone();
-                Arc::new(move |message: &str| slots.set_message(&slot, message.to_owned()))
-            },
-        };
-        self.slots
-            .set_status(slot, ProviderStatus::Building, None)
-            .await;
-        runtime
-            .build(&job)
-            .await
-            .map_err(|e| Stop::Failed(e.to_string()))?;
-        Ok(Prepared::Local(runtime, job))
+        Ok((fetched.commit, root, meta))
     }
 
     /// Starts the provider once and follows it until it stops for any reason.
@@ -422,7 +457,28 @@ impl Supervisor {
         job: &Job,
         commands: &mut mpsc::Receiver<Command>,
     ) -> Ended {
-        let settings = &self.settings;
+        let (mut running, mut watch) = match self.launch(slot, runtime, job).await {
+            Ok(launched) => launched,
+            Err(ended) => return ended,
+        };
+        let registered = self
+            .until_registered(slot, running.as_mut(), &mut watch, job, commands)
+            .await;
+        if let Some(ended) = registered {
+            return ended;
+        }
+        self.while_connected(slot, running.as_mut(), &mut watch, commands)
+            .await
+    }
+
+    /// Starts the provider with a fresh token, and a watch on its slot taken
+    /// before it can register.
+    async fn launch(
+        &self,
+        slot: &Arc<Slot>,
+        runtime: &dyn Runtime,
+        job: &Job,
+    ) -> Result<(Box<dyn Running>, watch::Receiver<u64>), Ended> {
         self.slots
             .set_status(slot, ProviderStatus::Starting, None)
             .await;
@@ -432,51 +488,72 @@ impl Supervisor {
         let env = self.environment(slot.id, token);
         let mut watch = slot.watch();
         watch.borrow_and_update();
-        let mut running = match runtime.start(job, &env).await {
+        let running = match runtime.start(job, &env).await {
             Ok(running) => running,
             Err(e) => {
                 slot.end_launch();
-                return Ended::Failed(e.to_string());
+                return Err(Ended::Failed(e.to_string()));
             }
         };
         slot.bind_launch(running.binding());
         self.slots
             .set_status(slot, ProviderStatus::Registering, None)
             .await;
+        Ok((running, watch))
+    }
 
-        // Until it registers.
+    /// Waits for the launched provider to register: `None` once it has, or
+    /// how the launch ended first.
+    async fn until_registered(
+        &self,
+        slot: &Arc<Slot>,
+        running: &mut dyn Running,
+        watch: &mut watch::Receiver<u64>,
+        job: &Job,
+        commands: &mut mpsc::Receiver<Command>,
+    ) -> Option<Ended> {
+        let settings = &self.settings;
         let deadline = tokio::time::sleep(settings.start_timeout);
         tokio::pin!(deadline);
         loop {
             tokio::select! {
                 changed = watch.changed() => {
                     if changed.is_ok() && slot.session().is_some() {
-                        break;
+                        return None;
                     }
                 }
                 status = running.wait() => {
                     slot.end_launch();
-                    return Ended::Failed(format!(
+                    return Some(Ended::Failed(format!(
                         "the provider exited before registering ({status}); last output:\n{}",
                         job.logs.tail(TAIL_LINES)
-                    ));
+                    )));
                 }
                 _ = &mut deadline => {
-                    self.stop(slot, running.as_mut(), false).await;
-                    return Ended::Failed(format!(
+                    self.stop(slot, running, false).await;
+                    return Some(Ended::Failed(format!(
                         "the provider did not register within {}s; last output:\n{}",
                         settings.start_timeout.as_secs(),
                         job.logs.tail(TAIL_LINES)
-                    ));
+                    )));
                 }
                 Some(Command::Unload(done)) = commands.recv() => {
-                    self.stop(slot, running.as_mut(), true).await;
-                    return Ended::Unloaded(done);
+                    self.stop(slot, running, true).await;
+                    return Some(Ended::Unloaded(done));
                 }
             }
         }
+    }
 
-        // Connected (the registry set the status).
+    /// Follows the connected provider (the registry set the status) until
+    /// its link is lost, it exits, or it is unloaded.
+    async fn while_connected(
+        &self,
+        slot: &Arc<Slot>,
+        running: &mut dyn Running,
+        watch: &mut watch::Receiver<u64>,
+        commands: &mut mpsc::Receiver<Command>,
+    ) -> Ended {
         let since = Instant::now();
         loop {
             tokio::select! {
@@ -487,7 +564,7 @@ impl Supervisor {
                             ProviderStatus::Disconnected => "the provider stopped answering".to_owned(),
                             other => format!("the link was lost ({})", other.as_str()),
                         };
-                        self.stop(slot, running.as_mut(), false).await;
+                        self.stop(slot, running, false).await;
                         return Ended::Lost { reason, connected_for: since.elapsed() };
                     }
                 }
@@ -500,7 +577,7 @@ impl Supervisor {
                     };
                 }
                 Some(Command::Unload(done)) = commands.recv() => {
-                    self.stop(slot, running.as_mut(), true).await;
+                    self.stop(slot, running, true).await;
                     return Ended::Unloaded(done);
                 }
             }
@@ -593,6 +670,14 @@ impl Supervisor {
     }
 }
 
+/// A provider's restarts: the stored count, and the crashes in a row that
+/// set the next backoff (a run connected longer than the longest backoff
+/// starts the row again).
+struct Restarts {
+    count: i32,
+    crashes: u32,
+}
+
 enum Ended {
     Unloaded(oneshot::Sender<()>),
     Failed(String),
@@ -600,25 +685,6 @@ enum Ended {
         reason: String,
         connected_for: Duration,
     },
-}
-
-pub(super) fn describe_progress(progress: &source::Progress) -> String {
-    match progress {
-        source::Progress::Connecting => "connecting".to_owned(),
-        source::Progress::Receiving {
-            received_objects,
-            total_objects,
-            received_bytes,
-        } => format!(
-            "receiving objects {received_objects}/{total_objects} ({} KiB)",
-            received_bytes / 1024
-        ),
-        source::Progress::Resolving {
-            indexed_deltas,
-            total_deltas,
-        } => format!("resolving deltas {indexed_deltas}/{total_deltas}"),
-        source::Progress::CheckingOut => "checking out".to_owned(),
-    }
 }
 
 fn shown_ref(reference: &str) -> String {
@@ -635,86 +701,6 @@ fn backoff(initial: Duration, max: Duration, n: u32) -> Duration {
         .checked_mul(1u32.checked_shl(n.min(20)).unwrap_or(u32::MAX))
         .unwrap_or(max)
         .min(max)
-}
-
-/// The directory of the checkout `path` names (the provider's `path`),
-/// refused if it is missing or leads outside the checkout (a symlink).
-pub(super) fn source_root(checkout: &Path, path: &str) -> Result<PathBuf, String> {
-    if path.is_empty() {
-        return Ok(checkout.to_owned());
-    }
-    let root = checkout.join(path);
-    let outside = || format!("path `{path}` leads outside the repository (a symlink)");
-    match (root.canonicalize(), checkout.canonicalize()) {
-        (Ok(real), Ok(top)) if real.starts_with(&top) && real.is_dir() => Ok(root),
-        (Ok(real), Ok(top)) if real.starts_with(&top) => Err(format!(
-            "path `{path}` is not a directory in the repository"
-        )),
-        (Ok(_), Ok(_)) => Err(outside()),
-        _ => Err(format!("path `{path}` does not exist in the repository")),
-    }
-}
-
-/// Says where `corbel-provider.yaml` was looked for, in the repository's terms
-/// (never the data directory's), and where the checkout has one.
-pub(super) fn missing_metadata(checkout: &Path, path: &str, url: &str, commit: &str) -> String {
-    let place = if path.is_empty() {
-        "at the root of".to_owned()
-    } else {
-        format!("in `{path}` of")
-    };
-    let short = &commit[..commit.len().min(12)];
-    let mut message = format!(
-        "{} not found {place} {url} (commit {short})",
-        metadata::FILE_NAME
-    );
-    let found = find_metadata(checkout);
-    if !found.is_empty() {
-        let listed: Vec<String> = found.iter().map(|p| format!("`{p}`")).collect();
-        message.push_str(&format!(
-            "; the repository has one in {}: set the provider's `path`",
-            listed.join(", ")
-        ));
-    }
-    message
-}
-
-/// Directories of the checkout holding `corbel-provider.yaml`, a few levels
-/// deep and a few of them: a hint, not a search.
-fn find_metadata(checkout: &Path) -> Vec<String> {
-    const DEPTH: usize = 4;
-    const LISTED: usize = 5;
-    const VISITED: usize = 2_000;
-    let mut found = Vec::new();
-    let mut queue = std::collections::VecDeque::from([(checkout.to_owned(), 0)]);
-    let mut visited = 0;
-    while let Some((dir, depth)) = queue.pop_front() {
-        visited += 1;
-        if visited > VISITED || found.len() == LISTED {
-            break;
-        }
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        let mut subdirs: Vec<PathBuf> = Vec::new();
-        for entry in entries.flatten() {
-            let Ok(kind) = entry.file_type() else {
-                continue;
-            };
-            let name = entry.file_name();
-            if kind.is_file() && name == metadata::FILE_NAME && depth > 0 {
-                if let Ok(relative) = dir.strip_prefix(checkout) {
-                    found.push(relative.to_string_lossy().into_owned());
-                }
-            } else if kind.is_dir() && depth < DEPTH && name != ".git" {
-                subdirs.push(entry.path());
-            }
-        }
-        subdirs.sort();
-        queue.extend(subdirs.into_iter().map(|d| (d, depth + 1)));
-    }
-    found.sort();
-    found
 }
 
 #[cfg(test)]

@@ -38,6 +38,35 @@ struct Universe {
     root: CandidateId,
 }
 
+/// The bindings a resolution records: each newly installed element (of
+/// `to_install`) with every element it depends on, directly or not.
+fn bindings(
+    universe: &Universe,
+    resolution: &crate::resolve::Resolution,
+    to_install: &[Uuid],
+) -> Vec<(Uuid, Uuid)> {
+    let row_of = |c: &CandidateId| &universe.rows[c.0 as usize];
+    let mut direct: HashMap<Uuid, Vec<Uuid>> = HashMap::new();
+    for (dependent, dependency) in &resolution.edges {
+        direct
+            .entry(row_of(dependent).id)
+            .or_default()
+            .push(row_of(dependency).id);
+    }
+    let mut bindings = Vec::new();
+    for element in to_install {
+        let mut seen = HashSet::new();
+        let mut stack: Vec<Uuid> = direct.get(element).cloned().unwrap_or_default();
+        while let Some(dependency) = stack.pop() {
+            if seen.insert(dependency) {
+                bindings.push((*element, dependency));
+                stack.extend(direct.get(&dependency).into_iter().flatten().copied());
+            }
+        }
+    }
+    bindings
+}
+
 impl Repositories {
     pub async fn elements(
         &self,
@@ -391,32 +420,15 @@ impl Repositories {
         replacing: Option<Uuid>,
     ) -> Result<(), RepositoryError> {
         let row_of = |c: &CandidateId| &universe.rows[c.0 as usize];
-        let to_install: Vec<Uuid> = resolution
+        // Dependencies first, as the resolution orders them.
+        let installing: Vec<&rows::ElementRow> = resolution
             .order
             .iter()
             .map(row_of)
             .filter(|r| !r.installed)
-            .map(|r| r.id)
             .collect();
-        // Transitive dependencies of each newly installed element.
-        let mut direct: HashMap<Uuid, Vec<Uuid>> = HashMap::new();
-        for (dependent, dependency) in &resolution.edges {
-            direct
-                .entry(row_of(dependent).id)
-                .or_default()
-                .push(row_of(dependency).id);
-        }
-        let mut bindings = Vec::new();
-        for element in &to_install {
-            let mut seen = HashSet::new();
-            let mut stack: Vec<Uuid> = direct.get(element).cloned().unwrap_or_default();
-            while let Some(dependency) = stack.pop() {
-                if seen.insert(dependency) {
-                    bindings.push((*element, dependency));
-                    stack.extend(direct.get(&dependency).into_iter().flatten().copied());
-                }
-            }
-        }
+        let to_install: Vec<Uuid> = installing.iter().map(|r| r.id).collect();
+        let bindings = bindings(universe, resolution, &to_install);
         rows::set_element_status(
             &self.db,
             &to_install,
@@ -424,14 +436,29 @@ impl Repositories {
             None,
         )
         .await?;
-        // Each element's installation, dependencies first; the records follow
-        // only once every one is complete.
-        let installing: Vec<&rows::ElementRow> = resolution
-            .order
-            .iter()
-            .map(row_of)
-            .filter(|r| !r.installed)
-            .collect();
+        let deployed = self.deploy_installations(&installing, &to_install).await?;
+        let install = rows::InstallTxn {
+            activate: to_install.clone(),
+            release: replacing,
+            bindings,
+            rebind: replacing.zip(resolution.order.last().map(|c| row_of(c).id)),
+        };
+        self.commit_install(install, &deployed).await?;
+        // Blue-green: the new version runs; now the old one goes.
+        if let Some(old) = replacing {
+            self.destroy_replaced(old).await?;
+        }
+        Ok(())
+    }
+
+    /// Each element's installation, dependencies first; on a failure, the
+    /// ones made are undone and all of `to_install` is marked ERROR. The
+    /// elements deployed.
+    async fn deploy_installations(
+        &self,
+        installing: &[&rows::ElementRow],
+        to_install: &[Uuid],
+    ) -> Result<Vec<Uuid>, RepositoryError> {
         let mut deployed: Vec<Uuid> = Vec::new();
         for row in installing {
             let result = match self.ensure_manifest(row).await {
@@ -442,7 +469,7 @@ impl Repositories {
                 self.undo_installations(&deployed).await;
                 rows::set_element_status(
                     &self.db,
-                    &to_install,
+                    to_install,
                     ElementStatus::Error.as_str(),
                     Some(e.to_string()),
                 )
@@ -451,40 +478,46 @@ impl Repositories {
             }
             deployed.push(row.id);
         }
-        let committed = rows::commit_install(
+        Ok(deployed)
+    }
+
+    /// Records the install once every installation is complete; if it
+    /// cannot be, the installations (`deployed`) are undone and what it
+    /// would have activated is marked ERROR.
+    async fn commit_install(
+        &self,
+        install: rows::InstallTxn,
+        deployed: &[Uuid],
+    ) -> Result<(), RepositoryError> {
+        let to_install = install.activate.clone();
+        let Err(e) = rows::commit_install(&self.db, install).await else {
+            return Ok(());
+        };
+        self.undo_installations(deployed).await;
+        let conflict = crate::store::is_conflict(&e);
+        let message = if conflict {
+            "another version of one of these elements was installed meanwhile".to_owned()
+        } else {
+            "the install could not be recorded".to_owned()
+        };
+        rows::set_element_status(
             &self.db,
-            rows::InstallTxn {
-                activate: to_install.clone(),
-                release: replacing,
-                bindings,
-                rebind: replacing.zip(resolution.order.last().map(|c| row_of(c).id)),
-            },
+            &to_install,
+            ElementStatus::Error.as_str(),
+            Some(message.clone()),
         )
-        .await;
-        if let Err(e) = committed {
-            self.undo_installations(&deployed).await;
-            let conflict = crate::store::is_conflict(&e);
-            let message = if conflict {
-                "another version of one of these elements was installed meanwhile".to_owned()
-            } else {
-                "the install could not be recorded".to_owned()
-            };
-            rows::set_element_status(
-                &self.db,
-                &to_install,
-                ElementStatus::Error.as_str(),
-                Some(message.clone()),
-            )
-            .await?;
-            return Err(if conflict {
-                RepositoryError::AlreadyInstalled(message)
-            } else {
-                e.into()
-            });
-        }
-        // Blue-green: the new version runs; now the old one goes.
-        if let Some(old) = replacing
-            && let Some(installations) = &self.settings.installations.0
+        .await?;
+        Err(if conflict {
+            RepositoryError::AlreadyInstalled(message)
+        } else {
+            e.into()
+        })
+    }
+
+    /// Destroys the installation of `old`, the version an upgrade replaced;
+    /// if it cannot be, `old` is marked ERROR (the upgrade stands).
+    async fn destroy_replaced(&self, old: Uuid) -> Result<(), RepositoryError> {
+        if let Some(installations) = &self.settings.installations.0
             && let Err(e) = installations.destroy(old).await
         {
             tracing::warn!(element.id = %old, error = %e, "the replaced version's installation could not be destroyed");

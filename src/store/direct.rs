@@ -175,98 +175,128 @@ impl Direct {
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(error)?;
         {
-            let mut insert = txn
-                .prepare_cached(
-                    "INSERT INTO elements (id, repository_id, name, version, inventory_hash, \
-                     manifest, status, status_message, installed, installed_at, created_at, \
-                     updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'NEW', NULL, 0, NULL, ?7, ?7)",
-                )
-                .map_err(error)?;
-            let mut update = txn
-                .prepare_cached(
-                    "UPDATE elements SET inventory_hash = ?2, manifest = ?3, updated_at = ?4 \
-                     WHERE id = ?1",
-                )
-                .map_err(error)?;
+            let mut statements = ElementStatements::prepare(&txn).map_err(error)?;
+            for write in inserts {
+                statements.insert(repository, &now, write).map_err(error)?;
+            }
+            for write in updates {
+                statements.update(&now, write).map_err(error)?;
+            }
+        }
+        txn.commit().map_err(error)
+    }
+}
+
+/// The statements of [`Direct::write_batch`], prepared once on its
+/// transaction. They leave the rows `repositories::write_batch` leaves
+/// through the pool: a change to one is a change to the other.
+struct ElementStatements<'t> {
+    insert: rusqlite::CachedStatement<'t>,
+    update: rusqlite::CachedStatement<'t>,
+    forget: rusqlite::CachedStatement<'t>,
+    listed_urns: rusqlite::CachedStatement<'t>,
+    drop_artifact: rusqlite::CachedStatement<'t>,
+    artifact: rusqlite::CachedStatement<'t>,
+}
+
+impl<'t> ElementStatements<'t> {
+    fn prepare(txn: &'t rusqlite::Connection) -> rusqlite::Result<Self> {
+        Ok(ElementStatements {
+            insert: txn.prepare_cached(
+                "INSERT INTO elements (id, repository_id, name, version, inventory_hash, \
+                 manifest, status, status_message, installed, installed_at, created_at, \
+                 updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'NEW', NULL, 0, NULL, ?7, ?7)",
+            )?,
+            update: txn.prepare_cached(
+                "UPDATE elements SET inventory_hash = ?2, manifest = ?3, updated_at = ?4 \
+                 WHERE id = ?1",
+            )?,
             // A changed entry is judged again: what was found wrong with it goes.
-            let mut forget = txn
-                .prepare_cached("DELETE FROM invalid_elements WHERE element_id = ?1")
-                .map_err(error)?;
+            forget: txn.prepare_cached("DELETE FROM invalid_elements WHERE element_id = ?1")?,
             // A changed element's artifacts are replaced in place: a row that
             // is listed as it was is not written, so a refresh dirties the
             // pages of what changed, not of every artifact the element has
             // (a delete and an insert touch the table and both its indexes).
-            let mut listed_urns = txn
-                .prepare_cached("SELECT urn FROM artifacts WHERE element_id = ?1")
-                .map_err(error)?;
-            let mut drop_artifact = txn
-                .prepare_cached("DELETE FROM artifacts WHERE element_id = ?1 AND urn = ?2")
-                .map_err(error)?;
-            let mut artifact = txn
-                .prepare_cached(
-                    "INSERT INTO artifacts (id, element_id, urn, category, file_name) \
-                     VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (element_id, urn) \
-                     DO UPDATE SET category = excluded.category, file_name = excluded.file_name \
-                     WHERE artifacts.category IS NOT excluded.category \
-                     OR artifacts.file_name IS NOT excluded.file_name",
-                )
-                .map_err(error)?;
-            let mut artifacts_of = |id: &[u8], list: Option<Vec<(String, String, String)>>| {
-                for (urn, category, file_name) in list.into_iter().flatten() {
-                    artifact.execute(rusqlite::params![
-                        uuid::Uuid::now_v7().as_bytes().as_slice(),
-                        id,
-                        urn,
-                        category,
-                        file_name
-                    ])?;
-                }
-                Ok::<_, rusqlite::Error>(())
-            };
-            // What an element had that its new listing leaves out.
-            let mut drop_unlisted = |id: &[u8], list: &[(String, String, String)]| {
-                let listed: std::collections::HashSet<&str> =
-                    list.iter().map(|(urn, _, _)| urn.as_str()).collect();
-                let gone: Vec<String> = listed_urns
-                    .query_map([id], |row| row.get::<_, String>(0))?
-                    .filter(|urn| {
-                        urn.as_ref()
-                            .map_or(true, |urn| !listed.contains(urn.as_str()))
-                    })
-                    .collect::<Result<_, _>>()?;
-                for urn in gone {
-                    drop_artifact.execute(rusqlite::params![id, urn])?;
-                }
-                Ok::<_, rusqlite::Error>(())
-            };
-            for write in inserts {
-                let id = write.id.as_bytes().as_slice();
-                insert
-                    .execute(rusqlite::params![
-                        id,
-                        repository,
-                        write.name,
-                        write.version,
-                        write.hash,
-                        write.manifest,
-                        now
-                    ])
-                    .map_err(error)?;
-                artifacts_of(id, write.artifacts).map_err(error)?;
-            }
-            for write in updates {
-                let id = write.id.as_bytes().as_slice();
-                forget.execute([id]).map_err(error)?;
-                if let Some(list) = &write.artifacts {
-                    drop_unlisted(id, list).map_err(error)?;
-                }
-                update
-                    .execute(rusqlite::params![id, write.hash, write.manifest, now])
-                    .map_err(error)?;
-                artifacts_of(id, write.artifacts).map_err(error)?;
-            }
+            listed_urns: txn.prepare_cached("SELECT urn FROM artifacts WHERE element_id = ?1")?,
+            drop_artifact: txn
+                .prepare_cached("DELETE FROM artifacts WHERE element_id = ?1 AND urn = ?2")?,
+            artifact: txn.prepare_cached(
+                "INSERT INTO artifacts (id, element_id, urn, category, file_name) \
+                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (element_id, urn) \
+                 DO UPDATE SET category = excluded.category, file_name = excluded.file_name \
+                 WHERE artifacts.category IS NOT excluded.category \
+                 OR artifacts.file_name IS NOT excluded.file_name",
+            )?,
+        })
+    }
+
+    fn insert(
+        &mut self,
+        repository: &[u8],
+        now: &str,
+        write: ElementWrite,
+    ) -> rusqlite::Result<()> {
+        let id = write.id.as_bytes().as_slice();
+        self.insert.execute(rusqlite::params![
+            id,
+            repository,
+            write.name,
+            write.version,
+            write.hash,
+            write.manifest,
+            now
+        ])?;
+        self.artifacts_of(id, write.artifacts)
+    }
+
+    fn update(&mut self, now: &str, write: ElementWrite) -> rusqlite::Result<()> {
+        let id = write.id.as_bytes().as_slice();
+        self.forget.execute([id])?;
+        if let Some(list) = &write.artifacts {
+            self.drop_unlisted(id, list)?;
         }
-        txn.commit().map_err(error)
+        self.update
+            .execute(rusqlite::params![id, write.hash, write.manifest, now])?;
+        self.artifacts_of(id, write.artifacts)
+    }
+
+    fn artifacts_of(
+        &mut self,
+        id: &[u8],
+        list: Option<Vec<(String, String, String)>>,
+    ) -> rusqlite::Result<()> {
+        for (urn, category, file_name) in list.into_iter().flatten() {
+            self.artifact.execute(rusqlite::params![
+                uuid::Uuid::now_v7().as_bytes().as_slice(),
+                id,
+                urn,
+                category,
+                file_name
+            ])?;
+        }
+        Ok(())
+    }
+
+    /// Drops what an element had that its new listing leaves out.
+    fn drop_unlisted(
+        &mut self,
+        id: &[u8],
+        list: &[(String, String, String)],
+    ) -> rusqlite::Result<()> {
+        let listed: std::collections::HashSet<&str> =
+            list.iter().map(|(urn, _, _)| urn.as_str()).collect();
+        let gone: Vec<String> = self
+            .listed_urns
+            .query_map([id], |row| row.get::<_, String>(0))?
+            .filter(|urn| {
+                urn.as_ref()
+                    .map_or(true, |urn| !listed.contains(urn.as_str()))
+            })
+            .collect::<Result<_, _>>()?;
+        for urn in gone {
+            self.drop_artifact.execute(rusqlite::params![id, urn])?;
+        }
+        Ok(())
     }
 }
 

@@ -15,6 +15,7 @@ pub mod plans;
 pub mod projects;
 pub mod providers;
 pub mod repositories;
+pub mod revisions;
 pub mod users;
 
 use std::time::Duration;

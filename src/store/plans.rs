@@ -1,21 +1,25 @@
-//! Queries on plans and revisions, for the `deploy` area: storing a plan,
-//! starting one's apply (the deployment's new blueprint and variables, its
-//! nodes marked and the new ones inserted, the plan applied and a revision
-//! opened, in one transaction), and a deployment's revisions.
+//! Queries on plans, for the `deploy` area: storing a plan, and starting
+//! one's apply (the deployment's new blueprint and variables, its nodes
+//! marked and the new ones inserted, the plan applied and a revision opened,
+//! in one transaction). The revisions themselves are `revisions`'.
 
 use chrono::Utc;
 use sea_orm::sea_query::Expr;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
-    QueryFilter, QueryOrder, QuerySelect, Set, TransactionTrait,
+    QueryFilter, Set, TransactionTrait,
 };
 use uuid::Uuid;
 
 use super::deployments::{DeploymentChange, NewNode, change_deployment};
-use super::entities::{deployment, deployment_node, deployment_plan, deployment_revision};
+use super::entities::{deployment, deployment_node, deployment_plan};
 
 pub use deployment_plan::Model as PlanRow;
-pub use deployment_revision::Model as RevisionRow;
+// The revisions live in `revisions` (a new deployment opens its first one
+// too); the `deploy` area reaches them through here.
+pub use super::revisions::{
+    NewRevision, RevisionRow, end_revisions, find_revision, insert_revision, revisions_of,
+};
 
 pub async fn insert_plan(db: &DatabaseConnection, plan: PlanRow) -> Result<(), DbErr> {
     deployment_plan::ActiveModel::from(plan)
@@ -26,96 +30,6 @@ pub async fn insert_plan(db: &DatabaseConnection, plan: PlanRow) -> Result<(), D
 
 pub async fn find_plan(db: &DatabaseConnection, id: Uuid) -> Result<Option<PlanRow>, DbErr> {
     deployment_plan::Entity::find_by_id(id).one(db).await
-}
-
-/// A revision to open: numbered one past the deployment's last.
-pub struct NewRevision {
-    pub kind: String,
-    pub source: String,
-    pub variables: String,
-    pub blueprint_id: Option<Uuid>,
-    pub plan_id: Option<Uuid>,
-    pub operation_id: Option<Uuid>,
-    pub created_by: Option<String>,
-    pub outcome: String,
-}
-
-/// Opens a revision of `deployment_id`; returns its number.
-pub async fn insert_revision(
-    db: &impl ConnectionTrait,
-    deployment_id: Uuid,
-    new: NewRevision,
-) -> Result<i32, DbErr> {
-    let last: Option<Option<i32>> = deployment_revision::Entity::find()
-        .select_only()
-        .column_as(deployment_revision::Column::Number.max(), "max")
-        .filter(deployment_revision::Column::DeploymentId.eq(deployment_id))
-        .into_tuple()
-        .one(db)
-        .await?;
-    let number = last.flatten().unwrap_or(0) + 1;
-    deployment_revision::ActiveModel {
-        id: Set(Uuid::now_v7()),
-        deployment_id: Set(deployment_id),
-        number: Set(number),
-        kind: Set(new.kind),
-        source: Set(new.source),
-        variables: Set(new.variables),
-        blueprint_id: Set(new.blueprint_id),
-        plan_id: Set(new.plan_id),
-        operation_id: Set(new.operation_id),
-        created_by: Set(new.created_by),
-        created_at: Set(Utc::now()),
-        outcome: Set(new.outcome),
-        error: Set(None),
-    }
-    .insert(db)
-    .await?;
-    Ok(number)
-}
-
-pub async fn revisions_of(
-    db: &DatabaseConnection,
-    deployment_id: Uuid,
-) -> Result<Vec<RevisionRow>, DbErr> {
-    deployment_revision::Entity::find()
-        .filter(deployment_revision::Column::DeploymentId.eq(deployment_id))
-        .order_by_asc(deployment_revision::Column::Number)
-        .all(db)
-        .await
-}
-
-pub async fn find_revision(
-    db: &DatabaseConnection,
-    deployment_id: Uuid,
-    number: i32,
-) -> Result<Option<RevisionRow>, DbErr> {
-    deployment_revision::Entity::find()
-        .filter(deployment_revision::Column::DeploymentId.eq(deployment_id))
-        .filter(deployment_revision::Column::Number.eq(number))
-        .one(db)
-        .await
-}
-
-/// Ends the deployment's open revisions (`from` outcome) with `outcome`.
-pub async fn end_revisions(
-    db: &DatabaseConnection,
-    deployment_id: Uuid,
-    from: &str,
-    outcome: &str,
-    error: Option<&str>,
-) -> Result<(), DbErr> {
-    deployment_revision::Entity::update_many()
-        .col_expr(deployment_revision::Column::Outcome, Expr::value(outcome))
-        .col_expr(
-            deployment_revision::Column::Error,
-            Expr::value(error.map(str::to_owned)),
-        )
-        .filter(deployment_revision::Column::DeploymentId.eq(deployment_id))
-        .filter(deployment_revision::Column::Outcome.eq(from))
-        .exec(db)
-        .await
-        .map(drop)
 }
 
 /// A node an apply changes: its new state, and its type, provider and
@@ -243,7 +157,7 @@ pub async fn remove_nodes(
         .rows_affected)
 }
 
-/// Moves the deployment's nodes in `from` to `to` (retiring nodes back to
+/// Moves the nodes `ids` to `to` (retiring nodes back to
 /// running when their replacement did not come up).
 pub async fn move_nodes(db: &DatabaseConnection, ids: &[Uuid], to: &str) -> Result<(), DbErr> {
     if ids.is_empty() {

@@ -145,15 +145,7 @@ pub struct VolumeConfig {
 impl ContainerConfig {
     pub fn parse(config_json: &str) -> Result<Self, String> {
         let map = object(config_json)?;
-        let image = match (present(&map, "image"), present(&map, "build")) {
-            (Some(_), Some(_)) => return Err("image: give `image` or `build`, not both".into()),
-            (None, None) => return Err("image: missing (give `image` or `build`)".into()),
-            (Some(Value::String(s)), None) if !s.trim().is_empty() => {
-                ImageSource::Reference(s.trim().to_string())
-            }
-            (Some(_), None) => return Err("image: expected an image reference".into()),
-            (None, Some(build)) => parse_build(build)?,
-        };
+        let image = parse_image(&map)?;
         let command = match present(&map, "command") {
             None => None,
             Some(Value::String(s)) => Some(vec!["sh".into(), "-c".into(), s.clone()]),
@@ -168,24 +160,8 @@ impl ContainerConfig {
                 return Err(format!("env.{key}: not a variable name"));
             }
         }
-        let ports = match present(&map, "ports") {
-            None => Vec::new(),
-            Some(Value::Array(items)) => items
-                .iter()
-                .enumerate()
-                .map(|(i, item)| parse_port(item, &format!("ports[{i}]")))
-                .collect::<Result<_, _>>()?,
-            Some(_) => return Err("ports: expected a list".into()),
-        };
-        let mounts = match present(&map, "mounts") {
-            None => Vec::new(),
-            Some(Value::Array(items)) => items
-                .iter()
-                .enumerate()
-                .map(|(i, item)| parse_mount(item, &format!("mounts[{i}]")))
-                .collect::<Result<_, _>>()?,
-            Some(_) => return Err("mounts: expected a list".into()),
-        };
+        let ports = list_of(&map, "ports", parse_port)?;
+        let mounts = list_of(&map, "mounts", parse_mount)?;
         let network = optional_name(&map, "network")?;
         let aliases = match present(&map, "aliases") {
             None => Vec::new(),
@@ -206,29 +182,7 @@ impl ContainerConfig {
         };
         let (memory, nano_cpus) = match present(&map, "limits") {
             None => (None, None),
-            Some(Value::Object(limits)) => {
-                for key in limits.keys() {
-                    if key != "memory" && key != "cpus" {
-                        return Err(format!("limits.{key}: unknown (memory, cpus)"));
-                    }
-                }
-                let memory = present(limits, "memory")
-                    .map(|v| {
-                        parse_bytes(v).ok_or_else(|| {
-                            "limits.memory: expected bytes or a size such as \"64m\"".to_string()
-                        })
-                    })
-                    .transpose()?;
-                let cpus = present(limits, "cpus")
-                    .map(|v| {
-                        v.as_f64()
-                            .filter(|c| *c > 0.0 && *c <= 1024.0)
-                            .map(|c| (c * 1e9).round() as i64)
-                            .ok_or_else(|| "limits.cpus: expected a positive number".to_string())
-                    })
-                    .transpose()?;
-                (memory, cpus)
-            }
+            Some(Value::Object(limits)) => parse_limits(limits)?,
             Some(_) => return Err("limits: expected an object {memory, cpus}".into()),
         };
         let labels = string_map(present(&map, "labels"), "labels")?;
@@ -256,6 +210,63 @@ impl ContainerConfig {
             name,
         })
     }
+}
+
+/// `image` (a reference) or `build` (a directory to build), one of them.
+fn parse_image(map: &Map<String, Value>) -> Result<ImageSource, String> {
+    match (present(map, "image"), present(map, "build")) {
+        (Some(_), Some(_)) => Err("image: give `image` or `build`, not both".into()),
+        (None, None) => Err("image: missing (give `image` or `build`)".into()),
+        (Some(Value::String(s)), None) if !s.trim().is_empty() => {
+            Ok(ImageSource::Reference(s.trim().to_string()))
+        }
+        (Some(_), None) => Err("image: expected an image reference".into()),
+        (None, Some(build)) => parse_build(build),
+    }
+}
+
+/// The list at `key`, each item parsed by `parse` (given its place,
+/// `key[i]`); empty if absent.
+fn list_of<T>(
+    map: &Map<String, Value>,
+    key: &str,
+    parse: impl Fn(&Value, &str) -> Result<T, String>,
+) -> Result<Vec<T>, String> {
+    match present(map, key) {
+        None => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| parse(item, &format!("{key}[{i}]")))
+            .collect(),
+        Some(_) => Err(format!("{key}: expected a list")),
+    }
+}
+
+/// `limits: {memory, cpus}`: the memory in bytes and the CPUs in
+/// billionths, each if given.
+fn parse_limits(limits: &Map<String, Value>) -> Result<(Option<i64>, Option<i64>), String> {
+    for key in limits.keys() {
+        if key != "memory" && key != "cpus" {
+            return Err(format!("limits.{key}: unknown (memory, cpus)"));
+        }
+    }
+    let memory = present(limits, "memory")
+        .map(|v| {
+            parse_bytes(v).ok_or_else(|| {
+                "limits.memory: expected bytes or a size such as \"64m\"".to_string()
+            })
+        })
+        .transpose()?;
+    let cpus = present(limits, "cpus")
+        .map(|v| {
+            v.as_f64()
+                .filter(|c| *c > 0.0 && *c <= 1024.0)
+                .map(|c| (c * 1e9).round() as i64)
+                .ok_or_else(|| "limits.cpus: expected a positive number".to_string())
+        })
+        .transpose()?;
+    Ok((memory, cpus))
 }
 
 impl NetworkConfig {

@@ -123,62 +123,13 @@ fn create_body(
     config: &ContainerConfig,
     image: &str,
 ) -> ContainerCreateBody {
-    let mut exposed = Vec::new();
-    let mut bindings: PortMap = HashMap::new();
-    for port in &config.ports {
-        let key = format!("{}/{}", port.container, port.protocol);
-        exposed.push(key.clone());
-        let host_port = if port.host == 0 {
-            String::new()
-        } else {
-            port.host.to_string()
-        };
-        bindings.insert(
-            key,
-            Some(vec![PortBinding {
-                host_ip: None,
-                host_port: Some(host_port),
-            }]),
-        );
-    }
-    let mounts: Vec<Mount> = config
-        .mounts
-        .iter()
-        .map(|m| {
-            let (typ, source) = match &m.source {
-                MountSource::Volume(v) => (MountType::VOLUME, v.clone()),
-                MountSource::Bind(b) => (MountType::BIND, b.clone()),
-            };
-            Mount {
-                target: Some(m.target.clone()),
-                source: Some(source),
-                typ: Some(typ),
-                read_only: Some(m.read_only),
-                ..Default::default()
-            }
-        })
-        .collect();
+    let (exposed, bindings) = port_bindings(config);
+    let mounts = mounts(config);
     let restart = config.restart.as_ref().map(restart_policy);
-    let networking = config.network.as_ref().map(|network| {
-        let mut aliases = Vec::new();
-        if !is_builtin_network(network) {
-            aliases.push(resource.key.clone());
-            for alias in &config.aliases {
-                if !aliases.contains(alias) {
-                    aliases.push(alias.clone());
-                }
-            }
-        }
-        NetworkingConfig {
-            endpoints_config: Some(HashMap::from([(
-                network.clone(),
-                EndpointSettings {
-                    aliases: (!aliases.is_empty()).then_some(aliases),
-                    ..Default::default()
-                },
-            )])),
-        }
-    });
+    let networking = config
+        .network
+        .as_ref()
+        .map(|network| networking(resource, config, network));
     ContainerCreateBody {
         image: Some(image.to_string()),
         cmd: config.command.clone(),
@@ -197,6 +148,77 @@ fn create_body(
         }),
         networking_config: networking,
         ..Default::default()
+    }
+}
+
+/// The ports exposed (`port/protocol`), and their bindings on the host (an
+/// empty host port: the engine picks one).
+fn port_bindings(config: &ContainerConfig) -> (Vec<String>, PortMap) {
+    let mut exposed = Vec::new();
+    let mut bindings: PortMap = HashMap::new();
+    for port in &config.ports {
+        let key = format!("{}/{}", port.container, port.protocol);
+        exposed.push(key.clone());
+        let host_port = if port.host == 0 {
+            String::new()
+        } else {
+            port.host.to_string()
+        };
+        bindings.insert(
+            key,
+            Some(vec![PortBinding {
+                host_ip: None,
+                host_port: Some(host_port),
+            }]),
+        );
+    }
+    (exposed, bindings)
+}
+
+fn mounts(config: &ContainerConfig) -> Vec<Mount> {
+    config
+        .mounts
+        .iter()
+        .map(|m| {
+            let (typ, source) = match &m.source {
+                MountSource::Volume(v) => (MountType::VOLUME, v.clone()),
+                MountSource::Bind(b) => (MountType::BIND, b.clone()),
+            };
+            Mount {
+                target: Some(m.target.clone()),
+                source: Some(source),
+                typ: Some(typ),
+                read_only: Some(m.read_only),
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+/// The container's endpoint on `network`: on any but a built-in network, it
+/// is reachable by the resource's key and its aliases.
+fn networking(
+    resource: &proto::Resource,
+    config: &ContainerConfig,
+    network: &str,
+) -> NetworkingConfig {
+    let mut aliases = Vec::new();
+    if !is_builtin_network(network) {
+        aliases.push(resource.key.clone());
+        for alias in &config.aliases {
+            if !aliases.contains(alias) {
+                aliases.push(alias.clone());
+            }
+        }
+    }
+    NetworkingConfig {
+        endpoints_config: Some(HashMap::from([(
+            network.to_owned(),
+            EndpointSettings {
+                aliases: (!aliases.is_empty()).then_some(aliases),
+                ..Default::default()
+            },
+        )])),
     }
 }
 

@@ -94,21 +94,11 @@ async fn build(
         })?
         .map_err(Problem::invalid)?;
     let tag = format!("corbel-resource-{}", &digest[..12]);
-    match client.inspect_image(&tag).await {
-        Ok(found) => {
-            let built = found
-                .config
-                .and_then(|c| c.labels)
-                .and_then(|l| l.get(LABEL_BUILD).cloned());
-            if built.as_deref() == Some(digest.as_str()) {
-                events
-                    .log(format!("image {tag} is already built from these inputs"))
-                    .await;
-                return Ok(tag);
-            }
-        }
-        Err(e) if status(&e) == Some(404) => {}
-        Err(e) => return Err(Problem::engine("inspecting the image", &e)),
+    if built_from(client, &tag, &digest).await? {
+        events
+            .log(format!("image {tag} is already built from these inputs"))
+            .await;
+        return Ok(tag);
     }
     events
         .progress(
@@ -131,30 +121,7 @@ async fn build(
         labels: Some(labels),
         ..Default::default()
     };
-    let building = async {
-        let body = bollard::body_full(tar.into());
-        let mut stream = std::pin::pin!(client.build_image(options, None, Some(body)));
-        let mut tail: Vec<String> = Vec::new();
-        while let Some(item) = stream.next().await {
-            let info = item.map_err(|e| engine::message(&e))?;
-            for line in info.stream.iter().flat_map(|s| s.lines()) {
-                let line = line.trim_end();
-                if line.is_empty() {
-                    continue;
-                }
-                events.log(line.to_string()).await;
-                tail.push(line.to_string());
-                if tail.len() > 10 {
-                    tail.remove(0);
-                }
-            }
-            if let Some(message) = info.error_detail.and_then(|d| d.message) {
-                return Err(format!("{message} (last lines: {})", tail.join(" | ")));
-            }
-        }
-        Ok(())
-    };
-    match tokio::time::timeout(BUILD_TIMEOUT, building).await {
+    match tokio::time::timeout(BUILD_TIMEOUT, run_build(client, options, tar, events)).await {
         Ok(Ok(())) => Ok(tag),
         Ok(Err(message)) => Err(Problem::precondition(format!(
             "building image {tag} failed: {message}"
@@ -164,6 +131,53 @@ async fn build(
             BUILD_TIMEOUT.as_secs()
         ))),
     }
+}
+
+/// Whether the image `tag` is on the engine, built from the inputs whose
+/// digest is `digest`.
+async fn built_from(client: &Docker, tag: &str, digest: &str) -> Result<bool, Problem> {
+    match client.inspect_image(tag).await {
+        Ok(found) => {
+            let built = found
+                .config
+                .and_then(|c| c.labels)
+                .and_then(|l| l.get(LABEL_BUILD).cloned());
+            Ok(built.as_deref() == Some(digest))
+        }
+        Err(e) if status(&e) == Some(404) => Ok(false),
+        Err(e) => Err(Problem::engine("inspecting the image", &e)),
+    }
+}
+
+/// Builds from the packed context `tar`, logging the build's output; the
+/// error with its last lines.
+async fn run_build(
+    client: &Docker,
+    options: BuildImageOptions,
+    tar: Vec<u8>,
+    events: &Events,
+) -> Result<(), String> {
+    let body = bollard::body_full(tar.into());
+    let mut stream = std::pin::pin!(client.build_image(options, None, Some(body)));
+    let mut tail: Vec<String> = Vec::new();
+    while let Some(item) = stream.next().await {
+        let info = item.map_err(|e| engine::message(&e))?;
+        for line in info.stream.iter().flat_map(|s| s.lines()) {
+            let line = line.trim_end();
+            if line.is_empty() {
+                continue;
+            }
+            events.log(line.to_string()).await;
+            tail.push(line.to_string());
+            if tail.len() > 10 {
+                tail.remove(0);
+            }
+        }
+        if let Some(message) = info.error_detail.and_then(|d| d.message) {
+            return Err(format!("{message} (last lines: {})", tail.join(" | ")));
+        }
+    }
+    Ok(())
 }
 
 /// The context as a tar, and the hex sha256 of what the build reads: every

@@ -1,98 +1,102 @@
 //! Conversions between the YAML tree the parser walks and the JSON values a
 //! blueprint holds (`config`, defaults), reporting what JSON cannot carry (tags,
-//! non-finite numbers, non-text keys) and refusing runaway nesting.
+//! non-finite numbers, non-text keys) and refusing runaway nesting. Each
+//! conversion stops at its first problem and returns it, for the parser to
+//! add to the others it reports.
 
 use serde_json::Value as Json;
 use serde_yaml_ng::{Mapping, Value as Yaml};
 
-use super::join;
-use super::parse::Reader;
+use super::{Problem, join};
 use crate::deploy::template::{MAX_DEPTH, snippet};
 
-impl Reader {
-    pub(super) fn yaml_to_json(&mut self, value: &Yaml, path: &str, depth: usize) -> Option<Json> {
-        if depth > MAX_DEPTH {
-            self.problem(path, format!("nested deeper than {MAX_DEPTH} levels"));
-            return None;
-        }
-        Some(match value {
-            Yaml::Null => Json::Null,
-            Yaml::Bool(b) => Json::Bool(*b),
-            Yaml::Number(n) => {
-                if let Some(i) = n.as_i64() {
-                    Json::from(i)
-                } else if let Some(u) = n.as_u64() {
-                    Json::from(u)
-                } else if let Some(f) = n.as_f64().and_then(serde_json::Number::from_f64) {
-                    Json::Number(f)
-                } else {
-                    self.problem(path, format!("{n} is not a finite number"));
-                    return None;
-                }
-            }
-            Yaml::String(s) => Json::String(s.clone()),
-            Yaml::Sequence(items) => {
-                let mut out = Vec::with_capacity(items.len());
-                for (i, item) in items.iter().enumerate() {
-                    out.push(self.yaml_to_json(item, &format!("{path}[{i}]"), depth + 1)?);
-                }
-                Json::Array(out)
-            }
-            Yaml::Mapping(map) => {
-                let mut out = serde_json::Map::new();
-                for (key, item) in map {
-                    let Some(key) = key_text(key) else {
-                        self.problem(path, format!("keys must be text, not {}", kind(key)));
-                        return None;
-                    };
-                    let item = self.yaml_to_json(item, &join(path, &key), depth + 1)?;
-                    out.insert(key, item);
-                }
-                Json::Object(out)
-            }
-            Yaml::Tagged(tagged) => {
-                self.problem(
-                    path,
-                    format!("YAML tags are not supported (found {})", tagged.tag),
-                );
-                return None;
-            }
-        })
+/// YAML (at `path`, `depth` levels down) into JSON.
+pub(super) fn yaml_to_json(value: &Yaml, path: &str, depth: usize) -> Result<Json, Problem> {
+    if depth > MAX_DEPTH {
+        return Err(Problem::new(
+            path,
+            format!("nested deeper than {MAX_DEPTH} levels"),
+        ));
     }
+    Ok(match value {
+        Yaml::Null => Json::Null,
+        Yaml::Bool(b) => Json::Bool(*b),
+        Yaml::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Json::from(i)
+            } else if let Some(u) = n.as_u64() {
+                Json::from(u)
+            } else if let Some(f) = n.as_f64().and_then(serde_json::Number::from_f64) {
+                Json::Number(f)
+            } else {
+                return Err(Problem::new(path, format!("{n} is not a finite number")));
+            }
+        }
+        Yaml::String(s) => Json::String(s.clone()),
+        Yaml::Sequence(items) => {
+            let mut out = Vec::with_capacity(items.len());
+            for (i, item) in items.iter().enumerate() {
+                out.push(yaml_to_json(item, &format!("{path}[{i}]"), depth + 1)?);
+            }
+            Json::Array(out)
+        }
+        Yaml::Mapping(map) => {
+            let mut out = serde_json::Map::new();
+            for (key, item) in map {
+                let Some(key) = key_text(key) else {
+                    return Err(Problem::new(
+                        path,
+                        format!("keys must be text, not {}", kind(key)),
+                    ));
+                };
+                let item = yaml_to_json(item, &join(path, &key), depth + 1)?;
+                out.insert(key, item);
+            }
+            Json::Object(out)
+        }
+        Yaml::Tagged(tagged) => {
+            return Err(Problem::new(
+                path,
+                format!("YAML tags are not supported (found {})", tagged.tag),
+            ));
+        }
+    })
+}
 
-    /// JSON into ordered YAML, so one walker serves both entry points.
-    pub(super) fn json_to_yaml(&mut self, value: &Json, path: &str, depth: usize) -> Option<Yaml> {
-        if depth > MAX_DEPTH {
-            self.problem(path, format!("nested deeper than {MAX_DEPTH} levels"));
-            return None;
-        }
-        Some(match value {
-            Json::Null => Yaml::Null,
-            Json::Bool(b) => Yaml::Bool(*b),
-            Json::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
-                (Some(i), _, _) => Yaml::from(i),
-                (None, Some(u), _) => Yaml::from(u),
-                (None, None, Some(f)) => Yaml::from(f),
-                (None, None, None) => Yaml::String(n.to_string()),
-            },
-            Json::String(s) => Yaml::String(s.clone()),
-            Json::Array(items) => Yaml::Sequence(
-                items
-                    .iter()
-                    .enumerate()
-                    .map(|(i, item)| self.json_to_yaml(item, &format!("{path}[{i}]"), depth + 1))
-                    .collect::<Option<_>>()?,
-            ),
-            Json::Object(map) => {
-                let mut out = Mapping::with_capacity(map.len());
-                for (key, item) in map {
-                    let item = self.json_to_yaml(item, &join(path, key), depth + 1)?;
-                    out.insert(Yaml::String(key.clone()), item);
-                }
-                Yaml::Mapping(out)
-            }
-        })
+/// JSON into ordered YAML, so one walker serves both entry points.
+pub(super) fn json_to_yaml(value: &Json, path: &str, depth: usize) -> Result<Yaml, Problem> {
+    if depth > MAX_DEPTH {
+        return Err(Problem::new(
+            path,
+            format!("nested deeper than {MAX_DEPTH} levels"),
+        ));
     }
+    Ok(match value {
+        Json::Null => Yaml::Null,
+        Json::Bool(b) => Yaml::Bool(*b),
+        Json::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => Yaml::from(i),
+            (None, Some(u), _) => Yaml::from(u),
+            (None, None, Some(f)) => Yaml::from(f),
+            (None, None, None) => Yaml::String(n.to_string()),
+        },
+        Json::String(s) => Yaml::String(s.clone()),
+        Json::Array(items) => Yaml::Sequence(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| json_to_yaml(item, &format!("{path}[{i}]"), depth + 1))
+                .collect::<Result<_, _>>()?,
+        ),
+        Json::Object(map) => {
+            let mut out = Mapping::with_capacity(map.len());
+            for (key, item) in map {
+                let item = json_to_yaml(item, &join(path, key), depth + 1)?;
+                out.insert(Yaml::String(key.clone()), item);
+            }
+            Yaml::Mapping(out)
+        }
+    })
 }
 
 /// A mapping key as text: strings as they are, numbers and bools as written.

@@ -6,7 +6,7 @@
 use serde_json::Value as Json;
 use serde_yaml_ng::{Mapping, Value as Yaml};
 
-use super::convert::{describe, key_text, kind};
+use super::convert::{describe, json_to_yaml, key_text, kind, yaml_to_json};
 use super::{
     Blueprint, DataSource, Problem, Problems, Replicas, Resource, Strategy, VERSION, VarType,
     Variable, join,
@@ -57,7 +57,7 @@ pub fn parse(yaml: &str) -> Result<Blueprint, Problems> {
 /// key unless serde_json's `preserve_order` is on). Paths start at `resources`.
 pub fn parse_resources(value: &Json) -> Result<Blueprint, Problems> {
     let mut reader = Reader::default();
-    let yaml = reader.json_to_yaml(value, "resources", 0);
+    let yaml = reader.reported(json_to_yaml(value, "resources", 0));
     let resources = match yaml {
         Some(yaml) => reader.resources(Some(&yaml)),
         None => Vec::new(),
@@ -72,7 +72,7 @@ pub fn parse_resources(value: &Json) -> Result<Blueprint, Problems> {
 }
 
 #[derive(Default)]
-pub(super) struct Reader {
+struct Reader {
     problems: Vec<Problem>,
 }
 
@@ -90,8 +90,13 @@ impl<'a> Fields<'a> {
 }
 
 impl Reader {
-    pub(super) fn problem(&mut self, path: impl Into<String>, message: impl Into<String>) {
+    fn problem(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.problems.push(Problem::new(path, message));
+    }
+
+    /// A conversion's value; its problem, if it has one, is reported.
+    fn reported<T>(&mut self, converted: Result<T, Problem>) -> Option<T> {
+        converted.map_err(|p| self.problems.push(p)).ok()
     }
 
     fn blueprint(&mut self, doc: &Yaml) -> Blueprint {
@@ -143,7 +148,7 @@ impl Reader {
             let ty = ty.map_err(|message| self.problem(&type_path, message)).ok();
             let default = fields
                 .get("default")
-                .and_then(|d| self.yaml_to_json(d, &join(&path, "default"), 0));
+                .and_then(|d| self.reported(yaml_to_json(d, &join(&path, "default"), 0)));
             let description = self.string(fields.get("description"), &join(&path, "description"));
             if let Some(ty) = ty {
                 out.push(Variable {
@@ -358,7 +363,7 @@ impl Reader {
         match value {
             None => Json::Object(serde_json::Map::new()),
             Some(value @ Yaml::Mapping(_)) => self
-                .yaml_to_json(value, path, 0)
+                .reported(yaml_to_json(value, path, 0))
                 .unwrap_or_else(|| Json::Object(serde_json::Map::new())),
             Some(other) => {
                 self.problem(path, format!("must be a mapping, not {}", kind(other)));

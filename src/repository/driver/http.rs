@@ -157,6 +157,37 @@ impl HttpDriver {
         })
     }
 
+    /// GETs the inventory into an unnamed temporary file, refusing more
+    /// than the size limit; the file and the bytes it holds.
+    async fn spool_inventory(&self) -> Result<(std::fs::File, u64), RepositoryError> {
+        let url = self.url_for("inventory.json");
+        let started = Instant::now();
+        let response = self.get(&url).await?;
+        let spool = tempfile::tempfile()
+            .map_err(|e| RepositoryError::Source(format!("cannot make a spool file: {e}")))?;
+        let mut writer = std::io::BufWriter::new(spool);
+        let mut received: u64 = 0;
+        let mut stream = response.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| self.describe(&url, &e, started))?;
+            received += chunk.len() as u64;
+            if received > self.max_inventory_bytes {
+                return Err(RepositoryError::Inventory(format!(
+                    "GET {}: inventory is over the limit of {} bytes",
+                    self.shown(&url),
+                    self.max_inventory_bytes
+                )));
+            }
+            writer.write_all(&chunk).map_err(|e| {
+                RepositoryError::Source(format!("spooling {}: {e}", self.shown(&url)))
+            })?;
+        }
+        let spool = writer
+            .into_inner()
+            .map_err(|e| RepositoryError::Source(format!("spooling {}: {e}", self.shown(&url))))?;
+        Ok((spool, received))
+    }
+
     /// A URL of this repository as it may be shown.
     fn shown(&self, url: &str) -> String {
         redact::url(url)
@@ -188,6 +219,106 @@ const KNOWN_RUN: usize = 1024;
 /// page size).
 const RELEASE_BYTES: usize = 4 * 1024 * 1024;
 
+/// Parses the spooled inventory (`received` bytes) and sends what it finds
+/// to `out`, in order. Blocking.
+fn parse_spool(
+    spool: &std::fs::File,
+    received: u64,
+    out: &mpsc::Sender<Found>,
+    holding: &(dyn inventory::Known + Send + Sync),
+) -> Result<(), RepositoryError> {
+    let reading = |e: std::io::Error| RepositoryError::Source(format!("reading the spool: {e}"));
+    // Mapped, the text is parsed where it lies (serde_json's fast path
+    // for a slice, no copy); read pages are handed back as the parse
+    // moves on, so the mapping never holds much of a large inventory.
+    let map = if received == 0 {
+        None
+    } else {
+        // SAFETY: the spool is an unnamed temporary file that only this
+        // function holds; nothing can change or truncate it while mapped.
+        Some(unsafe { memmap2::Mmap::map(spool) }.map_err(reading)?)
+    };
+    let text: &[u8] = map.as_deref().unwrap_or_default();
+    if let Some(map) = &map {
+        let _ = map.advise(memmap2::Advice::Sequential);
+    }
+    let mut released = 0;
+    let release = |at: usize| release_read(map.as_ref(), &mut released, at);
+    let mut runs = KnownRuns {
+        out,
+        known: Vec::new(),
+    };
+    inventory::parse_with(text, release, holding, |read| runs.hand_over(read))?;
+    runs.flush()
+}
+
+/// Hands the pages of `map` read before `at` back, in whole
+/// [`RELEASE_BYTES`], from `released` (how far it was handed back) on.
+fn release_read(map: Option<&memmap2::Mmap>, released: &mut usize, at: usize) {
+    let Some(map) = map else { return };
+    let end = at - at % RELEASE_BYTES;
+    if end > *released {
+        // SAFETY: the pages are a read-only mapping of a file
+        // nothing writes: dropped, they read back the same.
+        let _ = unsafe {
+            map.unchecked_advise_range(
+                memmap2::UncheckedAdvice::DontNeed,
+                *released,
+                end - *released,
+            )
+        };
+        *released = end;
+    }
+}
+
+/// Sends what the parse reads: known entries go in runs, a run sent before
+/// the next entry that is not known, so the order stays the inventory's.
+struct KnownRuns<'a> {
+    out: &'a mpsc::Sender<Found>,
+    known: Vec<u32>,
+}
+
+impl KnownRuns<'_> {
+    fn hand_over(&mut self, read: inventory::Read) -> Result<(), RepositoryError> {
+        let found = match read {
+            inventory::Read::Known(index) => {
+                self.known.push(index);
+                if self.known.len() >= KNOWN_RUN {
+                    self.send_run()?;
+                }
+                return Ok(());
+            }
+            inventory::Read::Entry(Ok(entry)) => Found::Element(Listed {
+                path: entry_path(&entry.name, &entry.version.to_string()),
+                entry,
+                manifest: None,
+            }),
+            inventory::Read::Entry(Err(invalid)) => Found::Invalid(invalid),
+        };
+        self.flush()?;
+        self.send(found)
+    }
+
+    /// Sends the run of known entries, if there is one.
+    fn flush(&mut self) -> Result<(), RepositoryError> {
+        if self.known.is_empty() {
+            return Ok(());
+        }
+        self.send_run()
+    }
+
+    fn send_run(&mut self) -> Result<(), RepositoryError> {
+        let run = std::mem::take(&mut self.known);
+        self.send(Found::Known(run))
+    }
+
+    fn send(&self, found: Found) -> Result<(), RepositoryError> {
+        self.out
+            .blocking_send(found)
+            .map_err(|_| RepositoryError::Source("sync stopped".into()))
+    }
+}
+
 #[async_trait::async_trait]
 impl Driver for HttpDriver {
     async fn inventory(
@@ -195,100 +326,10 @@ impl Driver for HttpDriver {
         out: mpsc::Sender<Found>,
         holding: super::Holding,
     ) -> Result<(), RepositoryError> {
-        let url = self.url_for("inventory.json");
-        let started = Instant::now();
-        let response = self.get(&url).await?;
-        let spool = tempfile::tempfile()
-            .map_err(|e| RepositoryError::Source(format!("cannot make a spool file: {e}")))?;
-        let mut writer = std::io::BufWriter::new(spool);
-        let mut received: u64 = 0;
-        let mut stream = response.bytes_stream();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| self.describe(&url, &e, started))?;
-            received += chunk.len() as u64;
-            if received > self.max_inventory_bytes {
-                return Err(RepositoryError::Inventory(format!(
-                    "GET {}: inventory is over the limit of {} bytes",
-                    self.shown(&url),
-                    self.max_inventory_bytes
-                )));
-            }
-            writer.write_all(&chunk).map_err(|e| {
-                RepositoryError::Source(format!("spooling {}: {e}", self.shown(&url)))
-            })?;
-        }
-        let spool = writer
-            .into_inner()
-            .map_err(|e| RepositoryError::Source(format!("spooling {}: {e}", self.shown(&url))))?;
-        tokio::task::spawn_blocking(move || {
-            let reading =
-                |e: std::io::Error| RepositoryError::Source(format!("reading the spool: {e}"));
-            // Mapped, the text is parsed where it lies (serde_json's fast path
-            // for a slice, no copy); read pages are handed back as the parse
-            // moves on, so the mapping never holds much of a large inventory.
-            let map = if received == 0 {
-                None
-            } else {
-                // SAFETY: the spool is an unnamed temporary file that only this
-                // function holds; nothing can change or truncate it while mapped.
-                Some(unsafe { memmap2::Mmap::map(&spool) }.map_err(reading)?)
-            };
-            let text: &[u8] = map.as_deref().unwrap_or_default();
-            if let Some(map) = &map {
-                let _ = map.advise(memmap2::Advice::Sequential);
-            }
-            let mut released = 0;
-            let release = |at: usize| {
-                let Some(map) = &map else { return };
-                let end = at - at % RELEASE_BYTES;
-                if end > released {
-                    // SAFETY: the pages are a read-only mapping of a file
-                    // nothing writes: dropped, they read back the same.
-                    let _ = unsafe {
-                        map.unchecked_advise_range(
-                            memmap2::UncheckedAdvice::DontNeed,
-                            released,
-                            end - released,
-                        )
-                    };
-                    released = end;
-                }
-            };
-            let send = |found| {
-                out.blocking_send(found)
-                    .map_err(|_| RepositoryError::Source("sync stopped".into()))
-            };
-            // Known entries go in runs; a run is sent before the next entry
-            // that is not known, so the order stays the inventory's.
-            let mut known = Vec::new();
-            inventory::parse_with(text, release, &*holding, |read| {
-                let found = match read {
-                    inventory::Read::Known(index) => {
-                        known.push(index);
-                        if known.len() >= KNOWN_RUN {
-                            send(Found::Known(std::mem::take(&mut known)))?;
-                        }
-                        return Ok(());
-                    }
-                    inventory::Read::Entry(Ok(entry)) => Found::Element(Listed {
-                        path: entry_path(&entry.name, &entry.version.to_string()),
-                        entry,
-                        manifest: None,
-                    }),
-                    inventory::Read::Entry(Err(invalid)) => Found::Invalid(invalid),
-                };
-                if !known.is_empty() {
-                    send(Found::Known(std::mem::take(&mut known)))?;
-                }
-                send(found)
-            })?;
-            if !known.is_empty() {
-                send(Found::Known(known))?;
-            }
-            Ok(())
-        })
-        .await
-        .map_err(|e| RepositoryError::Source(format!("parsing failed: {e}")))?
+        let (spool, received) = self.spool_inventory().await?;
+        tokio::task::spawn_blocking(move || parse_spool(&spool, received, &out, &*holding))
+            .await
+            .map_err(|e| RepositoryError::Source(format!("parsing failed: {e}")))?
     }
 
     async fn element(

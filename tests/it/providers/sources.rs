@@ -7,11 +7,17 @@ use crate::support::git::GitDaemon;
 use crate::support::provider_repos::{ProviderRepo, process_metadata};
 use crate::support::providers::{create_provider, spawn_quick, wait_status};
 
-/// A changed ref is fetched into the same source directory at the next load.
+/// A changed ref is fetched into the same source directory at the next load,
+/// and built into a build directory of its own commit: the first commit's
+/// build is left as it was.
 #[tokio::test]
 async fn an_updated_ref_is_checked_out_at_the_next_load() {
     let app = spawn_quick().await;
-    let repo = ProviderRepo::new(&process_metadata(), &[]);
+    let metadata = process_metadata().replace(
+        "echo building the process provider",
+        "git rev-parse HEAD >> \"$CORBEL_BUILD_DIR/built\"",
+    );
+    let repo = ProviderRepo::new(&metadata, &[]);
     let first = repo.head();
     let (id, _) = create_provider(
         &app,
@@ -22,7 +28,7 @@ async fn an_updated_ref_is_checked_out_at_the_next_load() {
         wait_status(&app, &id, "CONNECTED").await.resolved_commit,
         Some(first.clone())
     );
-    let second = repo.commit(&process_metadata(), &[("NOTES", "a second commit")]);
+    let second = repo.commit(&metadata, &[("NOTES", "a second commit")]);
     assert_ne!(first, second);
     let body = app
         .gql(
@@ -45,10 +51,15 @@ async fn an_updated_ref_is_checked_out_at_the_next_load() {
     }
     assert_eq!(
         wait_status(&app, &id, "CONNECTED").await.resolved_commit,
-        Some(second)
+        Some(second.clone())
     );
-    let src = app.store.data_dir().join("providers").join(&id).join("src");
-    assert!(src.join("NOTES").exists());
+    let dir = app.store.data_dir().join("providers").join(&id);
+    assert!(dir.join("src").join("NOTES").exists());
+    for commit in [&first, &second] {
+        let built = std::fs::read_to_string(dir.join("builds").join(commit).join("built"))
+            .unwrap_or_else(|e| panic!("commit {commit}'s build directory: {e}"));
+        assert_eq!(built.trim(), commit.as_str(), "built once, there, from it");
+    }
     app.stop().await;
 }
 

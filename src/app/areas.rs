@@ -1,0 +1,201 @@
+//! The areas one server wires together, each started once the areas it
+//! needs are: auth, providers (with the registry they register through),
+//! deployments, repositories, audit. What each step checks or recovers at
+//! start happens here, in this order.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio_util::sync::CancellationToken;
+
+use crate::audit::Audit;
+use crate::auth::Auth;
+use crate::cluster::Cluster;
+use crate::config::Config;
+use crate::deploy::Deployments;
+use crate::events::Bus;
+use crate::provider::{self, Providers};
+use crate::repository::Repositories;
+use crate::repository::driver::ProviderSources;
+use crate::repository::installations::InstallationsHandle;
+use crate::seal::SecretKey;
+use crate::store::{self, Db};
+
+/// One bus per area, each of this many events: a subscriber further behind
+/// is told how many it missed.
+const BUS_CAPACITY: usize = 1024;
+
+/// The areas of one server, as the API and the HTTP edge are given them.
+pub(super) struct Areas {
+    pub auth: Auth,
+    pub providers: Providers,
+    pub deployments: Deployments,
+    pub repositories: Repositories,
+    pub audit: Audit,
+}
+
+/// The provider registry (and the remote one, if providers may connect over
+/// TCP), to be spawned once the server runs.
+pub(super) struct Registry {
+    pub serve: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// Stops it, after the providers have been stopped.
+    pub stop: CancellationToken,
+}
+
+/// Auth, with the admin bootstrapped: the token made at the first start.
+pub(super) async fn start_auth(
+    config: &Config,
+    db: &Db,
+    stopping: &CancellationToken,
+) -> anyhow::Result<(Auth, Option<String>)> {
+    let auth = Auth::new(
+        db.clone(),
+        config.session_ttl,
+        Bus::new(BUS_CAPACITY, stopping.clone()),
+        &config.login,
+    );
+    let new_admin_token = auth
+        .bootstrap(config.admin_token.as_ref())
+        .await
+        .context("creating the admin user")?;
+    Ok((auth, new_admin_token))
+}
+
+/// The providers, their stored secrets sealed and statuses reset, and the
+/// registry they register through (bound, not yet served).
+pub(super) async fn start_providers(
+    db: &Db,
+    settings: provider::ProviderSettings,
+    secret_key: SecretKey,
+    stopping: &CancellationToken,
+) -> anyhow::Result<(Providers, Registry)> {
+    // Remote providers' listener and CA, read before the key goes to
+    // the providers.
+    let remote = match settings.listen {
+        Some(addr) => Some((addr, Arc::new(load_provider_ca(&settings, &secret_key)?))),
+        None => None,
+    };
+    let providers = Providers::new(
+        db.clone(),
+        settings,
+        secret_key,
+        Bus::new(BUS_CAPACITY, stopping.clone()),
+        stopping.clone(),
+    );
+    settle_stored_providers(&providers).await?;
+    let stop = CancellationToken::new();
+    let registry = provider::serve_registry(providers.clone(), stop.clone())
+        .await
+        .context("starting the provider registry")?;
+    let serve: Pin<Box<dyn Future<Output = ()> + Send>> = match remote {
+        Some((addr, tls)) => {
+            providers.enable_remote(tls.clone());
+            let remote =
+                provider::serve_remote_registry(providers.clone(), addr, tls, stop.clone()).await?;
+            Box::pin(async move {
+                tokio::join!(registry, remote);
+            })
+        }
+        None => Box::pin(registry),
+    };
+    Ok((providers, Registry { serve, stop }))
+}
+
+/// What an earlier run left in the providers' rows: secretConfig stored
+/// unsealed (by an earlier version), statuses of providers no longer running.
+async fn settle_stored_providers(providers: &Providers) -> anyhow::Result<()> {
+    let sealed = providers
+        .seal_stored_secrets()
+        .await
+        .context("checking the providers' stored secretConfig")?;
+    if sealed.plain > 0 {
+        tracing::info!(
+            providers = sealed.plain,
+            "sealed the secretConfig stored unsealed by an earlier version"
+        );
+    }
+    providers
+        .reset_after_restart()
+        .await
+        .context("resetting provider statuses")
+}
+
+/// The remote providers' CA: the operator's files, or the one made in the data
+/// directory at the first start with `--provider-listen`.
+fn load_provider_ca(
+    settings: &provider::ProviderSettings,
+    secret_key: &SecretKey,
+) -> anyhow::Result<provider::tls::ProviderTls> {
+    use provider::tls::{CaSource, ProviderTls};
+    let source = match (&settings.ca_cert_file, &settings.ca_key_file) {
+        (Some(cert), Some(key)) => CaSource::Files { cert, key },
+        (None, None) => CaSource::DataDir {
+            data_dir: &settings.data_dir,
+            key: secret_key,
+        },
+        _ => anyhow::bail!(
+            "provider ca_cert_file and ca_key_file go together (--provider-ca-cert, --provider-ca-key): give both or neither"
+        ),
+    };
+    ProviderTls::load(source).context("loading the provider CA")
+}
+
+/// The deploy engine; a leading replica's (`leader`) writes under the leader
+/// lease's fence.
+pub(super) fn start_deployments(
+    config: &Config,
+    db: &Db,
+    providers: &Providers,
+    leader: Option<&Cluster>,
+    stopping: &CancellationToken,
+) -> Deployments {
+    let fence = leader.and_then(|cluster| {
+        Some(store::cluster::Fence {
+            name: crate::cluster::LEADER.to_owned(),
+            holder: cluster.id(),
+            epoch: cluster.leader_epoch()?,
+        })
+    });
+    Deployments::fenced(
+        db.clone(),
+        providers.clone(),
+        Bus::new(BUS_CAPACITY, stopping.clone()),
+        config.deploy.clone(),
+        stopping.clone(),
+        fence,
+    )
+}
+
+/// The repositories, reading through providers and installing through
+/// deployments, with the syncs an earlier run left recovered.
+pub(super) async fn start_repositories(
+    config: &Config,
+    db: &Db,
+    providers: &Providers,
+    deployments: &Deployments,
+    stopping: &CancellationToken,
+) -> anyhow::Result<Repositories> {
+    let mut settings = config.repository.clone();
+    settings.providers = ProviderSources(Some(Arc::new(providers.clone())));
+    settings.installations = InstallationsHandle(Some(Arc::new(deployments.clone())));
+    let repositories = Repositories::new(
+        db.clone(),
+        settings,
+        Bus::new(BUS_CAPACITY, stopping.clone()),
+        stopping.clone(),
+    );
+    repositories
+        .recover_interrupted()
+        .await
+        .context("recovering interrupted repository syncs")?;
+    Ok(repositories)
+}
+
+/// The audit log, with its pruning running.
+pub(super) fn start_audit(config: &Config, db: &Db, stopping: &CancellationToken) -> Audit {
+    let audit = Audit::new(db.clone(), Bus::new(BUS_CAPACITY, stopping.clone()));
+    audit.spawn_pruning(config.audit_retention_days, stopping.clone());
+    audit
+}

@@ -1,0 +1,344 @@
+//! The deploy phase: every node not complete is deployed (or, an apply's,
+//! updated in place), dependencies first, as many at once as the
+//! concurrency bound allows. A step's result is queued to the writer with
+//! the journal entries of the dependents it lets start, in one send: one
+//! commit per link of a chain. All results are durable before the phase
+//! ends. A node that fails taints what depends on it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::{JoinError, JoinSet};
+use uuid::Uuid;
+
+use super::phase::{Graph, RunState, node_states};
+use super::{Executor, Stopped};
+use crate::deploy::blueprint::Blueprint;
+use crate::deploy::schedule::{Direction, Schedule};
+use crate::deploy::step::{Begun, StepError};
+use crate::deploy::template;
+use crate::deploy::writer::{Committed, Write};
+use crate::deploy::{DEPLOYED, Deployments, EventKind, NodeState, RETIRING};
+use crate::store::deployments::{self as rows, NodeChange, NodeRow};
+
+/// What a deploy task gives back: its outputs and its result's write, or
+/// why it failed.
+type Deployed = Result<(Value, Write), StepError>;
+
+impl Executor<'_> {
+    /// Deploys every node not complete, dependencies first.
+    pub(super) async fn deploy_phase(
+        &self,
+        id: Uuid,
+        bp: &Blueprint,
+        variables: &BTreeMap<String, Value>,
+        operation: Uuid,
+    ) -> Result<(), Stopped> {
+        let nodes = rows::nodes_of(&self.0.inner.db, id)
+            .await
+            .map_err(|e| Stopped::Failed(e.to_string()))?;
+        let mut phase = DeployPhase::new(self.0, bp, variables, operation, &nodes)?;
+        loop {
+            // The results, then the entries of the steps they let start that
+            // can call at once (a permit free, the provider connected), in
+            // one send: one commit per link of a chain. A step that must wait
+            // writes its own entry once it may call.
+            let finished = phase.results.len();
+            let mut writes = std::mem::take(&mut phase.results);
+            let starts = phase.start_ready(&mut writes);
+            let mut queued = self.0.inner.writer.submit_all(writes).into_iter();
+            phase.committing.extend(queued.by_ref().take(finished));
+            for start in starts {
+                phase.spawn(start, &mut queued);
+            }
+            let Some(joined) = phase.running.join_next().await else {
+                break;
+            };
+            phase.take_ended(joined).await;
+        }
+        phase.end().await
+    }
+}
+
+/// A deploy phase under way.
+struct DeployPhase<'a> {
+    deployments: &'a Deployments,
+    bp: &'a Blueprint,
+    variables: &'a BTreeMap<String, Value>,
+    operation: Uuid,
+    graph: Graph,
+    /// The nodes to deploy, by key index.
+    pending: Vec<Vec<NodeRow>>,
+    /// Replica 0 speaks for its resource; a dependent starts only once all
+    /// of a resource's replicas are complete.
+    outputs: BTreeMap<String, Value>,
+    schedule: Schedule,
+    /// The concurrency bound.
+    limit: Arc<Semaphore>,
+    running: JoinSet<(usize, i32, Deployed)>,
+    run: RunState,
+    /// Results queued to the writer; all durable before the phase ends.
+    committing: Vec<Committed>,
+    /// Results of the steps that ended since the last turn, to queue.
+    results: Vec<Write>,
+}
+
+/// A node the schedule lets start.
+struct Start {
+    key: usize,
+    node: NodeRow,
+    /// Its config, rendered; or why it cannot be.
+    rendered: Result<Value, String>,
+    dependency_outputs: Vec<(String, Value)>,
+    /// When it may call at once: its journal entry, queued with this turn's
+    /// writes, and its permit.
+    early: Option<(Uuid, OwnedSemaphorePermit)>,
+}
+
+impl<'a> DeployPhase<'a> {
+    fn new(
+        deployments: &'a Deployments,
+        bp: &'a Blueprint,
+        variables: &'a BTreeMap<String, Value>,
+        operation: Uuid,
+        nodes: &[NodeRow],
+    ) -> Result<Self, Stopped> {
+        let graph = Graph::new(bp, nodes);
+        let states = node_states(nodes)?;
+        let pending = graph.group(
+            nodes
+                .iter()
+                .zip(&states)
+                .filter(|(_, state)| !DEPLOYED.contains(state) && !RETIRING.contains(state))
+                .map(|(n, _)| n),
+        );
+        let outputs: BTreeMap<String, Value> = nodes
+            .iter()
+            .zip(&states)
+            .filter(|(n, state)| n.replica == 0 && DEPLOYED.contains(state))
+            .filter_map(|(n, _)| {
+                Some((
+                    n.key.clone(),
+                    serde_json::from_str(n.outputs.as_deref()?).ok()?,
+                ))
+            })
+            .collect();
+        let units: Vec<usize> = pending.iter().map(Vec::len).collect();
+        let schedule = Schedule::new(&graph.depends_on, &units, Direction::Deploy);
+        let limit = Arc::new(Semaphore::new(
+            deployments.inner.settings.concurrency.max(1),
+        ));
+        Ok(DeployPhase {
+            deployments,
+            bp,
+            variables,
+            operation,
+            graph,
+            pending,
+            outputs,
+            schedule,
+            limit,
+            running: JoinSet::new(),
+            run: RunState::default(),
+            committing: Vec::new(),
+            results: Vec::new(),
+        })
+    }
+
+    /// The nodes the schedule lets start now (none once stopping); the
+    /// entries of those that can call at once go to `writes`.
+    fn start_ready(&mut self, writes: &mut Vec<Write>) -> Vec<Start> {
+        let mut starts = Vec::new();
+        while !self.deployments.inner.stopping.is_cancelled()
+            && let Some((key, _)) = self.schedule.start_next()
+        {
+            let resource = Graph::resource(self.bp, key);
+            let dependency_outputs: Vec<(String, Value)> = resource
+                .into_iter()
+                .flat_map(|r| &r.depends_on)
+                .filter_map(|d| self.outputs.get(d).map(|o| (d.clone(), o.clone())))
+                .collect();
+            let rendered = match resource {
+                Some(r) => template::render(
+                    &r.config,
+                    &template::Context {
+                        variables: self.variables,
+                        outputs: &self.outputs,
+                    },
+                )
+                .map_err(|p| format!("config: {p}")),
+                None => Err("the resource is not in the blueprint".to_owned()),
+            };
+            for node in &self.pending[key] {
+                let early = self.early(node, &rendered, writes);
+                starts.push(Start {
+                    key,
+                    node: node.clone(),
+                    rendered: rendered.clone(),
+                    dependency_outputs: dependency_outputs.clone(),
+                    early,
+                });
+            }
+        }
+        starts
+    }
+
+    /// A deploy that can call at once (a permit free, its provider
+    /// connected): its entry, whose write goes to `writes`, and its permit.
+    fn early(
+        &self,
+        node: &NodeRow,
+        rendered: &Result<Value, String>,
+        writes: &mut Vec<Write>,
+    ) -> Option<(Uuid, OwnedSemaphorePermit)> {
+        let updating = is_update(node);
+        match (rendered, node.provider_id) {
+            (Ok(config), Some(provider))
+                if !updating && self.deployments.inner.providers.is_connected(provider) =>
+            {
+                self.limit.clone().try_acquire_owned().ok().map(|permit| {
+                    let (entry, write) = self.deployments.steps().begin_deploy(
+                        node,
+                        provider,
+                        config.clone(),
+                        self.operation,
+                    );
+                    writes.push(write);
+                    (entry, permit)
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Starts one node's step; an early one's entry is the next of `queued`.
+    fn spawn(&mut self, start: Start, queued: &mut impl Iterator<Item = Committed>) {
+        let this = self.deployments.clone();
+        let limit = self.limit.clone();
+        let operation = self.operation;
+        let Start {
+            key,
+            node,
+            rendered,
+            dependency_outputs,
+            early,
+        } = start;
+        let early = early.map(|(entry, permit)| {
+            let committed = queued.next().expect("one send per entry");
+            (Begun { entry, committed }, permit)
+        });
+        self.running.spawn(async move {
+            let replica = node.replica;
+            let result = match rendered {
+                Ok(config) => {
+                    let (begun, _permit) = match early {
+                        Some((begun, permit)) => (Some(begun), Ok(permit)),
+                        None => (None, limit.acquire_owned().await),
+                    };
+                    if is_update(&node) {
+                        this.steps()
+                            .update_node(node, config, dependency_outputs, operation)
+                            .await
+                    } else {
+                        this.steps()
+                            .deploy_node(node, config, dependency_outputs, operation, begun)
+                            .await
+                    }
+                }
+                Err(error) => {
+                    this.steps().fail_node(&node, &error).await;
+                    Err(StepError::Invalid(error))
+                }
+            };
+            (key, replica, result)
+        });
+    }
+
+    /// Takes in `first` and every other step that has ended, so their
+    /// results share a send.
+    async fn take_ended(&mut self, first: Result<(usize, i32, Deployed), JoinError>) {
+        let mut ended = vec![first];
+        while let Some(more) = self.running.try_join_next() {
+            ended.push(more);
+        }
+        for joined in ended {
+            match joined {
+                Ok((key, replica, result)) => self.finished(key, replica, result).await,
+                Err(e) => self.run.failed(format!("a resource task failed: {e}")),
+            }
+        }
+    }
+
+    /// Tells the schedule how a step ended; a failure taints what it blocks.
+    async fn finished(&mut self, key: usize, replica: i32, result: Deployed) {
+        match result {
+            Ok((out, finish)) => {
+                self.results.push(finish);
+                if replica == 0 {
+                    self.outputs.insert(self.graph.keys[key].clone(), out);
+                }
+                self.schedule.finish(key, true);
+            }
+            Err(StepError::Stopping) => {
+                self.run.interrupted = true;
+                self.schedule.finish(key, false);
+            }
+            Err(error) => {
+                self.run
+                    .failed(format!("{}[{replica}]: {error}", self.graph.keys[key]));
+                for blocked in self.schedule.finish(key, false) {
+                    self.taint(blocked, key).await;
+                }
+            }
+        }
+    }
+
+    /// Marks the nodes of key index `blocked` tainted: `because` failed.
+    async fn taint(&self, blocked: usize, because: usize) {
+        let nodes = &self.pending[blocked];
+        let key = &self.graph.keys[blocked];
+        let because = &self.graph.keys[because];
+        for node in nodes {
+            let change = NodeChange {
+                state: NodeState::Tainted.as_str().to_owned(),
+                error: Some(Some(format!("`{because}` failed"))),
+                ..NodeChange::default()
+            };
+            if let Err(e) = rows::change_node(&self.deployments.inner.db, node.id, change).await {
+                tracing::error!(deployment.id = %node.deployment_id, error = %e, "cannot taint a node");
+            }
+        }
+        // One event per node, named `key[replica]` like every node event.
+        for node in nodes {
+            self.deployments
+                .runs()
+                .record(
+                    node.deployment_id,
+                    EventKind::Node,
+                    Some(&format!("{key}[{}]", node.replica)),
+                    Some(NodeState::Tainted.as_str()),
+                    format!("not deployed: `{because}`, which it depends on, failed"),
+                )
+                .await;
+        }
+    }
+
+    /// Waits for every queued result to be durable, then says how the
+    /// phase ended.
+    async fn end(mut self) -> Result<(), Stopped> {
+        for committed in std::mem::take(&mut self.committing) {
+            if let Err(e) = committed.wait().await {
+                self.run.failed(format!("cannot store a result: {e}"));
+            }
+        }
+        let stopping = self.deployments.inner.stopping.is_cancelled();
+        self.run.end(&self.schedule, &self.graph, stopping)
+    }
+}
+
+/// Whether a pending node is to be updated in place (an apply's).
+fn is_update(node: &NodeRow) -> bool {
+    node.state == NodeState::ToUpdate.as_str() || node.state == NodeState::Updating.as_str()
+}

@@ -1,0 +1,124 @@
+//! What a phase of a run works with: the deployment's resource keys as the
+//! schedule numbers them (the [`Graph`]), each node's typed state, and how
+//! the phase is going (its first failure, whether it was interrupted).
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::Stopped;
+use crate::deploy::blueprint::{self, Blueprint};
+use crate::deploy::schedule::Schedule;
+use crate::deploy::{DeployError, NodeState};
+use crate::store::deployments::NodeRow;
+
+/// Each node's state, typed: unknown text is a corrupt row.
+pub(super) fn node_states(nodes: &[NodeRow]) -> Result<Vec<NodeState>, Stopped> {
+    nodes
+        .iter()
+        .map(|n| n.state.parse::<NodeState>().map_err(corrupt))
+        .collect()
+}
+
+/// A stored text no enum knows: the run fails with `DeployError::Corrupt`.
+pub(super) fn corrupt(e: crate::text::UnknownText) -> Stopped {
+    Stopped::Failed(DeployError::from(e).to_string())
+}
+
+/// How a phase is going: its first failure, and whether a step stopped for
+/// the shutdown.
+#[derive(Default)]
+pub(super) struct RunState {
+    first_error: Option<String>,
+    pub(super) interrupted: bool,
+}
+
+impl RunState {
+    pub(super) fn failed(&mut self, error: String) {
+        self.first_error.get_or_insert(error);
+    }
+
+    pub(super) fn end(
+        self,
+        schedule: &Schedule,
+        graph: &Graph,
+        stopping: bool,
+    ) -> Result<(), Stopped> {
+        if let Some(error) = self.first_error {
+            return Err(Stopped::Failed(error));
+        }
+        let outcome = schedule.outcome();
+        if outcome.is_complete() {
+            return Ok(());
+        }
+        if self.interrupted || stopping {
+            return Err(Stopped::Interrupted);
+        }
+        // Nothing failed and nobody stopped us, yet work is left: only a
+        // cycle does that (a blueprint check refuses them).
+        let left: BTreeSet<&str> = outcome
+            .not_started
+            .iter()
+            .chain(&outcome.blocked)
+            .map(|k| graph.keys[*k].as_str())
+            .collect();
+        Err(Stopped::Failed(format!(
+            "never started: {}",
+            left.into_iter().collect::<Vec<_>>().join(", ")
+        )))
+    }
+}
+
+/// A deployment's resource keys as the schedule numbers them: the
+/// blueprint's, then any key only nodes still name.
+pub(super) struct Graph {
+    pub(super) keys: Vec<String>,
+    pub(super) index: HashMap<String, usize>,
+    pub(super) depends_on: Vec<Vec<usize>>,
+}
+
+impl Graph {
+    pub(super) fn new(bp: &Blueprint, nodes: &[NodeRow]) -> Graph {
+        let mut keys: Vec<String> = bp.resources.iter().map(|r| r.key.clone()).collect();
+        let mut index: HashMap<String, usize> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.clone(), i))
+            .collect();
+        for node in nodes {
+            if !index.contains_key(&node.key) {
+                index.insert(node.key.clone(), keys.len());
+                keys.push(node.key.clone());
+            }
+        }
+        let depends_on = (0..keys.len())
+            .map(|key| {
+                Graph::resource(bp, key)
+                    .into_iter()
+                    .flat_map(|r| &r.depends_on)
+                    .filter_map(|d| index.get(d).copied())
+                    .collect()
+            })
+            .collect();
+        Graph {
+            keys,
+            index,
+            depends_on,
+        }
+    }
+
+    /// The blueprint's resource at key index `key` (the blueprint's keys come
+    /// first, in its order); `None` for a key only nodes name.
+    pub(super) fn resource(bp: &Blueprint, key: usize) -> Option<&blueprint::Resource> {
+        bp.resources.get(key)
+    }
+
+    /// `nodes` grouped by key index.
+    pub(super) fn group<'a>(&self, nodes: impl Iterator<Item = &'a NodeRow>) -> Vec<Vec<NodeRow>> {
+        let mut grouped = vec![Vec::new(); self.keys.len()];
+        for node in nodes {
+            if let Some(&i) = self.index.get(&node.key) {
+                grouped[i].push(node.clone());
+            }
+        }
+        grouped
+    }
+}

@@ -1,0 +1,74 @@
+//! The checks of how a provider leaves: on SIGTERM (exit 0, having called
+//! `Unregister`), and on its own when its host goes away.
+
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+use super::super::binding::Binding;
+use super::super::check_host::CheckHost;
+use super::{Check, Outcome, Started};
+
+/// How long a provider has to exit once its host is gone.
+const HOST_GONE_EXIT: Duration = Duration::from_secs(10);
+
+impl Check {
+    pub(super) async fn check_sigterm(&mut self, host: &CheckHost, started: &mut Started) {
+        let grace = self.options.settings.stop_grace;
+        (self.say)("stopping it with SIGTERM");
+        signal(started.running.binding(), Signal::SIGTERM);
+        let exit = tokio::time::timeout(grace, started.running.wait()).await;
+        let result = match exit {
+            Ok(exit) if exit == "exit status 0" => Ok(format!("{exit} within {grace:?}")),
+            Ok(exit) => Err(format!("{exit}; a provider exits 0 on SIGTERM")),
+            Err(_) => {
+                started.running.stop(Duration::ZERO).await;
+                Err(format!(
+                    "still running {grace:?} after SIGTERM (stop_grace_ms); killed"
+                ))
+            }
+        };
+        self.report.result("exits 0 on SIGTERM", result);
+        let session = started.session.clone();
+        let unregistered = host
+            .seen()
+            .unregistrations
+            .iter()
+            .any(|u| u.session == session);
+        if unregistered {
+            self.report
+                .add("Unregister on SIGTERM", Outcome::Pass, "with its session");
+        } else {
+            self.report.add(
+                "Unregister on SIGTERM",
+                Outcome::Warn,
+                "did not call Registry.Unregister with its session before exiting",
+            );
+        }
+    }
+
+    pub(super) async fn check_host_gone(&mut self, host: &CheckHost, started: &mut Started) {
+        (self.say)("stopping the host");
+        host.kill();
+        let exit = tokio::time::timeout(HOST_GONE_EXIT, started.running.wait()).await;
+        let result = match exit {
+            Ok(exit) => Ok(format!("{exit} once the registry was gone")),
+            Err(_) => {
+                started.running.stop(Duration::ZERO).await;
+                Err(format!(
+                    "still running {HOST_GONE_EXIT:?} after its host went away: watch \
+                     grpc.health.v1 Watch(\"corbel.provider.v1.Registry\") and exit when it \
+                     is not SERVING or the stream breaks; killed"
+                ))
+            }
+        };
+        self.report.result("exits when the host goes away", result);
+    }
+}
+
+fn signal(binding: Option<Binding>, signal: Signal) {
+    if let Some(Binding::ProcessGroup(group)) = binding {
+        let _ = killpg(Pid::from_raw(group), signal);
+    }
+}
