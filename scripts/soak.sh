@@ -7,14 +7,14 @@
 # PostgreSQL when CORBEL_TEST_POSTGRES_URL names a server (see scripts/test.sh).
 #
 # Usage: scripts/soak.sh [SERVER_KILLS [PROVIDER_FAULTS]]
-#   SERVER_KILLS     rounds of the server test (default 50; recovery kills come on top)
+#   SERVER_KILLS     rounds of the server test (default 60; recovery kills come on top)
 #   PROVIDER_FAULTS  faults of the provider test (default 20)
 #   CORBEL_CHAOS_SEED=n   repeat a run's choices (the seed is printed either way)
 # The full output goes to target/soak-<seed>.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-server_kills=${1:-50}
+server_kills=${1:-60}
 provider_faults=${2:-20}
 seed=${CORBEL_CHAOS_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
 log="target/soak-${seed}.log"

@@ -1,80 +1,26 @@
 #!/usr/bin/env bash
-# The whole test suite, on SQLite and again on PostgreSQL. Works on a fresh Debian
-# machine as root: installs and starts what the tests need, then cleans up the
-# databases it made. Needs: PostgreSQL (the server), nginx (repository tests), Chromium
-# and chromedriver (the web console's tests), Python 3 with grpcio (the Python example
-# provider), a Docker engine (the docker runtime's and the docker provider's tests; they
-# fail without it) and busybox-static (their container image). The partition
-# test runs replicas and PostgreSQL (the package's binaries, mounted from the
-# host's /usr) in containers of that image.
+# The test command: installs and starts what the tests need (scripts/setup.sh),
+# builds once, runs the whole suite on SQLite and the tests that exercise the
+# store and the engine again on PostgreSQL, then drops the databases it made.
+# Works on a fresh Debian machine as root. Prints each phase's time, and the
+# slowest tests of each run.
+#
+# Which tests run on PostgreSQL is one rule, in .config/nextest.toml (the
+# `postgres` profile): everything of the integration suite but what does not
+# touch the database's behaviour (the browser, the command line client, the
+# Docker plumbing, the README's tour). Without cargo-nextest the suite runs
+# with `cargo test`, all of it on both databases.
+#
+#   scripts/test.sh [ARGS…]   ARGS go to each `cargo nextest run` (a filter, say)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib/phases.sh
+source scripts/lib/phases.sh
 
-log() { printf '\n==> %s\n' "$*"; }
-
-need_apt=()
-command -v pg_ctlcluster >/dev/null 2>&1 || need_apt+=(postgresql)
-[ -x /usr/sbin/nginx ] || need_apt+=(nginx)
-[ -x /usr/bin/chromium ] || need_apt+=(chromium)
-# The console's tests drive Chromium through WebDriver.
-[ -x /usr/bin/chromedriver ] || need_apt+=(chromium-driver)
-command -v git >/dev/null 2>&1 || need_apt+=(git)
-# The README's tour (tests/it/tour.rs) is bash with curl and jq.
-command -v curl >/dev/null 2>&1 || need_apt+=(curl)
-command -v jq >/dev/null 2>&1 || need_apt+=(jq)
-# git2's https and ssh transports build against OpenSSL.
-dpkg -s libssl-dev >/dev/null 2>&1 || need_apt+=(libssl-dev pkg-config)
-# The docker runtime's tests build images FROM scratch (no registry is needed)
-# with a stripped provider binary.
-command -v docker >/dev/null 2>&1 || need_apt+=(docker.io)
-command -v strip >/dev/null 2>&1 || need_apt+=(binutils)
-# The docker provider's tests run containers of Debian's static busybox on
-# nothing (tests/it/support/docker.rs builds the image).
-[ -x /bin/busybox ] || need_apt+=(busybox-static)
-if [ ${#need_apt[@]} -gt 0 ]; then
-  log "installing ${need_apt[*]} from Debian's packages"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq "${need_apt[@]}" >/dev/null
-fi
-
-# The Python example provider (providers/examples/python) needs grpcio and
-# grpcio-tools; Debian's python3 is "externally managed", hence the flag.
-if ! python3 -m pip --version >/dev/null 2>&1; then
-  log "installing python3 and pip from Debian's packages"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq python3 python3-pip >/dev/null
-fi
-if ! python3 -c 'import grpc, grpc_tools' >/dev/null 2>&1; then
-  log "installing grpcio and grpcio-tools from PyPI"
-  python3 -m pip install -q grpcio grpcio-tools 2>/dev/null ||
-    python3 -m pip install -q --break-system-packages grpcio grpcio-tools
-fi
-
-# The Docker engine: used if it answers, else started here (its log in /tmp).
-if ! docker info >/dev/null 2>&1; then
-  log "starting the Docker engine"
-  if command -v systemctl >/dev/null 2>&1 && systemctl start docker 2>/dev/null; then
-    :
-  else
-    nohup dockerd >/tmp/corbel-test-dockerd.log 2>&1 &
-  fi
-  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
-  docker info >/dev/null 2>&1 || { echo "the Docker engine did not start; see /tmp/corbel-test-dockerd.log" >&2; exit 1; }
-fi
-
-# PostgreSQL: the Debian cluster, started if it is not running, and a role for us.
-pg_version=$(ls /etc/postgresql | sort -V | tail -n 1)
-if ! pg_lsclusters -h | awk -v v="$pg_version" '$1 == v && $2 == "main" && $4 == "online"' | grep -q .; then
-  log "starting PostgreSQL $pg_version"
-  pg_ctlcluster "$pg_version" main start
-fi
-pg_port=$(pg_lsclusters -h | awk -v v="$pg_version" '$1 == v && $2 == "main" { print $3 }')
-runuser -u postgres -- psql -q -p "$pg_port" -tAc \
-  "DO \$\$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'corbel_test') THEN
-     CREATE ROLE corbel_test LOGIN PASSWORD 'corbel_test' CREATEDB; END IF; END \$\$;"
-pg_url="postgres://corbel_test:corbel_test@127.0.0.1:${pg_port}/postgres"
+phase "setup: packages and services"
+pg_url=$(scripts/setup.sh | tail -n 1)
+pg_port=${pg_url##*:}
+pg_port=${pg_port%%/*}
 
 drop_test_databases() {
   runuser -u postgres -- psql -q -p "$pg_port" -tAc \
@@ -85,22 +31,58 @@ drop_test_databases() {
 }
 trap drop_test_databases EXIT
 
-if cargo nextest --version >/dev/null 2>&1; then
-  run_tests() { cargo nextest run --workspace --no-fail-fast "$@"; }
+nextest=false
+cargo nextest --version >/dev/null 2>&1 && nextest=true
+
+phase "build: the workspace and its tests"
+# The provider tests run the workspace's binaries as real processes.
+cargo build --workspace --bins --locked
+if $nextest; then
+  cargo nextest run --workspace --locked --no-run
 else
-  run_tests() { cargo test --workspace --no-fail-fast "$@"; }
+  cargo test --workspace --locked --no-run
 fi
 
-# The provider tests run the workspace's provider binaries as real processes.
-log "building the workspace binaries"
-cargo build --workspace --bins
+phase "build: the process provider in release (the tour loads it)"
 # The tour loads providers/process from this clone, whose corbel-provider.yaml
-# builds it in release into CARGO_TARGET_DIR: build it ahead, once.
-log "building the process provider in release (the tour loads it)"
+# builds it in release into CARGO_TARGET_DIR: its dependencies are built here
+# once, so that the tour compiles only the provider's own crates.
 cargo build --release --locked -p corbel-provider-process
 
-log "tests on SQLite"
-env -u CORBEL_TEST_POSTGRES_URL bash -c "$(declare -f run_tests); run_tests $*"
+# The slowest tests of the run just ended, from nextest's JUnit report.
+slowest() {
+  local report=$1
+  [ -f "$report" ] || return 0
+  python3 - "$report" <<'EOF' || true
+import sys, xml.etree.ElementTree as ET
+cases = [(float(c.get("time", 0)), c.get("classname", ""), c.get("name", ""))
+         for c in ET.parse(sys.argv[1]).iter("testcase")]
+total = sum(t for t, _, _ in cases)
+print(f"    {len(cases)} tests, {total:.0f} s of test time; the slowest:")
+for t, binary, name in sorted(cases, reverse=True)[:8]:
+    print(f"    {t:7.1f}s  {binary} {name}")
+EOF
+}
 
-log "tests on PostgreSQL $pg_version (port $pg_port)"
-CORBEL_TEST_POSTGRES_URL="$pg_url" bash -c "$(declare -f run_tests); run_tests $*"
+target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+status=0
+
+phase "tests on SQLite"
+if $nextest; then
+  env -u CORBEL_TEST_POSTGRES_URL cargo nextest run --workspace --locked --no-fail-fast "$@" || status=1
+  slowest "$target_dir/nextest/default/junit.xml"
+else
+  env -u CORBEL_TEST_POSTGRES_URL cargo test --workspace --locked --no-fail-fast "$@" || status=1
+fi
+
+phase "tests on PostgreSQL (port $pg_port)"
+if $nextest; then
+  CORBEL_TEST_POSTGRES_URL="$pg_url" cargo nextest run --workspace --locked --no-fail-fast \
+    --profile postgres "$@" || status=1
+  slowest "$target_dir/nextest/postgres/junit.xml"
+else
+  CORBEL_TEST_POSTGRES_URL="$pg_url" cargo test -p corbel --test it --locked --no-fail-fast "$@" || status=1
+fi
+
+phases_end
+exit $status
