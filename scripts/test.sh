@@ -49,7 +49,8 @@ phase "build: the process provider in release (the tour loads it)"
 # once, so that the tour compiles only the provider's own crates.
 cargo build --release --locked -p corbel-provider-process
 
-# The slowest tests of the run just ended, from nextest's JUnit report.
+# The slowest tests of the run just ended, from nextest's JUnit report (in
+# the workspace's target/nextest, wherever CARGO_TARGET_DIR points).
 slowest() {
   local report=$1
   [ -f "$report" ] || return 0
@@ -64,13 +65,12 @@ for t, binary, name in sorted(cases, reverse=True)[:8]:
 EOF
 }
 
-target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 status=0
 
 phase "tests on SQLite"
 if $nextest; then
   env -u CORBEL_TEST_POSTGRES_URL cargo nextest run --workspace --locked --no-fail-fast "$@" || status=1
-  slowest "$target_dir/nextest/default/junit.xml"
+  slowest target/nextest/default/junit.xml
 else
   env -u CORBEL_TEST_POSTGRES_URL cargo test --workspace --locked --no-fail-fast "$@" || status=1
 fi
@@ -79,7 +79,7 @@ phase "tests on PostgreSQL (port $pg_port)"
 if $nextest; then
   CORBEL_TEST_POSTGRES_URL="$pg_url" cargo nextest run --workspace --locked --no-fail-fast \
     --profile postgres "$@" || status=1
-  slowest "$target_dir/nextest/postgres/junit.xml"
+  slowest target/nextest/postgres/junit.xml
 else
   CORBEL_TEST_POSTGRES_URL="$pg_url" cargo test -p corbel --test it --locked --no-fail-fast "$@" || status=1
 fi
