@@ -35,8 +35,11 @@ nextest=false
 cargo nextest --version >/dev/null 2>&1 && nextest=true
 
 phase "build: the workspace and its tests"
-# The provider tests run the workspace's binaries as real processes.
-cargo build --workspace --bins --locked
+# Every target at once: the tests' dev-dependencies turn on features of shared
+# dependencies, so binaries built alone (`--bins`) would be built again for
+# the tests. The provider tests run the workspace's binaries as real
+# processes. (In CI, .ci/run has built all of this already, with clippy.)
+cargo build --workspace --all-targets --locked
 if $nextest; then
   cargo nextest run --workspace --locked --no-run
 else
