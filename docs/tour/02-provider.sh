@@ -1,5 +1,6 @@
 # The process provider (resources as local processes), loaded from this
-# clone's providers/process. Its first load builds it: a few minutes.
+# clone's providers/process. Its first load builds it: with the server's
+# build directory shared, only the provider's own crates (about a minute).
 PROVIDER=$(gql 'mutation($src: String!) {
     createProvider(input: {name: "process", gitUrl: $src, path: "providers/process"}) {
       provider { id } } }' "$(jq -n --arg src "$CORBEL_SRC" '{$src}')" |

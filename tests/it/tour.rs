@@ -16,6 +16,17 @@ use crate::support::corbel_bin;
 /// script builds it ahead, so this is the bound for a machine without that).
 const TOUR_DEADLINE: Duration = Duration::from_secs(20 * 60);
 
+/// The variables of the test's environment that change what cargo builds.
+const BUILD_ENV: &[&str] = &[
+    "RUSTFLAGS",
+    "CARGO_ENCODED_RUSTFLAGS",
+    "RUSTC_WRAPPER",
+    "RUSTC_WORKSPACE_WRAPPER",
+    "CARGO_HOME",
+    "RUSTUP_HOME",
+    "RUSTUP_TOOLCHAIN",
+];
+
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -92,16 +103,27 @@ async fn the_readme_tour_runs_as_written() {
         .unwrap()
         .to_owned();
     let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
-    let mut served = serve(
-        &store,
-        &[
-            ("CORBEL_ADMIN_TOKEN", token),
-            ("CARGO_TARGET_DIR", target.to_str().unwrap()),
-            ("HOME", &home),
-            // A debug build hashes passwords slowly on a loaded machine.
-            ("CORBEL_GRAPHQL_REQUEST_TIMEOUT_MS", "120000"),
-        ],
-    );
+    let mut env = vec![
+        ("CORBEL_ADMIN_TOKEN".to_owned(), token.to_owned()),
+        ("CARGO_TARGET_DIR".to_owned(), target.display().to_string()),
+        ("HOME".to_owned(), home),
+        // A debug build hashes passwords slowly on a loaded machine.
+        (
+            "CORBEL_GRAPHQL_REQUEST_TIMEOUT_MS".to_owned(),
+            "120000".to_owned(),
+        ),
+    ];
+    // What decides how cargo compiles, as the user's shell would pass it to
+    // the server and so to the provider's build: with the same flags as the
+    // suite's script's build ahead, the provider's load compiles only its
+    // own crates (CI builds with clippy as the compiler and `-D warnings`).
+    for name in BUILD_ENV {
+        if let Ok(value) = std::env::var(name) {
+            env.push(((*name).to_owned(), value));
+        }
+    }
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut served = serve(&store, &env);
     let steps: Vec<String> = readme_blocks()
         .into_iter()
         .map(|(file, _)| file)
