@@ -40,11 +40,6 @@ phase "build: the workspace and its tests"
 # the tests. The provider tests run the workspace's binaries as real
 # processes. (In CI, .ci/run has built all of this already, with clippy.)
 cargo build --workspace --all-targets --locked
-if $nextest; then
-  cargo nextest run --workspace --locked --no-run
-else
-  cargo test --workspace --locked --no-run
-fi
 
 phase "build: the process provider in release (the tour loads it)"
 # The tour loads providers/process from this clone, whose corbel-provider.yaml

@@ -58,10 +58,22 @@ fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|layer| layer.contains(&module))
 }
 
+/// The workspace's root.
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The `.rs` files under `dir` (none if it is missing), build output aside.
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("src is readable") {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries {
         let path = entry.expect("a directory entry").path();
         if path.is_dir() {
+            if path.file_name().is_some_and(|n| n == "target") {
+                continue;
+            }
             rust_files(&path, out);
         } else if path.extension().is_some_and(|e| e == "rs") {
             out.push(path);
@@ -154,7 +166,7 @@ struct Graph {
 }
 
 fn graph() -> Graph {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = root().join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     let mut graph = Graph {
@@ -187,7 +199,7 @@ fn graph() -> Graph {
 
 #[test]
 fn every_module_has_a_layer() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = root().join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     let unplaced: BTreeSet<String> = files
@@ -242,43 +254,19 @@ fn the_client_imports_no_area() {
         imported
     );
     // And it is there to be checked: a module of its own under `src/`.
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = root().join("src");
     assert!(src.join("client").join("mod.rs").is_file());
 }
 
 #[test]
 fn no_import_cycles() {
-    let graph = graph();
-    // Depth-first search for a back edge; report the cycle it closes.
-    fn visit(
-        node: &str,
-        graph: &Graph,
-        path: &mut Vec<String>,
-        done: &mut BTreeSet<String>,
-    ) -> Option<Vec<String>> {
-        if let Some(at) = path.iter().position(|p| p == node) {
-            let mut cycle = path[at..].to_vec();
-            cycle.push(node.to_owned());
-            return Some(cycle);
-        }
-        if done.contains(node) {
-            return None;
-        }
-        path.push(node.to_owned());
-        for next in graph.edges.get(node).into_iter().flat_map(|t| t.keys()) {
-            if let Some(cycle) = visit(next, graph, path, done) {
-                return Some(cycle);
-            }
-        }
-        path.pop();
-        done.insert(node.to_owned());
-        None
-    }
-    let mut done = BTreeSet::new();
-    for module in LAYERS.iter().flat_map(|l| l.iter()) {
-        if let Some(cycle) = visit(module, &graph, &mut Vec::new(), &mut done) {
-            panic!("an import cycle: {}", cycle.join(" → "));
-        }
+    let modules: BTreeMap<String, BTreeSet<String>> = graph()
+        .edges
+        .into_iter()
+        .map(|(module, targets)| (module, targets.into_keys().collect()))
+        .collect();
+    if let Some(cycle) = files::find_cycle(&modules) {
+        panic!("an import cycle: {}", cycle.join(" → "));
     }
 }
 

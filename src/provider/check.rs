@@ -200,8 +200,7 @@ impl Check {
             logs: self.log_sink(),
             build_timeout: self.options.settings.build_timeout,
             progress: std::sync::Arc::new(|_: &str| {}),
-            // A local directory builds as its owner would by hand.
-            env: Vec::new(),
+            build_dir: None,
         };
         (self.say)("building");
         match runtime.build(&job).await {

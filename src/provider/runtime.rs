@@ -40,6 +40,11 @@ pub enum RuntimeError {
         command: String,
         source: std::io::Error,
     },
+    #[error("cannot create the build directory {}: {source}", dir.display())]
+    BuildDir {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
     #[error("docker: {0}")]
     Docker(String),
     #[error("building image {image} failed: {message}; last output:\n{tail}")]
@@ -60,22 +65,24 @@ pub struct Job {
     pub build_timeout: Duration,
     /// Where a long build reports its steps.
     pub progress: Progress,
-    /// Variables for the build and run commands: where the build goes
-    /// ([`build_env`]), or none for a check of a local directory.
-    pub env: Vec<(String, String)>,
+    /// Where a shell build goes: a directory of this commit's under the
+    /// provider's own (see [`build_env`]); `None` for a check of a local
+    /// directory, which builds as its owner would by hand.
+    pub build_dir: Option<PathBuf>,
 }
 
 /// The variable naming a shell provider's build directory.
 pub const BUILD_DIR_VAR: &str = "CORBEL_BUILD_DIR";
 
-/// Where a fetched shell provider's build goes: `CORBEL_BUILD_DIR`, a
-/// directory per commit under `builds`, so that building a new commit never
-/// overwrites the binary a running provider was started from, and a restart
-/// at the same commit finds its build done. A Cargo build goes there too
-/// (`CARGO_TARGET_DIR`), unless the server's own environment names a target
-/// directory to share (a clone's, whose compiled crates the build reuses).
-pub fn build_env(builds: &Path, commit: &str) -> Vec<(String, String)> {
-    let dir = builds.join(commit).display().to_string();
+/// The variables naming a shell provider's build directory `dir`:
+/// `CORBEL_BUILD_DIR`, one directory per commit, so that building a new
+/// commit never overwrites the binary a running provider was started from,
+/// and a restart at the same commit finds its build done. A Cargo build goes
+/// there too (`CARGO_TARGET_DIR`), unless the server's own environment names
+/// a target directory to share (a clone's, whose compiled crates the build
+/// reuses).
+fn build_env(dir: &Path) -> Vec<(String, String)> {
+    let dir = dir.display().to_string();
     let mut env = vec![(BUILD_DIR_VAR.to_owned(), dir.clone())];
     if std::env::var_os("CARGO_TARGET_DIR").is_none() {
         env.push(("CARGO_TARGET_DIR".to_owned(), dir));
@@ -83,15 +90,20 @@ pub fn build_env(builds: &Path, commit: &str) -> Vec<(String, String)> {
     env
 }
 
-/// Marks `commit`'s build directory under `builds` as just used, and
-/// removes the others but the most recently used one (a step back to the
+/// Marks the build directory `current` as just used, and removes the other
+/// commits' beside it but the most recently used one (a step back to the
 /// previous commit is quick).
-pub async fn prune_builds(builds: &Path, commit: &str) {
-    let current = builds.join(commit);
-    let touched = tokio::task::spawn_blocking(move || {
-        std::fs::File::open(&current)?.set_modified(std::time::SystemTime::now())
-    })
-    .await;
+async fn prune_builds(current: &Path) {
+    let (Some(builds), Some(name)) = (current.parent(), current.file_name()) else {
+        return;
+    };
+    let touched = {
+        let current = current.to_owned();
+        tokio::task::spawn_blocking(move || {
+            std::fs::File::open(&current)?.set_modified(std::time::SystemTime::now())
+        })
+        .await
+    };
     if let Ok(Err(e)) = touched {
         tracing::warn!(error = %e, "cannot mark the build directory as used");
     }
@@ -100,7 +112,7 @@ pub async fn prune_builds(builds: &Path, commit: &str) {
     };
     let mut others = Vec::new();
     while let Ok(Some(entry)) = entries.next_entry().await {
-        if entry.file_name() == commit {
+        if entry.file_name() == name {
             continue;
         }
         let used = entry.metadata().await.and_then(|m| m.modified()).ok();
@@ -148,12 +160,21 @@ pub struct ShellRuntime {
 #[async_trait::async_trait]
 impl Runtime for ShellRuntime {
     async fn build(&self, job: &Job) -> Result<(), RuntimeError> {
+        if let Some(dir) = &job.build_dir {
+            tokio::fs::create_dir_all(dir)
+                .await
+                .map_err(|source| RuntimeError::BuildDir {
+                    dir: dir.clone(),
+                    source,
+                })?;
+        }
         let Some(command) = self.build.as_deref().filter(|c| !c.trim().is_empty()) else {
             return Ok(());
         };
         job.logs
             .line(LogStream::Corbel, &format!("building: {command}"));
-        let mut child = shell(command, &job.source_dir, &job.env)
+        let env = job.build_dir.as_deref().map(build_env).unwrap_or_default();
+        let mut child = shell(command, &job.source_dir, &env)
             .spawn()
             .map_err(|source| RuntimeError::Spawn {
                 command: command.to_owned(),
@@ -165,6 +186,9 @@ impl Runtime for ShellRuntime {
             Ok(Ok(status)) => {
                 process.drain().await;
                 if status.success() {
+                    if let Some(dir) = &job.build_dir {
+                        prune_builds(dir).await;
+                    }
                     Ok(())
                 } else {
                     Err(RuntimeError::BuildFailed {
@@ -197,7 +221,8 @@ impl Runtime for ShellRuntime {
     ) -> Result<Box<dyn Running>, RuntimeError> {
         job.logs
             .line(LogStream::Corbel, &format!("starting: {}", self.run));
-        let env: Vec<_> = job.env.iter().chain(env).cloned().collect();
+        let mut env = env.to_vec();
+        env.extend(job.build_dir.as_deref().map(build_env).unwrap_or_default());
         let mut child = shell(&self.run, &job.source_dir, &env)
             .spawn()
             .map_err(|source| RuntimeError::Spawn {
@@ -374,7 +399,7 @@ mod tests {
                 .set_modified(used)
                 .unwrap();
         }
-        prune_builds(builds.path(), "ddd").await;
+        prune_builds(&builds.path().join("ddd")).await;
         let mut left: Vec<String> = std::fs::read_dir(builds.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -385,8 +410,8 @@ mod tests {
             ["ccc", "ddd"],
             "the current build and the newest other"
         );
-        let env = build_env(builds.path(), "ddd");
-        let dir = builds.path().join("ddd").display().to_string();
-        assert!(env.contains(&(BUILD_DIR_VAR.to_owned(), dir)));
+        let dir = builds.path().join("ddd");
+        let env = build_env(&dir);
+        assert!(env.contains(&(BUILD_DIR_VAR.to_owned(), dir.display().to_string())));
     }
 }

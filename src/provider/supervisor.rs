@@ -356,7 +356,6 @@ impl Supervisor {
         let dir = settings.provider_dir(slot.id);
         let (commit, root, meta) = self.fetch(slot, row, &dir.join("src")).await?;
         let state_dir = dir.join("state");
-        let builds = dir.join("builds");
         let runtime: Box<dyn Runtime> = match meta.runtime {
             metadata::Runtime::Shell { build, run } => Box::new(ShellRuntime { build, run }),
             metadata::Runtime::Docker(spec) => Box::new(DockerRuntime {
@@ -371,11 +370,9 @@ impl Supervisor {
             }),
             metadata::Runtime::Remote => return Ok(Prepared::Remote),
         };
-        for dir in [&state_dir, &builds.join(&commit)] {
-            tokio::fs::create_dir_all(dir)
-                .await
-                .map_err(|e| Stop::Failed(format!("cannot create {}: {e}", dir.display())))?;
-        }
+        tokio::fs::create_dir_all(&state_dir)
+            .await
+            .map_err(|e| Stop::Failed(format!("cannot create {}: {e}", state_dir.display())))?;
         let job = Job {
             source_dir: root,
             logs: self.slots.sink(slot),
@@ -385,7 +382,7 @@ impl Supervisor {
                 let slot = slot.clone();
                 Arc::new(move |message: &str| slots.set_message(&slot, message.to_owned()))
             },
-            env: super::runtime::build_env(&builds, &commit),
+            build_dir: Some(dir.join("builds").join(&commit)),
         };
         self.slots
             .set_status(slot, ProviderStatus::Building, None)
@@ -394,7 +391,6 @@ impl Supervisor {
             .build(&job)
             .await
             .map_err(|e| Stop::Failed(e.to_string()))?;
-        super::runtime::prune_builds(&builds, &commit).await;
         Ok(Prepared::Local(runtime, job))
     }
 

@@ -11,16 +11,13 @@
 //! build compiles: same crate, target, mode, profile and features.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::process::Command;
+
+use crate::root;
 
 /// A compiled unit of a registry crate: (package, target, kinds, mode,
 /// profile) → the feature sets it is compiled with.
 type Units = BTreeMap<(String, String, String, String, String), BTreeSet<Vec<String>>>;
-
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// The units `cargo build <args>` would compile, from cargo's unit graph.
 fn units(args: &[&str]) -> Units {

@@ -6,7 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use crate::house::{production_lines, root, rust_files};
+use crate::house::production_lines;
+use crate::{code_of, matching_brace, root, rust_files, split_top_level};
 
 /// `api/plans.rs` → `["api", "plans"]`; `deploy/mod.rs` → `["deploy"]`.
 pub(crate) fn module_path(file: &Path) -> Vec<String> {
@@ -26,14 +27,7 @@ pub(crate) fn module_path(file: &Path) -> Vec<String> {
 
 /// The code of a file without `//` comments and without its test module.
 fn import_code(text: &str) -> String {
-    production_lines(text)
-        .iter()
-        .map(|line| match line.find("//") {
-            Some(at) if !line[..at].contains('"') => &line[..at],
-            _ => line,
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+    code_of(&production_lines(text).join("\n"))
 }
 
 /// Every path starting at `crate`, `super` or `self` in `code`, with `use`
@@ -81,9 +75,9 @@ fn path_at(text: &str) -> (Vec<Vec<String>>, usize) {
             let after_trim = after.trim_start();
             at += after.len() - after_trim.len();
             if let Some(group) = after_trim.strip_prefix('{') {
-                let end = closing_brace(group);
+                let end = matching_brace(group);
                 let mut paths = Vec::new();
-                for item in top_level_items(&group[..end]) {
+                for item in split_top_level(&group[..end]) {
                     let item = item.trim();
                     if item.is_empty() {
                         continue;
@@ -105,36 +99,6 @@ fn path_at(text: &str) -> (Vec<Vec<String>>, usize) {
         }
         return (vec![prefix], at);
     }
-}
-
-fn closing_brace(text: &str) -> usize {
-    let mut depth = 0usize;
-    for (i, c) in text.char_indices() {
-        match c {
-            '{' => depth += 1,
-            '}' if depth == 0 => return i,
-            '}' => depth -= 1,
-            _ => {}
-        }
-    }
-    text.len()
-}
-
-fn top_level_items(text: &str) -> Vec<&str> {
-    let (mut items, mut depth, mut start) = (Vec::new(), 0usize, 0usize);
-    for (i, c) in text.char_indices() {
-        match c {
-            '{' => depth += 1,
-            '}' => depth = depth.saturating_sub(1),
-            ',' if depth == 0 => {
-                items.push(&text[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    items.push(&text[start..]);
-    items
 }
 
 /// The file a path from module `from` lands in: the longest prefix of the

@@ -17,31 +17,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use crate::files::{file_graph, find_cycle, paths_in, resolve};
+use crate::{root, rust_files};
 
 const SOURCE_LINES: usize = 800;
 const TEST_LINES: usize = 600;
 const FUNCTION_LINES: usize = 80;
-
-pub(crate) fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-pub(crate) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries {
-        let path = entry.expect("a directory entry").path();
-        if path.is_dir() {
-            if path.file_name().is_some_and(|n| n == "target") {
-                continue;
-            }
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
 
 /// Every Rust file of the workspace (the fuzz workspace aside), relative to
 /// its root.
