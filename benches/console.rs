@@ -55,7 +55,7 @@ fn size() {
         }
     }
     println!(
-        "own JS + CSS: {:.1} KB ({:.1} KB JS, {:.1} KB CSS; the 150 KB budget counts code without comment lines)",
+        "own JS + CSS: {:.1} KB ({:.1} KB JS, {:.1} KB CSS; the 155 KB budget counts code without comment lines)",
         (js + css) as f64 / 1024.0,
         js as f64 / 1024.0,
         css as f64 / 1024.0

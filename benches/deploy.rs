@@ -26,7 +26,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use corbel::config::Config;
-use corbel::deploy::{DeploySettings, DeploymentState, Deployments, NewDeployment, OnFailure};
+use corbel::deploy::{
+    DeploySettings, DeploymentState, Deployments, NewDeployment, NodeState, OnFailure,
+};
 use corbel::events::Bus;
 use corbel::provider::{NewProvider, ProviderStatus, Providers, ResourceCall};
 use corbel::store::deployments as rows;
@@ -314,7 +316,7 @@ impl Bench {
             db,
             id,
             rows::DeploymentChange {
-                state: DeploymentState::InProgress.as_str(),
+                state: DeploymentState::InProgress,
                 phase: Some("DEPLOY"),
                 error: None,
                 operation_id: None,
@@ -330,15 +332,12 @@ impl Bench {
                 node_id: node.id,
                 provider_id: self.fixture,
                 intent: "DEPLOY".into(),
-                change: rows::NodeChange {
-                    state: "IN_PROGRESS".into(),
-                    ..Default::default()
-                },
+                change: rows::NodeChange::to(NodeState::InProgress),
             };
             let event = rows::NewEvent {
                 kind: "NODE".into(),
                 node_key: Some(node.key.clone()),
-                state: Some("IN_PROGRESS".into()),
+                state: Some(NodeState::InProgress.into()),
                 message: "deploying".into(),
             };
             writes.push(rows::GroupWrite::Begin { call, event });

@@ -67,7 +67,7 @@ fn run(names: usize) {
     };
     let rss_before = server.status_kib("VmRSS:");
 
-    let cpu = cpu_seconds(&server);
+    let cpu = server.cpu_seconds();
     let started = Instant::now();
     let created = gql(
         "mutation($u: String!) { createRepository(input: {name: \"big\", driver: {http: {url: $u}}, syncMode: LAZY}) { id } }",
@@ -85,7 +85,7 @@ fn run(names: usize) {
         full.as_secs_f64(),
         first["progress"]["stored"]
     );
-    let cpu_full = cpu_seconds(&server) - cpu;
+    let cpu_full = server.cpu_seconds() - cpu;
     println!(
         "  server CPU time:               {cpu_full:>7.2} s   (user + system: what other load on the machine does not inflate)"
     );
@@ -96,7 +96,7 @@ fn run(names: usize) {
     );
 
     write_inventory(served.path(), names, 1);
-    let cpu = cpu_seconds(&server);
+    let cpu = server.cpu_seconds();
     let started = Instant::now();
     gql(
         "mutation($id: ID!) { refreshRepository(id: $id) { id } }",
@@ -109,7 +109,7 @@ fn run(names: usize) {
     );
     println!(
         "  server CPU time:               {:>7.2} s",
-        cpu_seconds(&server) - cpu
+        server.cpu_seconds() - cpu
     );
     println!(
         "server peak RSS after refresh: {:.1} MiB",
@@ -117,24 +117,6 @@ fn run(names: usize) {
     );
 
     server.stop();
-}
-
-/// The server's CPU time so far (user + system), from `/proc/<pid>/stat`.
-fn cpu_seconds(server: &common::Server) -> f64 {
-    let stat =
-        std::fs::read_to_string(format!("/proc/{}/stat", server.child.id())).expect("proc stat");
-    // Fields after the command, which is in parentheses and may hold spaces.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .expect("stat")
-        .1
-        .split_whitespace()
-        .collect();
-    // utime and stime are fields 14 and 15 of the file: the 12th and 13th
-    // after the command (the state is the 1st).
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    // SAFETY: sysconf has no preconditions.
-    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
 
 /// Polls until the repository is ACTIVE with a `lastSyncedAt` other than `before`.

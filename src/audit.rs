@@ -208,6 +208,7 @@ fn names_secret(key: &str) -> bool {
         || lower.contains("secret")
         || lower.contains("password")
         || lower.contains("token")
+        || lower == "stdin" // what is typed into an exec
 }
 
 fn shorten(text: String) -> String {

@@ -117,11 +117,74 @@ pub fn main() -> ExitCode {
         Command::Client(command) => return crate::client::run(client, command),
         command => command,
     };
+    contain_self();
     match run(&overrides, config.as_deref(), command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("corbel: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// What the server's own process keeps from the programs beside it (issue
+/// 38): it is made non-dumpable, so a process of the same user (a provider, a
+/// workload) can neither trace it nor read its `/proc/<pid>/environ`, `mem`
+/// or `fd`; and every `CORBEL_*` variable (the admin token, a database URL
+/// with its password…) leaves its environment once the command line has been
+/// read. Called before any thread starts: removing a variable is only sound
+/// while no other thread can read the environment (the SDK's `run` does the
+/// same for providers).
+fn contain_self() {
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        eprintln!("corbel: cannot make the process non-dumpable: {e}");
+    }
+    let single_threaded =
+        std::fs::read_dir("/proc/self/task").is_ok_and(|tasks| tasks.count() == 1);
+    if !single_threaded {
+        eprintln!("corbel: other threads run: the CORBEL_* variables stay in the environment");
+        return;
+    }
+    // SAFETY: one thread, as above; the entries are C strings the C library
+    // keeps, overwritten within their own length.
+    unsafe { scrub_environment_block() };
+    let ours: Vec<_> = std::env::vars_os()
+        .map(|(name, _)| name)
+        .filter(|name| name.to_string_lossy().starts_with("CORBEL_"))
+        .collect();
+    for name in ours {
+        // SAFETY: this process runs one thread (checked just above, on this
+        // thread), so nothing reads or writes the environment meanwhile.
+        unsafe { std::env::remove_var(name) };
+    }
+}
+
+/// Overwrites the value of every `CORBEL_*` entry of the environment where
+/// it lies with zero bytes: `/proc/<pid>/environ` shows the block the process
+/// started with, which removing a variable leaves as it was (root, who can
+/// still read a non-dumpable process's, sees `CORBEL_ADMIN_TOKEN=` and
+/// nothing after it).
+///
+/// # Safety
+/// Only while the process runs one thread: nothing else may read or change
+/// the environment meanwhile.
+unsafe fn scrub_environment_block() {
+    unsafe extern "C" {
+        static environ: *const *mut std::ffi::c_char;
+    }
+    // SAFETY: `environ` is the C library's null-terminated array of
+    // null-terminated strings; each is written only within its length.
+    unsafe {
+        let mut entry = environ;
+        while !entry.is_null() && !(*entry).is_null() {
+            let text = std::ffi::CStr::from_ptr(*entry).to_bytes();
+            if text.starts_with(b"CORBEL_")
+                && let Some(equals) = text.iter().position(|b| *b == b'=')
+            {
+                let value = (*entry).add(equals + 1);
+                std::ptr::write_bytes(value, 0, text.len() - equals - 1);
+            }
+            entry = entry.add(1);
         }
     }
 }
@@ -171,8 +234,9 @@ fn default_shown(defaults: &toml::Table, long: &str) -> Option<String> {
         }
         _ => {}
     }
-    const SECTIONS: [(&str, &str); 6] = [
+    const SECTIONS: [(&str, &str); 7] = [
         ("graphql-", "graphql"),
+        ("api-", "api"),
         ("cluster-", "cluster"),
         ("login-", "login"),
         ("repo-", "repository"),
@@ -327,17 +391,25 @@ async fn rotate_secret_key(config: Config, new_key_file: PathBuf) -> anyhow::Res
         let db = crate::store::connect(&location).await?;
         crate::store::migrate(&db).await?;
         let done = crate::provider::reseal(&db, &current, &new).await;
+        // Repositories' credentials next: a crash between the two leaves the
+        // providers under the new key, kept when this runs again.
+        let repositories = match &done {
+            Ok(_) => Some(crate::repository::reseal(&db, &current, &new).await),
+            Err(_) => None,
+        };
         db.close().await?;
         let done = done?;
+        let repositories = repositories.expect("resealed after the providers")?;
         new.install(&file.path)?;
-        anyhow::Ok((current, new, done))
+        anyhow::Ok((current, new, done, repositories))
     }
     .await;
     lock.release().await;
-    let (current, new, done) = rotated?;
+    let (current, new, done, repositories) = rotated?;
     println!(
         "Secret key {} installed at {} (was {}): {} secretConfig(s) sealed again, \
-         {} sealed for the first time, {} already under the new key.\n\
+         {} sealed for the first time, {} already under the new key; {} repository \
+         credential(s) sealed again, {} for the first time, {} already under it.\n\
          Back up {} now; {} is no longer needed.",
         new.id(),
         file.path.display(),
@@ -345,6 +417,9 @@ async fn rotate_secret_key(config: Config, new_key_file: PathBuf) -> anyhow::Res
         done.rotated,
         done.plain,
         done.kept,
+        repositories.rotated,
+        repositories.plain,
+        repositories.kept,
         file.path.display(),
         new_key_file.display(),
     );

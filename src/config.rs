@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::{GraphqlFlags, GraphqlLimits};
+use crate::api::{ApiFlags, ApiLimits, GraphqlFlags, GraphqlLimits};
 use crate::auth::{LoginFlags, LoginLimits};
 use crate::cluster::{ClusterFlags, ClusterSettings};
 use crate::deploy::{DeployFlags, DeploySettings};
@@ -52,11 +52,16 @@ pub struct Config {
     /// How many days the audit log keeps an entry; 0 keeps them all.
     pub audit_retention_days: u32,
     pub graphql: GraphqlLimits,
+    pub api: ApiLimits,
     pub login: LoginLimits,
     pub repository: RepositorySettings,
     pub provider: ProviderSettings,
     pub deploy: DeploySettings,
     pub cluster: ClusterSettings,
+    /// The file this was read from, if any: it may hold secrets (the
+    /// database password, the admin token), so providers are kept out of it.
+    #[serde(skip)]
+    pub file: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -73,11 +78,13 @@ impl Default for Config {
             shutdown_grace: Duration::from_secs(10),
             audit_retention_days: 90,
             graphql: GraphqlLimits::default(),
+            api: ApiLimits::default(),
             login: LoginLimits::default(),
             repository: RepositorySettings::default(),
             provider: ProviderSettings::default(),
             deploy: DeploySettings::default(),
             cluster: ClusterSettings::default(),
+            file: None,
         }
     }
 }
@@ -142,6 +149,8 @@ pub struct Overrides {
     #[command(flatten)]
     pub graphql: GraphqlFlags,
     #[command(flatten)]
+    pub api: ApiFlags,
+    #[command(flatten)]
     pub login: LoginFlags,
     #[command(flatten)]
     pub repository: RepositoryFlags,
@@ -192,7 +201,8 @@ impl Config {
                     },
                     None => ConfigError::Flags(e.to_string()),
                 })?;
-        let config = config.bounded();
+        let mut config = config.bounded();
+        config.file = file.map(Path::to_owned);
         config.cluster.check().map_err(ConfigError::Flags)?;
         let database = config.database()?;
         if config.cluster.enabled
@@ -226,6 +236,7 @@ impl Config {
     fn bounded(self) -> Self {
         Self {
             graphql: self.graphql.bounded(),
+            api: self.api.bounded(),
             login: self.login.bounded(),
             repository: self.repository.bounded(),
             provider: self.provider.bounded(),
@@ -238,12 +249,26 @@ impl Config {
     /// Settings of the provider area, with the data directory made absolute:
     /// providers run in other directories and get socket paths from it.
     pub fn provider_settings(&self) -> std::io::Result<ProviderSettings> {
+        let mut secret_files = self.provider.secret_files.clone();
+        for path in self.file.iter().chain(&self.secret_key_file) {
+            secret_files.push(std::path::absolute(path)?);
+        }
+        if let Ok(crate::store::DatabaseLocation::Sqlite(db)) = self.database() {
+            let db = std::path::absolute(db)?;
+            for suffix in ["-wal", "-shm", "-journal"] {
+                let mut side = db.clone().into_os_string();
+                side.push(suffix);
+                secret_files.push(side.into());
+            }
+            secret_files.push(db);
+        }
         Ok(ProviderSettings {
             data_dir: std::path::absolute(&self.data_dir)?,
             state_dir: match &self.provider.state_dir {
                 Some(dir) => Some(std::path::absolute(dir)?),
                 None => None,
             },
+            secret_files,
             ..self.provider.clone()
         })
     }

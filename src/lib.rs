@@ -9,6 +9,7 @@ pub mod cli;
 pub mod client;
 pub mod cluster;
 pub mod config;
+pub mod cpu;
 pub mod deploy;
 pub mod events;
 pub mod provider;

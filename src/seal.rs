@@ -274,6 +274,45 @@ impl SecretKey {
     }
 }
 
+/// What a rotation did with the values stored under it (see [`rotate`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Resealed {
+    /// Values stored unsealed (by an earlier version), now sealed.
+    pub plain: usize,
+    /// Values under the current key, now under the new one.
+    pub rotated: usize,
+    /// Values already under the new key (checked to open).
+    pub kept: usize,
+}
+
+/// What [`rotate`] does with one sealed value.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Rotated {
+    /// It is under the new key already, and opens: kept as it is.
+    Kept,
+    /// It was opened under the current key: this is it under the new one.
+    Resealed(String),
+}
+
+/// Moves one value sealed for `context` from `current` to `new`: one
+/// already under `new` is checked to open and kept (so a rotation
+/// interrupted after its commit finishes when run again), one under
+/// `current` is opened and sealed again. At start `current` is `new`: every
+/// value that opens is kept.
+pub fn rotate(
+    current: &SecretKey,
+    new: &SecretKey,
+    context: &[u8],
+    sealed: &str,
+) -> Result<Rotated, OpenError> {
+    if sealed_key_id(sealed)? == new.id() {
+        new.open(context, sealed)?;
+        return Ok(Rotated::Kept);
+    }
+    let plain = current.open(context, sealed)?;
+    Ok(Rotated::Resealed(new.seal(context, &plain)))
+}
+
 /// Whether `text` is in the sealed form (any version): what tells a sealed
 /// value from one stored before sealing existed.
 pub fn is_sealed(text: &str) -> bool {

@@ -110,6 +110,10 @@ pub fn metrics() -> &'static PrometheusHandle {
             DEPLOY_STEPS,
             "Deploy and destroy steps by intent and outcome"
         );
+        metrics::describe_gauge!(
+            "corbel_resources",
+            "Deployed resources by health (HEALTHY, DEGRADED, DOWN, UNKNOWN), on the leader"
+        );
         metrics::gauge!(BUILD_INFO, "version" => crate::VERSION).set(1.0);
         handle
     })

@@ -13,6 +13,9 @@
 //! thousands of nested flow collections (`cargo bench --profile dist --bench yaml`); neither
 //! is reached with text that passed the check.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use saphyr_parser::{Event, Parser};
 use serde::de::DeserializeOwned;
 
@@ -68,7 +71,12 @@ pub enum YamlError {
     },
     #[error("{origin}: not valid YAML: {message}")]
     Invalid { origin: String, message: String },
+    #[error("{origin}: reading stopped before the end: its time ran out")]
+    Stopped { origin: String },
 }
+
+/// A stop flag never set, for [`check`] and [`from_str`].
+static NEVER: AtomicBool = AtomicBool::new(false);
 
 /// What a finished node adds each time it appears (itself or by alias).
 #[derive(Clone, Copy, Default)]
@@ -214,6 +222,17 @@ impl Scan<'_> {
 
 /// Reads `text` as events and refuses it past `limits`; see the module docs.
 pub fn check(text: &str, origin: &str, limits: &Limits) -> Result<(), YamlError> {
+    check_until(text, origin, limits, &NEVER)
+}
+
+/// [`check`], giving up with [`YamlError::Stopped`] once `stop` is set (the
+/// caller stopped waiting): the flag is read at every event.
+pub fn check_until(
+    text: &str,
+    origin: &str,
+    limits: &Limits,
+    stop: &AtomicBool,
+) -> Result<(), YamlError> {
     if text.len() > limits.max_bytes {
         return Err(YamlError::TooLong {
             origin: origin.to_owned(),
@@ -248,13 +267,29 @@ pub fn check(text: &str, origin: &str, limits: &Limits) -> Result<(), YamlError>
         })?;
         scan.line = span.start.line();
         scan.event(event)?;
+        if stop.load(Ordering::Relaxed) {
+            return Err(YamlError::Stopped {
+                origin: origin.to_owned(),
+            });
+        }
     }
     Ok(())
 }
 
 /// Checks `text` under [`LIMITS`], then deserializes it with serde_yaml_ng.
 pub fn from_str<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T, YamlError> {
-    check(text, origin, &LIMITS)?;
+    from_str_until(text, origin, &NEVER)
+}
+
+/// [`from_str`], giving up once `stop` is set. The check reads the flag as
+/// it goes; serde_yaml_ng cannot be stopped, but runs only on text the check
+/// bounded, and not at all once the flag is set.
+pub fn from_str_until<T: DeserializeOwned>(
+    text: &str,
+    origin: &str,
+    stop: &AtomicBool,
+) -> Result<T, YamlError> {
+    check_until(text, origin, &LIMITS, stop)?;
     serde_yaml_ng::from_str(text).map_err(|e| YamlError::Invalid {
         origin: origin.to_owned(),
         message: e.to_string(),
@@ -268,23 +303,83 @@ pub fn from_str<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T, Yaml
 /// path or text that does not parse that far. For pointing an author at a
 /// problem; `text` is expected to have passed [`check`].
 pub fn line_of(text: &str, path: &str) -> Option<usize> {
-    let want = segments(path);
-    if want.is_empty() {
-        return None;
-    }
+    lines_of(text, &[path], &NEVER).pop().flatten()
+}
+
+/// [`line_of`] for each of `paths`, in one read of `text`: linear in the
+/// text and the paths' length, however many paths there are (a line each
+/// for a thousand problems costs one read, not a thousand). Stops early
+/// once every path is found, or once `stop` is set (what was found by then
+/// is answered).
+pub fn lines_of(text: &str, paths: &[&str], stop: &AtomicBool) -> Vec<Option<usize>> {
+    let mut trie = Trie::default();
+    let ends: Vec<Option<Vec<usize>>> = paths.iter().map(|p| trie.insert(p)).collect();
     let mut finder = LineFinder {
-        want,
+        trie,
         frames: Vec::new(),
         at: Vec::new(),
-        best: None,
+        left: 0,
     };
+    finder.left = finder.trie.nodes.iter().filter(|n| n.wanted).count();
     for item in Parser::new_from_str(text) {
         let Ok((event, span)) = item else { break };
-        if finder.event(&event, span.start.line()) {
+        if finder.event(&event, span.start.line()) || stop.load(Ordering::Relaxed) {
             break;
         }
     }
-    finder.best.map(|(_, line)| line)
+    ends.iter()
+        .map(|nodes| {
+            nodes
+                .as_ref()?
+                .iter()
+                .rev()
+                .find_map(|&n| finder.trie.nodes[n].line)
+        })
+        .collect()
+}
+
+/// The wanted paths, segment by segment; node 0 is the document's root.
+struct Trie {
+    nodes: Vec<TrieNode>,
+}
+
+#[derive(Default)]
+struct TrieNode {
+    children: HashMap<Segment, usize>,
+    /// Where the node was first met.
+    line: Option<usize>,
+    /// Whether a wanted path ends here (and is not yet found).
+    wanted: bool,
+}
+
+impl Default for Trie {
+    fn default() -> Self {
+        Trie {
+            nodes: vec![TrieNode::default()],
+        }
+    }
+}
+
+impl Trie {
+    /// Adds `path`; the nodes along it, root left out (`None` when empty).
+    fn insert(&mut self, path: &str) -> Option<Vec<usize>> {
+        let segments = segments(path);
+        if segments.is_empty() {
+            return None;
+        }
+        let mut at = 0;
+        let mut along = Vec::with_capacity(segments.len());
+        for segment in segments {
+            let next = self.nodes.len();
+            at = *self.nodes[at].children.entry(segment).or_insert(next);
+            if at == next {
+                self.nodes.push(TrieNode::default());
+            }
+            along.push(at);
+        }
+        self.nodes[at].wanted = true;
+        Some(along)
+    }
 }
 
 /// One frame per open collection: where it is, and which entry is current.
@@ -322,19 +417,18 @@ enum Placed {
     Entry(Option<(Segment, usize)>),
 }
 
-/// [`line_of`]'s walk through the events.
+/// [`lines_of`]'s walk through the events.
 struct LineFinder {
-    want: Vec<Segment>,
+    trie: Trie,
     frames: Vec<Frame>,
-    /// The path of each open collection, and whether it is on `want`'s way.
-    /// (`None` for the document's root, which has no segment).
-    at: Vec<Option<Segment>>,
-    /// (matched segments, line) of the deepest part of `want` found.
-    best: Option<(usize, usize)>,
+    /// The trie node of each open collection (`None` off every wanted path).
+    at: Vec<Option<usize>>,
+    /// Wanted paths not found yet.
+    left: usize,
 }
 
 impl LineFinder {
-    /// Takes one event at `line`; true once the whole path is found.
+    /// Takes one event at `line`; true once every path is found.
     fn event(&mut self, event: &Event<'_>, line: usize) -> bool {
         let starts_node = matches!(
             event,
@@ -343,22 +437,30 @@ impl LineFinder {
                 | Event::MappingStart(..)
                 | Event::SequenceStart(..)
         );
-        let mut entered: Option<(Segment, usize)> = None;
+        // The root collection is the trie's root; anything else is the
+        // child its segment names, if any.
+        let mut entered = if self.frames.is_empty() {
+            Some(0)
+        } else {
+            None
+        };
         if starts_node {
             match self.place(event, line) {
                 Placed::Key => return false,
-                Placed::Entry(entry) => entered = entry,
+                Placed::Entry(entry) => {
+                    if let Some((segment, line)) = entry {
+                        entered = self.found(&segment, line);
+                    }
+                }
             }
         }
-        if let Some((segment, line)) = &entered
-            && self.found(segment, *line)
-        {
+        if self.left == 0 {
             return true;
         }
         match event {
             Event::MappingStart(..) | Event::SequenceStart(..) => {
                 self.frames.push(Frame::opened(event, line));
-                self.at.push(entered.map(|(s, _)| s));
+                self.at.push(entered);
             }
             Event::MappingEnd | Event::SequenceEnd => {
                 self.frames.pop();
@@ -387,7 +489,7 @@ impl LineFinder {
                 if !matches!(event, Event::Scalar(..) | Event::Alias(_)) {
                     // A complex key: skip what it holds as if a value.
                     self.frames.push(Frame::opened(event, line));
-                    self.at.push(Some(Segment::Key("\0".to_owned())));
+                    self.at.push(None);
                 }
                 Placed::Key
             }
@@ -408,24 +510,21 @@ impl LineFinder {
         }
     }
 
-    /// Records `segment` (at `line`) if it goes deeper along `want` than
-    /// any before; true when it completes `want`.
-    fn found(&mut self, segment: &Segment, line: usize) -> bool {
-        let open: Vec<&Segment> = self.at.iter().flatten().collect();
-        let depth = open.len() + 1;
-        if depth <= self.want.len()
-            && open.iter().zip(&self.want).all(|(a, b)| *a == b)
-            && self.want[depth - 1] == *segment
-            && self.best.is_none_or(|(d, _)| depth > d)
-        {
-            self.best = Some((depth, line));
-            return depth == self.want.len();
+    /// The trie node of `segment` (at `line`) in the innermost collection,
+    /// when it is on a wanted path; records where it was first met.
+    fn found(&mut self, segment: &Segment, line: usize) -> Option<usize> {
+        let parent = (*self.at.last()?)?;
+        let node = *self.trie.nodes[parent].children.get(segment)?;
+        let node_ref = &mut self.trie.nodes[node];
+        node_ref.line.get_or_insert(line);
+        if std::mem::take(&mut node_ref.wanted) {
+            self.left -= 1;
         }
-        false
+        Some(node)
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Segment {
     Key(String),
     Index(usize),
@@ -477,6 +576,41 @@ mod tests {
         assert_eq!(line_of(BLUEPRINT, ""), None);
         assert_eq!(line_of("a: [", "a"), Some(1));
         assert_eq!(line_of("", "a"), None);
+    }
+
+    #[test]
+    fn lines_of_answers_many_paths_in_one_read() {
+        let paths = [
+            "resources.web.depends_on[1]",
+            "version",
+            "",
+            "resources.db.config",
+            "resources.web.depends_on[1]",
+            "outputs.url",
+        ];
+        assert_eq!(
+            lines_of(BLUEPRINT, &paths, &NEVER),
+            [Some(11), Some(1), None, Some(5), Some(11), None]
+        );
+        // 20,000 unknown keys, each asked for: one read, each on its line.
+        let text: String = (0..20_000).map(|i| format!("k{i}: {i}\n")).collect();
+        let asked: Vec<String> = (0..20_000).rev().map(|i| format!("k{i}")).collect();
+        let asked: Vec<&str> = asked.iter().map(String::as_str).collect();
+        let lines = lines_of(&text, &asked, &NEVER);
+        assert_eq!(lines[0], Some(20_000));
+        assert_eq!(lines[19_999], Some(1));
+        let stop = AtomicBool::new(true);
+        assert_eq!(lines_of(&text, &asked, &stop)[0], None);
+    }
+
+    #[test]
+    fn a_set_stop_flag_stops_the_check() {
+        let stop = AtomicBool::new(true);
+        let e = check_until("a: 1\nb: 2\n", "doc.yaml", &LIMITS, &stop).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "doc.yaml: reading stopped before the end: its time ran out"
+        );
     }
 
     const SMALL: Limits = Limits {

@@ -6,7 +6,7 @@
 //! The layers, bottom first (a module may use modules of lower layers, and
 //! modules of its own layer as long as no cycle forms):
 //!
-//! 0. leaves: `seal`, `secret`, `settings`, `events`, `telemetry`, `text`, `yaml`, `redact`: import nothing of
+//! 0. leaves: `seal`, `secret`, `settings`, `events`, `telemetry`, `text`, `yaml`, `redact`, `cpu`: import nothing of
 //!    the crate;
 //! 1. `store` (the database), `resolve` (pure dependency resolution);
 //! 2. `auth`, `audit`, `cluster`, `repository`: areas on the store;
@@ -38,6 +38,7 @@ const LAYERS: &[&[&str]] = &[
         "text",
         "yaml",
         "redact",
+        "cpu",
     ],
     &["store", "resolve"],
     &["auth", "audit", "cluster", "repository"],

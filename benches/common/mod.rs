@@ -1,6 +1,9 @@
 //! What the benchmarks that run the real `corbel serve` binary share: starting
 //! it on a random port and reading its address, stopping it, and reading its
-//! memory from `/proc`.
+//! memory and CPU time from `/proc`.
+
+// Each bench uses the part it needs.
+#![allow(dead_code)]
 
 pub mod profile;
 
@@ -55,10 +58,59 @@ impl Server {
             .unwrap_or_else(|| panic!("{field} in /proc status"))
     }
 
+    /// Its user and system CPU time so far, in seconds.
+    pub fn cpu_seconds(&self) -> f64 {
+        cpu_seconds(self.child.id() as i32)
+    }
+
+    /// Starts its peak RSS (`VmHWM:`) again from its RSS now, so that the
+    /// next reading is the peak since.
+    pub fn reset_peak(&self) {
+        // "5": reset the peak resident set size (proc(5), `clear_refs`).
+        std::fs::write(format!("/proc/{}/clear_refs", self.child.id()), "5")
+            .expect("proc clear_refs");
+    }
+
     /// SIGTERM, then its exit.
     pub fn stop(mut self) -> ExitStatus {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         self.child.wait().expect("wait")
+    }
+}
+
+/// User and system CPU time of `pid` so far, in seconds.
+pub fn cpu_seconds(pid: i32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("proc stat");
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .expect("comm")
+        .1
+        .split_whitespace()
+        .collect();
+    // utime and stime: fields 14 and 15 of stat(5), 12 and 13 after the comm.
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf reads a constant.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks as f64 / per_second
+}
+
+/// `/proc/loadavg`: the machine may be busy with more than the bench.
+pub fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A bench that panics does not leave its server running.
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }

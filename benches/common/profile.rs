@@ -39,6 +39,27 @@ pub fn build(args: &[&str]) -> PathBuf {
     } else {
         command.args(["--profile", &profile]);
     }
+    // What `cargo bench` sets for the running bench (its package's name,
+    // version, manifest) would reach the build scripts' `rerun-if-env-changed`
+    // (ring's reads `CARGO_PKG_NAME`): every build from here would then differ
+    // from the `cargo bench` one, and each would rebuild ring, rustls and the
+    // server in turn.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || matches!(
+                &*name,
+                "CARGO_CRATE_NAME"
+                    | "CARGO_BIN_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "OUT_DIR"
+                    | "CARGO_TARGET_TMPDIR"
+            )
+        {
+            command.env_remove(&*name);
+        }
+    }
     let status = command.args(args).status().expect("cargo runs");
     assert!(status.success(), "cargo build {args:?} failed");
     profile_dir()

@@ -189,12 +189,24 @@ pub fn blueprint(data: &[u8]) {
     let Some(text) = text(data) else { return };
     match blueprint::parse(text) {
         Ok(bp) => use_blueprint(&bp),
-        Err(problems) => assert!(!problems.0.is_empty()),
+        Err(problems) => {
+            assert!(!problems.0.is_empty());
+            // At most so many listed, and one that counts the rest.
+            assert!(problems.0.len() <= blueprint::MAX_PROBLEMS + 1);
+        }
+    }
+    // As createBlueprint reads it: checked, each problem placed on its line
+    // (one more read of the text, however many problems).
+    if let Err(corbel::deploy::DeployError::Blueprint(problems)) =
+        corbel::deploy::parse_checked(text)
+    {
+        assert!(problems.len() <= blueprint::MAX_PROBLEMS + 1);
     }
 }
 
 fn use_blueprint(bp: &Blueprint) {
     let problems = blueprint::check(bp);
+    assert!(problems.len() <= blueprint::MAX_PROBLEMS + 1);
     if !problems.is_empty() {
         return;
     }

@@ -15,6 +15,8 @@ pub mod m20261201_000008_projects;
 mod m20261201_000009_audit_and_quantities;
 mod m20261202_000010_plans_and_revisions;
 mod m20261203_000011_replicas;
+pub mod m20261206_000012_state_texts;
+mod m20261206_000013_resource_health;
 
 pub struct Migrator;
 
@@ -33,6 +35,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000009_audit_and_quantities::Migration),
             Box::new(m20261202_000010_plans_and_revisions::Migration),
             Box::new(m20261203_000011_replicas::Migration),
+            Box::new(m20261206_000012_state_texts::Migration),
+            Box::new(m20261206_000013_resource_health::Migration),
         ]
     }
 }

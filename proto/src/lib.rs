@@ -10,11 +10,16 @@ pub mod v1 {
 }
 
 /// The protocol versions this build speaks, oldest first. Version 2 is
-/// version 1 plus `UpdateResource` and `ResourceDescription.updatable_keys`.
-pub const SUPPORTED_VERSIONS: &[u32] = &[1, 2];
+/// version 1 plus `UpdateResource` and `ResourceDescription.updatable_keys`;
+/// version 3 is version 2 plus `WatchResources` and the health fields of
+/// `InspectResponse`.
+pub const SUPPORTED_VERSIONS: &[u32] = &[1, 2, 3];
 
 /// The first version with `UpdateResource` and `updatable_keys`.
 pub const UPDATE_VERSION: u32 = 2;
+
+/// The first version with `WatchResources` and `InspectResponse.health`.
+pub const HEALTH_VERSION: u32 = 3;
 
 /// The highest version both lists contain, or a message naming both lists.
 pub fn negotiate(ours: &[u32], theirs: &[u32]) -> Result<u32, String> {
@@ -38,6 +43,9 @@ pub const KNOWN_FEATURES: &[&str] = &[
     "data",
     "power",
     "repository",
+    "watch",
+    "exec",
+    "files",
 ];
 
 #[cfg(test)]
@@ -52,6 +60,10 @@ mod tests {
         // A provider that speaks only version 1 keeps working with version 1.
         assert_eq!(negotiate(SUPPORTED_VERSIONS, &[1]), Ok(1));
         assert_eq!(negotiate(SUPPORTED_VERSIONS, &[1, 2]), Ok(UPDATE_VERSION));
+        assert_eq!(
+            negotiate(SUPPORTED_VERSIONS, &[1, 2, 3]),
+            Ok(HEALTH_VERSION)
+        );
         let refused = negotiate(&[1, 2], &[3]).unwrap_err();
         assert!(
             refused.contains("[1, 2]") && refused.contains("[3]"),

@@ -391,7 +391,7 @@ impl Extension for Recorder {
         }
         let key = segment(info.path_node.segment);
         let action = info.name.to_owned();
-        let args = arguments(info.field, &self.variables());
+        let mut args = arguments(info.field, &self.variables());
         let started = Instant::now();
         let result = next.run(ctx, info).await;
         let duration = started.elapsed();
@@ -404,6 +404,9 @@ impl Extension for Recorder {
                 .and_then(|v| v.as_str())
                 .map(str::to_owned);
             user_id = noted.user;
+        }
+        for (name, value) in noted.facts {
+            args.insert(name.to_owned(), value);
         }
         let (outcome, error) = match &result {
             Ok(_) => ("OK".to_owned(), None),

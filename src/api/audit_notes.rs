@@ -13,10 +13,13 @@ use uuid::Uuid;
 #[derive(Clone, Default)]
 pub(super) struct Notes(Arc<Mutex<HashMap<String, Noted>>>);
 
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 pub(super) struct Noted {
     pub(super) project: Option<Uuid>,
     pub(super) user: Option<Uuid>,
+    /// What it did, beside its arguments (an exec's exit status, the bytes
+    /// it moved), recorded with them.
+    pub(super) facts: Vec<(&'static str, serde_json::Value)>,
 }
 
 impl Notes {
@@ -25,7 +28,7 @@ impl Notes {
         self.0
             .lock()
             .ok()
-            .and_then(|m| m.get(key).copied())
+            .and_then(|m| m.get(key).cloned())
             .unwrap_or_default()
     }
 }
@@ -57,6 +60,12 @@ pub(crate) fn note_project(ctx: &Context<'_>, project: Uuid) {
 /// Records the user a `login` signed in: the caller, from now on.
 pub(crate) fn note_user(ctx: &Context<'_>, user: Uuid) {
     note(ctx, |noted| noted.user = Some(user));
+}
+
+/// Records a fact about what the current root field did, kept in its audit
+/// entry beside its arguments under `name`.
+pub(crate) fn note_fact(ctx: &Context<'_>, name: &'static str, value: serde_json::Value) {
+    note(ctx, |noted| noted.facts.push((name, value)));
 }
 
 /// A root field's response key.

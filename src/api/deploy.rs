@@ -7,7 +7,9 @@ use async_graphql::{Context, ID, InputObject, Json, Object, SimpleObject};
 use chrono::{DateTime, Utc};
 
 use super::blueprint::Blueprint;
-use super::deploy_enums::{DeploymentState, OnFailure, PlacementStrategy, PowerAction};
+use super::deploy_enums::{
+    DeploymentState, OnFailure, PlacementStrategy, PowerAction, ResourceHealth,
+};
 use super::deployment::{Deployment, ResourceNode, deployment_in};
 use super::pagination::{Page, page_of, paginate, window};
 use super::policy::{access, require};
@@ -100,21 +102,29 @@ impl DeployQuery {
         Ok(Blueprint(blueprint_in(ctx, &id, "id").await?))
     }
 
+    /// Deployments, newest first; `health` keeps those whose rolled-up
+    /// health is one of its values (`deployments(health: DOWN)`).
     async fn deployments(
         &self,
         ctx: &Context<'_>,
         #[graphql(default)] filter: DeploymentFilter,
+        health: Option<Vec<ResourceHealth>>,
         first: Option<i32>,
         after: Option<String>,
     ) -> Result<Page<Deployment>, ApiError> {
         let visible = access(ctx).await?.visible();
         let (offset, limit) = window(first, after)?;
         let filter = domain::DeploymentFilter {
+            healths: health
+                .unwrap_or_default()
+                .into_iter()
+                .map(|h| domain::ResourceHealth::from(h).as_str().to_owned())
+                .collect(),
             states: filter
                 .states
                 .unwrap_or_default()
                 .into_iter()
-                .map(|s| domain::DeploymentState::from(s).as_str().to_owned())
+                .map(domain::DeploymentState::from)
                 .collect(),
             blueprint_id: filter
                 .blueprint_id
@@ -313,6 +323,28 @@ impl DeployMutation {
             .into())
     }
 
+    /// Restarts one resource (`key`, and `replica` for a replicated one) of
+    /// a deployment now, whatever its health: it is destroyed and deployed
+    /// again through the journal, with the resources whose config reads its
+    /// outputs. Counts in its `restarts`. Answers the deployment, its
+    /// restart under way (`CONFLICT` while another run is).
+    async fn restart_resource(
+        &self,
+        ctx: &Context<'_>,
+        deployment_id: ID,
+        key: String,
+        #[graphql(default = 0)] replica: i32,
+    ) -> Result<Deployment, ApiError> {
+        let deployment = deployment_in(ctx, &deployment_id, "deploymentId").await?;
+        let by = super::principal(ctx).ok().map(|p| p.user.username.clone());
+        Ok(Deployment(
+            state::<Deployments>(ctx)?
+                .health()
+                .restart(deployment.id, &key, replica, by.as_deref())
+                .await?,
+        ))
+    }
+
     /// Moves the lease (a time in the future); `null` removes it.
     async fn extend_deployment(
         &self,
@@ -333,7 +365,7 @@ impl DeployMutation {
 /// The blueprint `id` (the argument `arg`), if the caller may do what the
 /// current field does in its project; an outsider is told there is none, in
 /// the words a missing one gets.
-async fn blueprint_in(
+pub(super) async fn blueprint_in(
     ctx: &Context<'_>,
     id: &ID,
     arg: &str,

@@ -46,7 +46,8 @@ mirror_enum!(
         Deploy,
         Rollback,
         Destroy,
-        Apply
+        Apply,
+        Restart
     }
 );
 mirror_enum!(
@@ -96,6 +97,16 @@ mirror_enum!(
         State,
         Node,
         Progress,
-        Log
+        Log,
+        Health
+    }
+);
+mirror_enum!(
+    ResourceHealth,
+    domain::ResourceHealth {
+        Healthy,
+        Degraded,
+        Down,
+        Unknown
     }
 );

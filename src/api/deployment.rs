@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 
 use super::blueprint::{BlueprintResource, resources_of};
 use super::deploy_enums::{
-    DeploymentEventKind, DeploymentPhase, DeploymentState, NodeState, OnFailure,
+    DeploymentEventKind, DeploymentPhase, DeploymentState, NodeState, OnFailure, ResourceHealth,
 };
 use super::policy::require;
 use super::revisions::{DeploymentRevision, revisions_of};
@@ -31,6 +31,19 @@ pub struct ResourceNode {
     outputs: Option<Json<serde_json::Value>>,
     error: Option<String>,
     updated_at: DateTime<Utc>,
+    /// How it runs now, as its provider last said: an axis of its own (a
+    /// COMPLETE node can be DOWN). UNKNOWN while it is not deployed, its
+    /// provider is not connected, or has not said yet.
+    health: ResourceHealth,
+    /// Why it is not HEALTHY, e.g. "exited with status 137 (SIGKILL)".
+    health_reason: Option<String>,
+    /// When its health last changed.
+    health_changed_at: DateTime<Utc>,
+    /// How often it was restarted (by its restart policy or by hand).
+    restarts: i32,
+    /// The config keys whose value its provider sees differ from what was
+    /// deployed (where the provider reports what it sees).
+    drift: Vec<String>,
     /// Its provider, when the list it is in read them all at once.
     #[graphql(skip)]
     provider_read: Option<Option<super::provider::Provider>>,
@@ -111,6 +124,11 @@ impl From<domain::ResourceNode> for ResourceNode {
             outputs: n.outputs.map(Json),
             error: n.error,
             updated_at: n.updated_at,
+            health: n.health.health.into(),
+            health_reason: n.health.reason,
+            health_changed_at: n.health.changed_at,
+            restarts: n.health.restarts,
+            drift: n.health.drift,
             provider_read: None,
         }
     }
@@ -137,7 +155,7 @@ impl From<&domain::DeploymentEvent> for DeploymentEvent {
             at: e.at,
             kind: e.kind.into(),
             node_key: e.node_key.clone(),
-            state: e.state.clone(),
+            state: e.state.map(|s| s.as_str().to_owned()),
             message: e.message.clone(),
         }
     }
@@ -181,6 +199,15 @@ impl Deployment {
     }
     async fn on_failure(&self) -> OnFailure {
         self.0.on_failure.into()
+    }
+    /// Its deployed resources' health rolled up, worst first (DOWN, then
+    /// DEGRADED, UNKNOWN, HEALTHY); UNKNOWN when none is deployed.
+    async fn health(&self) -> ResourceHealth {
+        self.0.health.into()
+    }
+    /// When its rolled-up health last changed.
+    async fn health_changed_at(&self) -> Option<DateTime<Utc>> {
+        self.0.health_changed_at
     }
     /// The first error of the last run that failed.
     async fn error(&self) -> Option<&str> {

@@ -66,7 +66,17 @@ pub enum ServerEvent {
     ProviderCreated(ProviderCreated),
     ProviderDeleted(ProviderDeleted),
     DeploymentChanged(DeploymentChanged),
+    DeploymentHealthChanged(DeploymentHealthChanged),
     EventsMissed(EventsMissed),
+}
+
+/// A deployment's rolled-up health changed (a deployment-level HEALTH event
+/// of its history); its nodes' own HEALTH events are in `deploymentEvents`.
+#[derive(SimpleObject)]
+pub struct DeploymentHealthChanged {
+    deployment_id: ID,
+    health: super::deploy_enums::ResourceHealth,
+    message: String,
 }
 
 /// A deployment's state changed (or its lease moved): a STATE event of its
@@ -123,7 +133,7 @@ fn auth_view(event: &AuthEvent) -> Option<ServerEvent> {
                 token_id: ID(token_id.to_string()),
             })
         }
-        AuthEvent::AccessChanged { .. } => return None,
+        AuthEvent::AccessChanged { .. } | AuthEvent::SessionEnded { .. } => return None,
     })
 }
 
@@ -195,6 +205,7 @@ fn deployment_changes(
                     return Some(ServerEvent::EventsMissed(EventsMissed { missed }));
                 }
                 Delivery::Event(e) if e.kind == EventKind::State => e,
+                Delivery::Event(e) if e.kind == EventKind::Health && e.node_key.is_none() => e,
                 Delivery::Event(_) => return None,
             };
             if let Some(visible) = visible {
@@ -208,9 +219,24 @@ fn deployment_changes(
                     return None;
                 }
             }
+            let deployment_id = ID(e.deployment_id.to_string());
+            if e.kind == EventKind::Health {
+                let health = e
+                    .state?
+                    .as_str()
+                    .parse::<crate::deploy::ResourceHealth>()
+                    .ok()?;
+                return Some(ServerEvent::DeploymentHealthChanged(
+                    DeploymentHealthChanged {
+                        deployment_id,
+                        health: health.into(),
+                        message: e.message.clone(),
+                    },
+                ));
+            }
             Some(ServerEvent::DeploymentChanged(DeploymentChanged {
-                deployment_id: ID(e.deployment_id.to_string()),
-                state: e.state.clone(),
+                deployment_id,
+                state: e.state.map(|s| s.as_str().to_owned()),
                 message: e.message.clone(),
             }))
         }
@@ -224,7 +250,7 @@ pub struct EventSubscription;
 impl EventSubscription {
     /// Server-wide events (sign-ins, tokens made and revoked, repository syncs,
     /// providers created, deleted and changing status, deployments changing
-    /// state) as they happen. Secrets are never part of an
+    /// state or health) as they happen. Secrets are never part of an
     /// event. Ends when the server shuts down.
     async fn server_events(
         &self,

@@ -4,9 +4,15 @@
 //! `caller`, the websocket served in `ws`.
 
 mod caller;
+mod exec;
+mod files;
+mod reach;
+mod tar_check;
 #[cfg(test)]
 mod tests;
 mod ws;
+mod ws_executor;
+mod ws_sockets;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -21,7 +27,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use self::caller::{caller_from_headers, client_of};
+pub use self::exec::exec_ws;
+pub use self::files::{get_files, put_files};
 pub use self::ws::graphql_ws;
+pub use self::ws_sockets::{SendQueues, SocketCounts};
 use super::documents::DocumentCache;
 use super::settings::RequestLimits;
 use super::{ApiError, Caller, ClientAddress, CorbelSchema, ErrorCode, GraphqlLimits};
@@ -44,6 +53,11 @@ pub struct HttpShared {
     pub reads: CorbelSchema,
     pub auth: Auth,
     pub repositories: Repositories,
+    /// For `/exec`.
+    pub deployments: crate::deploy::Deployments,
+    pub audit: crate::audit::Audit,
+    /// `[api]`: the largest upload.
+    pub api: crate::api::ApiLimits,
     pub readiness: Readiness,
     pub limits: GraphqlLimits,
     /// Proxies whose `X-Forwarded-For` names the client (`login.trusted_proxies`).
@@ -51,10 +65,18 @@ pub struct HttpShared {
     pub documents: Arc<DocumentCache>,
     /// Requests without a token run through this gate (see [`anonymous_gate`]).
     pub anonymous_gate: Arc<tokio::sync::Semaphore>,
+    /// Signed-in callers' websocket operations run through this one (see
+    /// [`signed_in_ws_gate`]).
+    pub signed_in_ws_gate: Arc<tokio::sync::Semaphore>,
     /// Cancelled once the HTTP server has drained: open websockets then close.
     pub ws_close: CancellationToken,
     /// Every open websocket, so shutdown can wait for them.
     pub ws_tasks: TaskTracker,
+    /// The websockets open from each client address, against
+    /// `ws_max_sockets_per_address`.
+    pub ws_sockets: Arc<SocketCounts>,
+    /// The bytes queued over all websockets, against `ws_send_queue_total_bytes`.
+    pub ws_queues: Arc<SendQueues>,
 }
 
 /// The gate anonymous requests pass one at a time per two cores: however many
@@ -62,6 +84,18 @@ pub struct HttpShared {
 pub fn anonymous_gate() -> Arc<tokio::sync::Semaphore> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     Arc::new(tokio::sync::Semaphore::new((cores / 2).max(1)))
+}
+
+/// The gate signed-in callers' websocket operations pass, four at once per
+/// core: a socket may have `ws_max_subscriptions` operations live and an
+/// address `ws_max_sockets_per_address` sockets, so without it a few clients
+/// keep every worker busy (and every answer being built in memory) while
+/// `/healthz` and other clients wait. Four a core lets operations waiting on
+/// the store overlap. An HTTP request runs one operation per connection at a
+/// time, each of a batch after the other.
+pub fn signed_in_ws_gate() -> Arc<tokio::sync::Semaphore> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Arc::new(tokio::sync::Semaphore::new(cores * 4))
 }
 
 pub async fn graphql_post(State(state): State<HttpState>, request: Request) -> Response {
@@ -190,20 +224,7 @@ impl BatchRun<'_> {
             }
         };
         if self.total + body.len() > self.limits.max_response_bytes {
-            let key = self.limits.key("max_response_bytes");
-            let e = ApiError::limit(
-                &key,
-                self.limits.max_response_bytes,
-                format!(
-                    "the response would be larger than {} bytes (`{key}`); ask for less{}",
-                    self.limits.max_response_bytes,
-                    if self.is_batch {
-                        " or split the batch"
-                    } else {
-                        ""
-                    }
-                ),
-            );
+            let e = too_large_error(&self.limits, self.is_batch);
             self.stopped = Some(e.clone());
             let mut refused = error_response(e);
             mark_errors(&mut refused);
@@ -258,34 +279,36 @@ fn read_schema<'a>(
     caller: &Caller,
     limits: &RequestLimits,
 ) -> Result<&'a CorbelSchema, async_graphql::ServerError> {
-    use async_graphql::parser::types::{DocumentOperations, OperationType};
-    let name = request.operation_name.clone();
+    use async_graphql::parser::types::OperationType;
+    if operation_type(request) != Some(OperationType::Query) {
+        return Ok(&state.schema);
+    }
     let Ok(document) = request.parsed_query() else {
         return Ok(&state.schema);
     };
-    let operation = match (&document.operations, name) {
-        (DocumentOperations::Single(operation), None) => operation,
-        (DocumentOperations::Multiple(operations), Some(name)) => {
-            match operations.get(name.as_str()) {
-                Some(operation) => operation,
-                None => return Ok(&state.schema),
-            }
-        }
-        // One named operation, run without naming it.
-        (DocumentOperations::Multiple(operations), None) if operations.len() == 1 => {
-            match operations.values().next() {
-                Some(operation) => operation,
-                None => return Ok(&state.schema),
-            }
-        }
-        _ => return Ok(&state.schema),
-    };
-    if operation.node.ty != OperationType::Query {
-        return Ok(&state.schema);
-    }
     super::cost::check(document, limits)?;
     super::policy::check(document, caller)?;
     Ok(&state.reads)
+}
+
+/// The type of the operation `request` runs; `None` when its document does not
+/// parse or names no operation it holds.
+fn operation_type(
+    request: &mut async_graphql::Request,
+) -> Option<async_graphql::parser::types::OperationType> {
+    use async_graphql::parser::types::DocumentOperations;
+    let name = request.operation_name.clone();
+    let document = request.parsed_query().ok()?;
+    let operation = match (&document.operations, name) {
+        (DocumentOperations::Single(operation), None) => operation,
+        (DocumentOperations::Multiple(operations), Some(name)) => operations.get(name.as_str())?,
+        // One named operation, run without naming it.
+        (DocumentOperations::Multiple(operations), None) if operations.len() == 1 => {
+            operations.values().next()?
+        }
+        _ => return None,
+    };
+    Some(operation.node.ty)
 }
 
 fn timeout_error(limits: &RequestLimits) -> ApiError {
@@ -295,6 +318,19 @@ fn timeout_error(limits: &RequestLimits) -> ApiError {
         format!(
             "the request ran longer than {} ms (`{key}`) and was stopped",
             limits.timeout.as_millis()
+        ),
+    )
+}
+
+fn too_large_error(limits: &RequestLimits, is_batch: bool) -> ApiError {
+    let key = limits.key("max_response_bytes");
+    ApiError::limit(
+        &key,
+        limits.max_response_bytes,
+        format!(
+            "the response would be larger than {} bytes (`{key}`); ask for less{}",
+            limits.max_response_bytes,
+            if is_batch { " or split the batch" } else { "" }
         ),
     )
 }

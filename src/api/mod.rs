@@ -13,6 +13,7 @@ mod deployment_events;
 pub mod documents;
 pub mod error;
 mod events;
+mod exec;
 pub mod http;
 pub mod pagination;
 mod plans;
@@ -24,6 +25,7 @@ mod roles;
 mod server;
 mod settings;
 mod teams;
+mod upload;
 mod user;
 
 use async_graphql::{MergedObject, MergedSubscription, Schema, SchemaBuilder};
@@ -31,6 +33,7 @@ use chrono::{DateTime, Utc};
 
 pub use error::{ApiError, ErrorCode};
 pub use settings::{GraphqlFlags, GraphqlLimits};
+pub use upload::{ApiFlags, ApiLimits};
 
 use crate::auth::Principal;
 
@@ -53,6 +56,7 @@ pub struct Mutation(
     repository::RepositoryMutation,
     provider::ProviderMutation,
     deploy::DeployMutation,
+    exec::ExecMutation,
     plans::PlanMutation,
 );
 

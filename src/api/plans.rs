@@ -7,9 +7,11 @@
 use async_graphql::{Context, ID, InputObject, Json, Object, SimpleObject};
 use chrono::{DateTime, Utc};
 
+use super::deploy::blueprint_in;
 use super::deployment::{Deployment, deployment_in};
-use super::policy::require;
+use super::policy::{access, require};
 use super::{ApiError, parse_id, state};
+use crate::auth::ProjectRole;
 use crate::deploy::changes::{self, Action};
 use crate::deploy::{self as domain, Deployments};
 
@@ -123,7 +125,7 @@ impl Plan {
     }
     /// `PENDING` until applied, then `APPLIED`.
     async fn state(&self) -> &str {
-        &self.0.state
+        self.0.state.as_str()
     }
     async fn created_at(&self) -> DateTime<Utc> {
         self.0.created_at
@@ -225,11 +227,21 @@ impl PlanMutation {
         input: PlanDeploymentInput,
     ) -> Result<Plan, ApiError> {
         let deployment = deployment_in(ctx, &input.deployment_id, "input.deploymentId").await?;
-        let blueprint_id = input
-            .blueprint_id
-            .as_ref()
-            .map(|id| parse_id(id, "input.blueprintId"))
-            .transpose()?;
+        if input.blueprint_source.is_some() {
+            // YAML of the caller's own changes what the deployment runs, as
+            // editing its blueprint would: a developer's call.
+            access(ctx).await?.require(
+                deployment.project_id,
+                ProjectRole::Developer,
+                &format!("deployment with id {}", deployment.id),
+            )?;
+        }
+        // A blueprint of a project the caller is not in does not exist for
+        // them.
+        let blueprint_id = match &input.blueprint_id {
+            Some(id) => Some(blueprint_in(ctx, id, "input.blueprintId").await?.id),
+            None => None,
+        };
         let variables = match input.variables {
             None => None,
             Some(Json(serde_json::Value::Object(map))) => Some(map),

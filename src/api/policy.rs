@@ -122,6 +122,8 @@ pub const POLICY: &[(&str, Need)] = &[
     ("redeployDeployment", DEPLOYER),
     ("extendDeployment", DEPLOYER),
     ("powerResource", DEPLOYER),
+    ("restartResource", DEPLOYER),
+    ("execResource", DEVELOPER),
     // Plans, applies and rollback.
     ("plan", VIEWER),
     ("planDeployment", DEPLOYER),

@@ -44,6 +44,21 @@ pub struct GraphqlLimits {
     /// How long a websocket may stay open without `connection_init`.
     #[serde(rename = "ws_init_timeout_ms", with = "millis")]
     pub ws_init_timeout: Duration,
+    /// Most operations (subscriptions, queries, mutations) one websocket may
+    /// have live at once; another `subscribe` gets an error for its id.
+    pub ws_max_subscriptions: usize,
+    /// Most websockets open at once from one client address; another upgrade
+    /// is refused with 429.
+    pub ws_max_sockets_per_address: usize,
+    /// Most bytes waiting to be sent on one websocket (one message of any
+    /// size is let through when nothing waits): a client that lets more pile
+    /// up is not reading, and is cut off.
+    pub ws_send_queue_bytes: usize,
+    /// Most bytes waiting to be sent over all websockets together. Past it, a
+    /// socket that adds to its queue while holding at least an equal share of
+    /// this budget (it over the sockets open) is cut off as not reading; a
+    /// socket with nothing waiting (a client that reads) never is.
+    pub ws_send_queue_total_bytes: usize,
 }
 
 impl Default for GraphqlLimits {
@@ -61,6 +76,13 @@ impl Default for GraphqlLimits {
             request_timeout: Duration::from_secs(30),
             anonymous_request_timeout: Duration::from_secs(5),
             ws_init_timeout: Duration::from_secs(10),
+            ws_max_subscriptions: 100,
+            ws_max_sockets_per_address: 64,
+            ws_send_queue_bytes: 4 * 1024 * 1024,
+            // Sixteen sockets' full queues: room for a few slow readers of
+            // large answers, and under issue 38's +100 MiB with what is being
+            // answered besides.
+            ws_send_queue_total_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -118,6 +140,10 @@ impl GraphqlLimits {
                 Duration::from_millis(10),
             ),
             ws_init_timeout: at_least(self.ws_init_timeout, Duration::from_millis(10)),
+            ws_max_subscriptions: at_least(self.ws_max_subscriptions, 1),
+            ws_max_sockets_per_address: at_least(self.ws_max_sockets_per_address, 1),
+            ws_send_queue_bytes: at_least(self.ws_send_queue_bytes, 1024),
+            ws_send_queue_total_bytes: at_least(self.ws_send_queue_total_bytes, 1024),
             ..self
         }
     }
@@ -233,4 +259,36 @@ pub struct GraphqlFlags {
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ws_init_timeout_ms: Option<u64>,
+    /// Most live operations on one websocket.
+    #[arg(
+        long = "graphql-ws-max-subscriptions",
+        env = "CORBEL_GRAPHQL_WS_MAX_SUBSCRIPTIONS",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ws_max_subscriptions: Option<usize>,
+    /// Most websockets open at once from one client address.
+    #[arg(
+        long = "graphql-ws-max-sockets-per-address",
+        env = "CORBEL_GRAPHQL_WS_MAX_SOCKETS_PER_ADDRESS",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ws_max_sockets_per_address: Option<usize>,
+    /// Most bytes waiting to be sent on one websocket before it is cut off.
+    #[arg(
+        long = "graphql-ws-send-queue-bytes",
+        env = "CORBEL_GRAPHQL_WS_SEND_QUEUE_BYTES",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ws_send_queue_bytes: Option<usize>,
+    /// Most bytes waiting to be sent over all websockets together.
+    #[arg(
+        long = "graphql-ws-send-queue-total-bytes",
+        env = "CORBEL_GRAPHQL_WS_SEND_QUEUE_TOTAL_BYTES",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ws_send_queue_total_bytes: Option<usize>,
 }

@@ -8,7 +8,6 @@ use super::roles::{ProjectRole, Role};
 use super::user::User;
 use super::{ApiError, parse_id, principal, state};
 use crate::auth::{self as domain, Auth};
-use crate::deploy::DeploymentState;
 
 pub struct Project(domain::Project);
 
@@ -287,9 +286,7 @@ impl TeamsMutation {
     async fn delete_project(&self, ctx: &Context<'_>, id: ID) -> Result<bool, ApiError> {
         let id = parse_id(&id, "id")?;
         let access = require(ctx, Some(id), &format!("project {id}")).await?;
-        state::<Auth>(ctx)?
-            .delete_project(&access, id, DeploymentState::Destroyed.as_str())
-            .await?;
+        state::<Auth>(ctx)?.delete_project(&access, id).await?;
         Ok(true)
     }
 

@@ -169,23 +169,36 @@ pub(super) fn start_deployments(
 }
 
 /// The repositories, reading through providers and installing through
-/// deployments, with the syncs an earlier run left recovered.
+/// deployments, their credentials sealed, with the syncs an earlier run
+/// left recovered.
 pub(super) async fn start_repositories(
     config: &Config,
     db: &Db,
     providers: &Providers,
     deployments: &Deployments,
+    secret_key: SecretKey,
     stopping: &CancellationToken,
 ) -> anyhow::Result<Repositories> {
     let mut settings = config.repository.clone();
     settings.providers = ProviderSources(Some(Arc::new(providers.clone())));
     settings.installations = InstallationsHandle(Some(Arc::new(deployments.clone())));
+    settings.secret_key = Some(Arc::new(secret_key));
     let repositories = Repositories::new(
         db.clone(),
         settings,
         Bus::new(BUS_CAPACITY, stopping.clone()),
         stopping.clone(),
     );
+    let sealed = repositories
+        .seal_stored()
+        .await
+        .context("checking the repositories' stored credentials")?;
+    if sealed.plain > 0 {
+        tracing::info!(
+            repositories = sealed.plain,
+            "sealed the repository credentials stored in the clear by an earlier version"
+        );
+    }
     repositories
         .recover_interrupted()
         .await

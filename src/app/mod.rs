@@ -173,11 +173,12 @@ impl App {
         let instance_id = hex::encode(Sha256::digest(location.identity().as_bytes()));
         provider_settings.instance_id = instance_id.clone();
         let (providers, registry) =
-            areas::start_providers(&db, provider_settings, secret_key, &stopping).await?;
+            areas::start_providers(&db, provider_settings, secret_key.clone(), &stopping).await?;
         let leader = replica.as_ref().map(|(cluster, _)| cluster);
         let deployments = areas::start_deployments(config, &db, &providers, leader, &stopping);
         let repositories =
-            areas::start_repositories(config, &db, &providers, &deployments, &stopping).await?;
+            areas::start_repositories(config, &db, &providers, &deployments, secret_key, &stopping)
+                .await?;
         let audit = areas::start_audit(config, &db, &stopping);
         let areas = Areas {
             auth,

@@ -48,6 +48,11 @@ pub(super) fn router(
             get(crate::web::graphiql).post(api_http::graphql_post),
         )
         .route("/graphql/ws", get(api_http::graphql_ws))
+        .route("/exec", get(api_http::exec_ws))
+        .route(
+            "/files/{node}",
+            get(api_http::get_files).put(api_http::put_files),
+        )
         .route("/artifacts/{element}/{urn}", get(api_http::artifact))
         .route("/healthz", get(api_http::healthz))
         .route("/readyz", get(api_http::readyz))
@@ -97,6 +102,9 @@ fn shared(
         reads,
         auth: areas.auth.clone(),
         repositories: areas.repositories.clone(),
+        deployments: areas.deployments.clone(),
+        audit: areas.audit.clone(),
+        api: config.api.clone(),
         readiness: {
             let db = db.clone();
             Arc::new(move || {
@@ -108,8 +116,11 @@ fn shared(
         trusted_proxies: config.login.trusted_proxies.clone(),
         documents: Arc::new(DocumentCache::new(512, 16 * 1024)),
         anonymous_gate: api_http::anonymous_gate(),
+        signed_in_ws_gate: api_http::signed_in_ws_gate(),
         ws_close: websockets.close.clone(),
         ws_tasks: websockets.tasks.clone(),
+        ws_sockets: Arc::default(),
+        ws_queues: Arc::default(),
     })
 }
 

@@ -78,7 +78,8 @@ impl App {
 }
 
 /// The singletons, which run on the leader only: the repositories' refresh
-/// loop and the deployments' reaper.
+/// loop, the deployments' reaper, and live health (the monitor, the
+/// roll-ups, the healer).
 fn spawn_singletons(
     cluster: &Cluster,
     repositories: &Repositories,
@@ -88,10 +89,13 @@ fn spawn_singletons(
     let repositories = repositories.clone();
     let deployments = deployments.clone();
     tokio::spawn(cluster.clone().lead(stopping.clone(), move || {
-        let deployments = deployments.clone();
+        let [reaper, monitor, rollups, healer] = [0; 4].map(|_| deployments.clone());
         vec![
             tokio::spawn(repositories.clone().run_refresh_loop()),
-            tokio::spawn(async move { deployments.recovery().run_reaper().await }),
+            tokio::spawn(async move { reaper.recovery().run_reaper().await }),
+            tokio::spawn(async move { monitor.health().run_monitor().await }),
+            tokio::spawn(async move { rollups.health().run_rollups().await }),
+            tokio::spawn(async move { healer.health().run_healer().await }),
         ]
     }))
 }

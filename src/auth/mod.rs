@@ -122,7 +122,8 @@ pub enum AuthError {
 
 fn rate_limited_message(limited: &Limited) -> String {
     let by = match limited.by {
-        LimitedBy::User => "this user name",
+        LimitedBy::UserFromAddress => "this user name from this address",
+        LimitedBy::User => "this user name from addresses it has not signed in from",
         LimitedBy::Address => "this address",
     };
     format!(
@@ -155,6 +156,8 @@ pub enum AuthEvent {
     },
     /// An API token was revoked.
     ApiTokenRevoked { user_id: Uuid, token_id: Uuid },
+    /// A session (or a token) ended with `logout`.
+    SessionEnded { user_id: Uuid, token_id: Uuid },
     /// What a user may do changed (a membership, their role, disabled,
     /// deleted); `None`: anyone's (a project was deleted). Subscriptions
     /// check again whether their reader may still follow what they follow.
@@ -359,6 +362,10 @@ impl Auth {
     pub async fn logout(&self, who: &Principal) -> Result<(), AuthError> {
         users::delete_token(&self.db, who.user.id, who.token_id).await?;
         self.recent.forget_all();
+        self.bus.publish(AuthEvent::SessionEnded {
+            user_id: who.user.id,
+            token_id: who.token_id,
+        });
         Ok(())
     }
 

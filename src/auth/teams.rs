@@ -382,13 +382,8 @@ impl Auth {
     }
 
     /// Deletes a project that holds no blueprint and no deployment that is
-    /// not destroyed (`destroyed` is that state's text).
-    pub async fn delete_project(
-        &self,
-        access: &Access,
-        id: Uuid,
-        destroyed: &str,
-    ) -> Result<(), AuthError> {
+    /// not destroyed.
+    pub async fn delete_project(&self, access: &Access, id: Uuid) -> Result<(), AuthError> {
         access.require(Some(id), ProjectRole::Admin, &format!("project {id}"))?;
         let project = self.project_row(id).await?;
         if project.name == DEFAULT_PROJECT || project.name == PLATFORM_PROJECT {
@@ -397,7 +392,7 @@ impl Auth {
                 project.name
             )));
         }
-        let (blueprints, deployments) = projects::project_holdings(&self.db, id, destroyed).await?;
+        let (blueprints, deployments) = projects::project_holdings(&self.db, id).await?;
         if blueprints > 0 || deployments > 0 {
             return Err(AuthError::Conflict(format!(
                 "project `{}` holds {blueprints} blueprint(s) and {deployments} deployment(s) \

@@ -1,6 +1,7 @@
 //! `corbel get deployments|providers|repositories [NAME]` and `corbel get
 //! replicas`: a table, or with `-o json` the API's objects (an array, or the
-//! one object named).
+//! one object named). One deployment named is followed by its resources'
+//! table: state, health, restarts and why one is not healthy.
 
 use serde_json::{Value, json};
 
@@ -29,6 +30,7 @@ const REPLICA: &str = "id advertiseUrl host pid version state leader startedAt h
 
 pub async fn get(context: &Context, command: GetCommand) -> Result<(), ClientError> {
     let api = context.signed_in()?;
+    let one_deployment = matches!(command, GetCommand::Deployments { name: Some(_) });
     let (items, one) = match &command {
         GetCommand::Deployments { name: Some(name) } => {
             (vec![resolve::deployment(api, name).await?], true)
@@ -69,7 +71,7 @@ pub async fn get(context: &Context, command: GetCommand) -> Result<(), ClientErr
     }
     let (header, rows): (&[&str], Vec<Vec<String>>) = match command {
         GetCommand::Deployments { .. } => (
-            &["NAME", "STATE", "PHASE", "NODES", "UPDATED", "ID"],
+            &["NAME", "STATE", "HEALTH", "PHASE", "NODES", "UPDATED", "ID"],
             items.iter().map(deployment_row).collect(),
         ),
         GetCommand::Providers { .. } => (
@@ -94,7 +96,33 @@ pub async fn get(context: &Context, command: GetCommand) -> Result<(), ClientErr
         ),
     };
     print!("{}", table(header, &rows));
+    if let (true, Some(deployment)) = (one_deployment, items.first()) {
+        println!();
+        print!("{}", resources(deployment));
+    }
     Ok(())
+}
+
+/// A deployment's resources, one row per replica.
+fn resources(d: &Value) -> String {
+    let nodes = d["nodes"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let rows: Vec<Vec<String>> = nodes
+        .iter()
+        .map(|n| {
+            vec![
+                format!("{}[{}]", cell(&n["key"]), cell(&n["replica"])),
+                cell(&n["state"]),
+                cell(&n["health"]),
+                cell(&n["restarts"]),
+                cell(&n["node"]),
+                cell(&n["healthReason"]),
+            ]
+        })
+        .collect();
+    table(
+        &["RESOURCE", "STATE", "HEALTH", "RESTARTS", "ON", "REASON"],
+        &rows,
+    )
 }
 
 fn deployment_row(d: &Value) -> Vec<String> {
@@ -103,6 +131,7 @@ fn deployment_row(d: &Value) -> Vec<String> {
     vec![
         cell(&d["name"]),
         cell(&d["state"]),
+        cell(&d["health"]),
         cell(&d["phase"]),
         format!("{complete}/{}", nodes.len()),
         cell(&d["updatedAt"]),

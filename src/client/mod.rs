@@ -12,9 +12,11 @@
 //! [`run`].
 
 mod api;
+mod cp;
 mod credentials;
 mod deploy;
 mod error;
+mod exec;
 mod follow;
 mod get;
 mod login;
@@ -104,6 +106,12 @@ pub enum ClientCommand {
         #[command(subcommand)]
         what: logs::EventsCommand,
     },
+    /// Run a command in a deployed resource (`corbel exec web-1 db -- ls
+    /// /`); the exit status is the command's.
+    Exec(exec::ExecArgs),
+    /// Copy files into or out of a deployed resource (`corbel cp ./site
+    /// web-1:web:/srv`, `corbel cp web-1:db:data ./backup`).
+    Cp(cp::CpArgs),
 }
 
 /// What a command runs with: the API at the chosen server, with the chosen
@@ -171,7 +179,7 @@ pub fn run(args: ClientArgs, command: ClientCommand) -> ExitCode {
             })
         });
     match ran {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(status) => ExitCode::from(status),
         Err(e) => {
             output.error(&e);
             ExitCode::from(e.exit_code())
@@ -179,7 +187,8 @@ pub fn run(args: ClientArgs, command: ClientCommand) -> ExitCode {
     }
 }
 
-async fn dispatch(context: &Context, command: ClientCommand) -> Result<(), ClientError> {
+/// Runs `command`; answers the exit status (0, or an exec's command's).
+async fn dispatch(context: &Context, command: ClientCommand) -> Result<u8, ClientError> {
     match command {
         ClientCommand::Login {
             user,
@@ -195,7 +204,10 @@ async fn dispatch(context: &Context, command: ClientCommand) -> Result<(), Clien
         ClientCommand::Get { what } => get::get(context, what).await,
         ClientCommand::Logs { what } => logs::logs(context, what).await,
         ClientCommand::Events { what } => logs::events(context, what).await,
+        ClientCommand::Exec(args) => return exec::exec(context, args).await,
+        ClientCommand::Cp(args) => cp::cp(context, args).await,
     }
+    .map(|()| 0)
 }
 
 /// An error with its causes, `: `-separated (reqwest's and tungstenite's

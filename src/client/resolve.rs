@@ -8,9 +8,9 @@ use super::api::Api;
 use super::error::ClientError;
 
 /// What a command reads of a deployment.
-pub const DEPLOYMENT: &str = "id name state phase error projectId blueprintId elementId \
-     onFailure variables expiresAt createdAt updatedAt \
-     nodes { key replica type node state error outputs }";
+pub const DEPLOYMENT: &str = "id name state health healthChangedAt phase error projectId \
+     blueprintId elementId onFailure variables expiresAt createdAt updatedAt \
+     nodes { key replica type node state error outputs health healthReason restarts drift }";
 /// What a command reads of a provider.
 pub const PROVIDER: &str = "id name gitUrl ref path status statusMessage autoLoad \
      resolvedCommit features resourceTypes restarts lastSeenAt createdAt updatedAt";

@@ -249,12 +249,17 @@ fn api_error(error: &Value) -> ClientError {
 
 /// `http://h:p` → `ws://h:p/graphql/ws`, `https://` → `wss://`.
 fn ws_url(server: &str) -> String {
+    websocket_url(server, "/graphql/ws")
+}
+
+/// The websocket URL of `path` on `server` (`http` becomes `ws`, `https` `wss`).
+pub(super) fn websocket_url(server: &str, path: &str) -> String {
     let rest = server
         .strip_prefix("https://")
         .map(|rest| format!("wss://{rest}"))
         .or_else(|| server.strip_prefix("http://").map(|r| format!("ws://{r}")))
         .unwrap_or_else(|| server.to_owned());
-    format!("{rest}/graphql/ws")
+    format!("{rest}{path}")
 }
 
 #[cfg(test)]

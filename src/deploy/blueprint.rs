@@ -16,11 +16,16 @@ mod check;
 mod convert;
 mod graph;
 mod parse;
+mod restart;
 
 #[cfg(test)]
 mod graph_tests;
 #[cfg(test)]
+mod linear_tests;
+#[cfg(test)]
 mod props;
+#[cfg(test)]
+mod restart_tests;
 #[cfg(test)]
 mod tests;
 
@@ -32,9 +37,12 @@ use crate::text::text_enum;
 
 /// Resources name their placement strategy with the planner's own type.
 pub use super::strategy::Strategy;
-pub use check::{bind, check, replicas};
+pub use check::{bind, check, check_until, replicas};
 pub use graph::{dependents, order, with_extra_dependencies};
-pub use parse::{MAX_BYTES, parse, parse_resources};
+pub use parse::{MAX_BYTES, MAX_PROBLEMS, MAX_UNKNOWN_KEYS, parse, parse_resources, parse_until};
+pub use restart::{
+    MAX_ATTEMPTS, MAX_DURATION, Restart, RestartPolicy, parse_duration, show_duration,
+};
 
 /// The only blueprint format version this server reads.
 pub const VERSION: &str = "1";
@@ -122,6 +130,9 @@ pub struct Resource {
     pub replicas: Replicas,
     /// `AUTO` when not given.
     pub strategy: Strategy,
+    /// How the healer brings it back when it is DOWN; never, when not given.
+    /// Not part of what a plan compares: changing it replaces nothing.
+    pub restart: Restart,
     /// Provider configuration, a JSON object; strings may hold templates.
     pub config: Value,
 }

@@ -2,9 +2,11 @@
 //! and checked before it is stored. Never starts a run nor calls a provider
 //! (it only asks `Providers` which resource types have one, for warnings).
 
+use std::sync::atomic::AtomicBool;
+
 use uuid::Uuid;
 
-use super::{DeployError, DeploymentState, Deployments, StoredBlueprint, blueprint};
+use super::{DeployError, Deployments, StoredBlueprint, blueprint};
 use crate::store::DbErr;
 use crate::store::deployments as rows;
 
@@ -22,7 +24,7 @@ impl Blueprints<'_> {
         source: String,
     ) -> Result<StoredBlueprint, DeployError> {
         check_name(&name)?;
-        parse_checked(&source)?;
+        let (source, parsed) = parse_off_workers(source).await?;
         let row = rows::insert_blueprint(
             &self.0.inner.db,
             project_id,
@@ -36,7 +38,7 @@ impl Blueprints<'_> {
                 format!("a blueprint named `{name}` exists in this project")
             })
         })?;
-        to_blueprint(row)
+        Ok(stored(row, parsed))
     }
 
     /// The project a blueprint goes in when none is named: `default`.
@@ -58,9 +60,13 @@ impl Blueprints<'_> {
         if let Some(name) = &name {
             check_name(name)?;
         }
-        if let Some(source) = &source {
-            parse_checked(source)?;
-        }
+        let (source, parsed) = match source {
+            Some(source) => {
+                let (source, parsed) = parse_off_workers(source).await?;
+                (Some(source), Some(parsed))
+            }
+            None => (None, None),
+        };
         let change = rows::BlueprintChange {
             name,
             description,
@@ -73,14 +79,15 @@ impl Blueprints<'_> {
                     "another blueprint of the project has that name".to_owned()
                 })
             })?;
-        to_blueprint(row)
+        match parsed {
+            Some(parsed) => Ok(stored(row, parsed)),
+            None => to_blueprint(row),
+        }
     }
 
     pub async fn delete(&self, id: Uuid) -> Result<(), DeployError> {
         let row = self.row(id).await?;
-        let live =
-            rows::count_live_deployments(&self.0.inner.db, id, DeploymentState::Destroyed.as_str())
-                .await?;
+        let live = rows::count_live_deployments(&self.0.inner.db, id).await?;
         if live > 0 {
             return Err(DeployError::Conflict(format!(
                 "blueprint `{}` is used by {live} deployment(s) that are not destroyed",
@@ -143,21 +150,47 @@ pub(super) fn check_name(name: &str) -> Result<(), DeployError> {
 }
 
 /// Parses and checks a blueprint; every problem is named at once.
-pub(super) fn parse_checked(source: &str) -> Result<blueprint::Blueprint, DeployError> {
+pub fn parse_checked(source: &str) -> Result<blueprint::Blueprint, DeployError> {
+    parse_checked_until(source, &crate::cpu::NEVER)
+}
+
+/// [`parse_checked`] on the blocking pool (`crate::cpu`), for a source a
+/// client sent: the async workers stay free, and when the request's
+/// deadline drops this future the parse stops. Hands the source back with
+/// what it parsed to.
+pub(super) async fn parse_off_workers(
+    source: String,
+) -> Result<(String, blueprint::Blueprint), DeployError> {
+    crate::cpu::run(move |stop| {
+        let parsed = parse_checked_until(&source, stop)?;
+        Ok((source, parsed))
+    })
+    .await
+}
+
+/// [`parse_checked`], giving up once `stop` is set. Linear in the source:
+/// the problems (at most `blueprint::MAX_PROBLEMS` and a count) are placed
+/// on their lines in one more read.
+pub fn parse_checked_until(
+    source: &str,
+    stop: &AtomicBool,
+) -> Result<blueprint::Blueprint, DeployError> {
     let located = |problems: Vec<blueprint::Problem>| {
+        let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
+        let lines = crate::yaml::lines_of(source, &paths, stop);
         DeployError::Blueprint(
             problems
                 .into_iter()
-                .map(|problem| super::LocatedProblem {
-                    line: crate::yaml::line_of(source, &problem.path)
-                        .or_else(|| line_in(&problem.message)),
+                .zip(lines)
+                .map(|(problem, line)| super::LocatedProblem {
+                    line: line.or_else(|| line_in(&problem.message)),
                     problem,
                 })
                 .collect(),
         )
     };
-    let parsed = blueprint::parse(source).map_err(|p| located(p.0))?;
-    let problems = blueprint::check(&parsed);
+    let parsed = blueprint::parse_until(source, stop).map_err(|p| located(p.0))?;
+    let problems = blueprint::check_until(&parsed, stop);
     if problems.is_empty() {
         Ok(parsed)
     } else {
@@ -175,7 +208,12 @@ fn line_in(message: &str) -> Option<usize> {
 
 fn to_blueprint(row: rows::BlueprintRow) -> Result<StoredBlueprint, DeployError> {
     let parsed = blueprint::parse(&row.source).map_err(|p| DeployError::Corrupt(p.to_string()))?;
-    Ok(StoredBlueprint {
+    Ok(stored(row, parsed))
+}
+
+/// A stored row with what its source parses to.
+fn stored(row: rows::BlueprintRow, parsed: blueprint::Blueprint) -> StoredBlueprint {
+    StoredBlueprint {
         id: row.id,
         name: row.name,
         description: row.description,
@@ -184,7 +222,7 @@ fn to_blueprint(row: rows::BlueprintRow) -> Result<StoredBlueprint, DeployError>
         created_at: row.created_at,
         updated_at: row.updated_at,
         project_id: row.project_id,
-    })
+    }
 }
 
 fn conflict_or(e: DbErr, message: impl FnOnce() -> String) -> DeployError {

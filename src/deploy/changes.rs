@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::NodeState;
 use super::blueprint::{self, Blueprint, Problem};
 use super::template;
 use crate::text::text_enum;
@@ -103,7 +104,7 @@ pub struct NodeView {
     pub node: Option<String>,
     /// `COMPLETE` or `SUSPENDED`: it holds a running resource.
     pub deployed: bool,
-    pub state: String,
+    pub state: NodeState,
     pub config: Option<Value>,
     pub outputs: Option<Value>,
 }

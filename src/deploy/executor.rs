@@ -33,7 +33,7 @@ use super::{
     DEPLOYED, DeploymentState, Deployments, EventKind, NodeState, OnFailure, Phase, REPLACED,
 };
 use crate::store::deployments::{self as rows, NodeRow};
-use phase::{Graph, corrupt, node_states};
+use phase::{Graph, node_states};
 
 /// Why a run ended without finishing.
 pub(super) enum Stopped {
@@ -145,7 +145,7 @@ impl Executor<'_> {
         self.deploy_phase(id, &bp, &variables, operation).await?;
         self.destroy_phase(id, Some(before.as_ref().unwrap_or(&bp)), Scope::Retiring)
             .await?;
-        crate::store::plans::remove_nodes(&self.0.inner.db, id, &[NodeState::Retired.as_str()])
+        crate::store::plans::remove_nodes(&self.0.inner.db, id, &[NodeState::Retired])
             .await
             .map_err(|e| Stopped::Failed(e.to_string()))?;
         Ok(())
@@ -157,23 +157,17 @@ impl Executor<'_> {
         let nodes = rows::nodes_of(&self.0.inner.db, id).await?;
         let running: BTreeSet<(&str, i32)> = nodes
             .iter()
-            .filter(|n| {
-                n.state
-                    .parse::<NodeState>()
-                    .is_ok_and(|s| DEPLOYED.contains(&s))
-            })
+            .filter(|n| DEPLOYED.contains(&n.state))
             .map(|n| (n.key.as_str(), n.replica))
             .collect();
         let restore: Vec<Uuid> = nodes
             .iter()
-            .filter(|n| n.state == NodeState::ToRetire.as_str())
+            .filter(|n| n.state == NodeState::ToRetire)
             .filter(|n| !running.contains(&(n.key.as_str(), n.replica)))
             .map(|n| n.id)
             .collect();
-        crate::store::plans::move_nodes(&self.0.inner.db, &restore, NodeState::Complete.as_str())
-            .await?;
-        crate::store::plans::remove_nodes(&self.0.inner.db, id, &[NodeState::Retired.as_str()])
-            .await?;
+        crate::store::plans::move_nodes(&self.0.inner.db, &restore, NodeState::Complete).await?;
+        crate::store::plans::remove_nodes(&self.0.inner.db, id, &[NodeState::Retired]).await?;
         self.0
             .runs()
             .settle(id, DeploymentState::Failed, Some(&error))
@@ -193,8 +187,17 @@ impl Executor<'_> {
         let row = rows::find_deployment(&self.0.inner.db, id)
             .await?
             .ok_or_else(|| super::DeployError::NotFound(format!("deployment {id} is gone")))?;
+        // A restart (healing, or by hand) never rolls the deployment back:
+        // what failed to come back stays FAILED, and the healer tries again.
+        let restarting = row.phase.as_deref() == Some(Phase::Restart.as_str());
         match row.on_failure.parse::<OnFailure>()? {
-            OnFailure::Rollback => self.roll_back(id, error).await,
+            OnFailure::Rollback if !restarting => self.roll_back(id, error).await,
+            OnFailure::Rollback => {
+                self.0
+                    .runs()
+                    .settle(id, DeploymentState::Failed, Some(&error))
+                    .await
+            }
             OnFailure::Keep => {
                 self.0
                     .runs()
@@ -261,7 +264,7 @@ impl Executor<'_> {
 
     async fn deploy_operation(&self, id: Uuid) -> Result<(), Stopped> {
         let row = self.deployment_row(id).await.map_err(Stopped::Failed)?;
-        let state = row.state.parse::<DeploymentState>().map_err(corrupt)?;
+        let state = row.state;
         let operation = match row.operation_id {
             Some(operation) => operation,
             // Stored before operations were: this run becomes one.
@@ -298,7 +301,12 @@ impl Executor<'_> {
                 .await
                 .map_err(|e| Stopped::Failed(e.to_string()))?;
         }
-        self.mark_dependents(id, &bp, &nodes).await?;
+        // A restart marked exactly what goes (the node, and the dependents
+        // that read its outputs); a redeploy marked keys, whose dependents go
+        // with them.
+        if row.phase.as_deref() != Some(Phase::Restart.as_str()) {
+            self.mark_dependents(id, &bp, &nodes).await?;
+        }
         self.destroy_phase(id, Some(&bp), Scope::Marked).await?;
         self.deploy_phase(id, &bp, &variables, operation).await
     }
@@ -312,7 +320,7 @@ impl Executor<'_> {
         nodes: &[NodeRow],
     ) -> Result<(), Stopped> {
         let graph = Graph::new(bp, nodes);
-        let states = node_states(nodes)?;
+        let states = node_states(nodes);
         let marked: Vec<usize> = nodes
             .iter()
             .zip(&states)
@@ -326,15 +334,9 @@ impl Executor<'_> {
             .into_iter()
             .map(|k| graph.keys[k].clone())
             .collect();
-        rows::mark_nodes(
-            &self.0.inner.db,
-            id,
-            &keys,
-            &REPLACED.map(NodeState::as_str),
-            NodeState::ToDestroy.as_str(),
-        )
-        .await
-        .map_err(|e| Stopped::Failed(e.to_string()))?;
+        rows::mark_nodes(&self.0.inner.db, id, &keys, &REPLACED, NodeState::ToDestroy)
+            .await
+            .map_err(|e| Stopped::Failed(e.to_string()))?;
         Ok(())
     }
 

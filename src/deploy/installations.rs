@@ -9,7 +9,7 @@ use futures_util::StreamExt;
 use uuid::Uuid;
 
 use super::blueprint;
-use super::{DeployError, DeploymentState, Deployments, EventKind, OnFailure};
+use super::{DeployError, DeploymentState, Deployments, EventKind, EventState, OnFailure};
 use crate::events::Delivery;
 use crate::repository::installations::Installations;
 use crate::store::deployments as rows;
@@ -58,7 +58,7 @@ impl Installations for Deployments {
                 expires_at: None,
                 created_by: None,
             },
-            DeploymentState::Pending.as_str(),
+            DeploymentState::Pending,
             super::Phase::Deploy.as_str(),
         )
         .await
@@ -98,11 +98,7 @@ impl Installations for Deployments {
         .await
         .map_err(|e| e.to_string())?;
         for row in found {
-            let state = row
-                .state
-                .parse::<DeploymentState>()
-                .map_err(|e| DeployError::from(e).to_string())?;
-            if state == DeploymentState::Destroyed {
+            if row.state == DeploymentState::Destroyed {
                 continue;
             }
             let waiting = self.waiter(row.id);
@@ -145,8 +141,7 @@ impl Deployments {
                     Delivery::Event(e) => {
                         if e.deployment_id == id
                             && e.kind == EventKind::State
-                            && let Some(state) = e.state.as_deref()
-                            && let Ok(state) = state.parse::<DeploymentState>()
+                            && let Some(state) = e.state.and_then(EventState::deployment_state)
                             && matches!(
                                 state,
                                 DeploymentState::Complete

@@ -29,6 +29,7 @@ mod blueprints;
 pub mod changes;
 mod describe;
 mod executor;
+mod health;
 mod installations;
 mod lock;
 mod plan;
@@ -60,7 +61,8 @@ use crate::provider::{ProviderError, Providers};
 use crate::store::deployments as rows;
 use crate::text::text_enum;
 
-pub use blueprints::Blueprints;
+pub use blueprints::{Blueprints, parse_checked, parse_checked_until};
+pub use health::{Health, NodeHealth, ResourceHealth, node_health};
 pub use plan::Planner;
 pub use plans::{Ask, PlanState, Plans, Revision, StoredPlan};
 pub use power::{MAX_LOG_LINES, Power};
@@ -115,44 +117,9 @@ impl From<crate::text::UnknownText> for DeployError {
     }
 }
 
-text_enum! {
-    pub enum DeploymentState {
-        Pending = "PENDING",
-        InProgress = "IN_PROGRESS",
-        Complete = "COMPLETE",
-        Failed = "FAILED",
-        Destroying = "DESTROYING",
-        Destroyed = "DESTROYED",
-        Suspended = "SUSPENDED",
-    }
-}
-
-text_enum! {
-    pub enum NodeState {
-        ToDeploy = "TO_DEPLOY",
-        Waiting = "WAITING",
-        InProgress = "IN_PROGRESS",
-        Complete = "COMPLETE",
-        /// Deployed and powered off or paused (`powerResource`).
-        Suspended = "SUSPENDED",
-        Failed = "FAILED",
-        Tainted = "TAINTED",
-        ToDestroy = "TO_DESTROY",
-        Destroying = "DESTROYING",
-        Destroyed = "DESTROYED",
-        /// Deployed, to be updated in place by the apply under way.
-        ToUpdate = "TO_UPDATE",
-        /// Its `UpdateResource` call is under way.
-        Updating = "UPDATING",
-        /// Deployed, and going once the apply's creates and updates are
-        /// done: replaced by a newer generation, or no longer asked for.
-        ToRetire = "TO_RETIRE",
-        /// Its `DestroyResource` call, as a retirement, is under way.
-        Retiring = "RETIRING",
-        /// Retired: its resource is gone; the row goes when the apply ends.
-        Retired = "RETIRED",
-    }
-}
+/// The deployment and node states, as their columns hold them: the store
+/// owns them (see `store::states`).
+pub use crate::store::states::{DeploymentState, EventState, NodeState};
 
 text_enum! {
     pub enum OnFailure {
@@ -178,6 +145,9 @@ text_enum! {
         Destroy = "DESTROY",
         /// Applying a plan (`applyPlan`): the operation's id is the plan's.
         Apply = "APPLY",
+        /// Restarting resources (healing, or `restartResource`): the nodes
+        /// marked, destroyed and deployed again; never rolled back.
+        Restart = "RESTART",
     }
 }
 
@@ -237,6 +207,9 @@ pub struct Deployment {
     /// The project it belongs to (its blueprint's; `platform` for an
     /// element's installation).
     pub project_id: Option<Uuid>,
+    /// Its deployed nodes' health, worst first.
+    pub health: ResourceHealth,
+    pub health_changed_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Clone, Debug)]
@@ -252,6 +225,7 @@ pub struct ResourceNode {
     pub outputs: Option<serde_json::Value>,
     pub error: Option<String>,
     pub updated_at: DateTime<Utc>,
+    pub health: NodeHealth,
 }
 
 /// One entry of a deployment's history.
@@ -262,7 +236,8 @@ pub struct DeploymentEvent {
     pub at: DateTime<Utc>,
     pub kind: EventKind,
     pub node_key: Option<String>,
-    pub state: Option<String>,
+    /// A deployment's state (a `STATE` event) or a node's (`NODE`).
+    pub state: Option<EventState>,
     pub message: String,
 }
 
@@ -272,6 +247,9 @@ text_enum! {
         Node = "NODE",
         Progress = "PROGRESS",
         Log = "LOG",
+        /// A node's health changed (with its key), or the deployment's
+        /// roll-up (without).
+        Health = "HEALTH",
     }
 }
 
@@ -281,6 +259,11 @@ pub struct NewDeployment {
     pub variables: serde_json::Map<String, serde_json::Value>,
     pub on_failure: OnFailure,
     pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// How a node is named in events and messages: `web[0]`.
+pub(crate) fn node_label(node: &rows::NodeRow) -> String {
+    format!("{}[{}]", node.key, node.replica)
 }
 
 /// The engine: cheap to clone (one `Arc`); each part is a borrowed view of it.
@@ -309,6 +292,8 @@ struct Inner {
     released: tokio::sync::Notify,
     /// The blueprint copies read last, parsed (see [`queries`]).
     parsed: queries::ParsedCopies,
+    /// The health part's gauges and pending roll-ups.
+    health: health::HealthState,
     tasks: TaskTracker,
     stopping: CancellationToken,
 }
@@ -345,6 +330,7 @@ impl Deployments {
                 placing: tokio::sync::Mutex::new(()),
                 released: tokio::sync::Notify::new(),
                 parsed: queries::ParsedCopies::default(),
+                health: health::HealthState::default(),
                 tasks: TaskTracker::new(),
                 stopping,
             }),
@@ -384,6 +370,15 @@ impl Deployments {
     /// Recovery at start and the lease.
     pub fn recovery(&self) -> Recovery<'_> {
         Recovery(self)
+    }
+
+    /// Live health: observed, rolled up, healed.
+    pub fn health(&self) -> Health<'_> {
+        Health(self)
+    }
+
+    fn healer(&self) -> health::Healer<'_> {
+        health::Healer(self)
     }
 
     fn executor(&self) -> executor::Executor<'_> {

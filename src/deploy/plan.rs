@@ -69,8 +69,8 @@ impl Planner<'_> {
             &self.0.inner.db,
             id,
             nodes,
-            NodeState::ToDeploy.as_str(),
-            DeploymentState::InProgress.as_str(),
+            NodeState::ToDeploy,
+            DeploymentState::InProgress,
         )
         .await
         .map_err(|e| format!("cannot store the plan: {e}"))?;
@@ -80,7 +80,7 @@ impl Planner<'_> {
                 id,
                 super::EventKind::State,
                 None,
-                Some(DeploymentState::InProgress.as_str()),
+                Some(DeploymentState::InProgress.into()),
                 format!("planned {count} resource node(s)"),
             )
             .await;
@@ -339,12 +339,9 @@ impl<'a> Placer<'a> {
                     DeployError::Provider(crate::provider::ProviderError::Unavailable(e))
                 })?;
             let nodes = self.deployments.inner.providers.nodes(provider_id).await?;
-            let counts = rows::placement_counts(
-                &self.deployments.inner.db,
-                provider_id,
-                &LIVE_NODE_STATES.map(NodeState::as_str),
-            )
-            .await?;
+            let counts =
+                rows::placement_counts(&self.deployments.inner.db, provider_id, &LIVE_NODE_STATES)
+                    .await?;
             self.nodes.insert(provider_id, nodes);
             self.counts.insert(provider_id, counts);
         }

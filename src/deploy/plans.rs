@@ -29,15 +29,10 @@ use super::{
 };
 use crate::store::deployments::{self as rows, DeploymentChange, NewNode, NodeRow};
 use crate::store::plans::{self as stored, AddedNode, ApplyStart, NewRevision, NodeMark};
-use crate::text::text_enum;
 use basis::{Basis, is_gone};
 
-text_enum! {
-    pub enum PlanState {
-        Pending = "PENDING",
-        Applied = "APPLIED",
-    }
-}
+/// Whether a plan was applied, as its column holds it (see `store::states`).
+pub use crate::store::states::PlanState;
 
 /// A stored plan.
 #[derive(Clone, Debug)]
@@ -50,8 +45,7 @@ pub struct StoredPlan {
     pub source: String,
     pub variables: Value,
     pub draft: Draft,
-    /// `PENDING` or `APPLIED`.
-    pub state: String,
+    pub state: PlanState,
     pub applied_at: Option<DateTime<Utc>>,
 }
 
@@ -100,7 +94,7 @@ impl Plans<'_> {
         let (blueprint_id, source) = self
             .asked_source(&deployment, ask.blueprint_id, ask.source)
             .await?;
-        let parsed = super::blueprints::parse_checked(&source)?;
+        let (source, parsed) = super::blueprints::parse_off_workers(source).await?;
         let given = ask
             .variables
             .unwrap_or_else(|| still_declared(&deployment.variables, &parsed));
@@ -111,7 +105,14 @@ impl Plans<'_> {
             .map_err(DeployError::Invalid)?;
         let old = blueprint::parse(&row.source).map_err(|p| DeployError::Corrupt(p.to_string()))?;
         let nodes = rows::nodes_of(db, id).await?;
-        let views: Vec<NodeView> = nodes.iter().filter(|n| !is_gone(n)).map(view).collect();
+        // A drifted resource is compared as its provider sees it: the plan
+        // puts it back (an update, or a replacement).
+        let drift = self.0.health().drift_of(id, &nodes).await?;
+        let views: Vec<NodeView> = nodes
+            .iter()
+            .filter(|n| !is_gone(n))
+            .map(|n| seen_as(view(n), drift.get(&n.id)))
+            .collect();
         let mut draft = changes::compute(&changes::Input {
             old: &old,
             new: &described.blueprint,
@@ -136,7 +137,7 @@ impl Plans<'_> {
             base_variables: row.variables.clone(),
             basis: json_text(&Basis::of(&row, &nodes))?,
             changes: json_text(&draft)?,
-            state: PlanState::Pending.as_str().to_owned(),
+            state: PlanState::Pending,
             applied_at: None,
         };
         stored::insert_plan(db, plan.clone()).await?;
@@ -315,7 +316,7 @@ impl Plans<'_> {
                 id,
                 EventKind::State,
                 None,
-                Some(DeploymentState::InProgress.as_str()),
+                Some(DeploymentState::InProgress.into()),
                 format!("applying plan {plan_id} as revision {number}: {summary}"),
             )
             .await;
@@ -331,7 +332,7 @@ impl Plans<'_> {
         let plan = stored::find_plan(&self.0.inner.db, plan_id)
             .await?
             .ok_or_else(|| DeployError::NotFound(format!("plan {plan_id} not found")))?;
-        if plan.state != PlanState::Pending.as_str() {
+        if plan.state != PlanState::Pending {
             return Err(DeployError::Conflict(format!(
                 "plan {plan_id} was applied already{}",
                 plan.applied_at
@@ -377,17 +378,17 @@ impl Plans<'_> {
                 variables: plan.variables.clone(),
                 blueprint_id: plan.blueprint_id,
                 change: DeploymentChange {
-                    state: DeploymentState::InProgress.as_str(),
+                    state: DeploymentState::InProgress,
                     phase: Some(Phase::Apply.as_str()),
                     error: None,
                     operation_id: Some(plan_id),
                 },
                 marks: marked.marks,
                 added,
-                node_state: NodeState::ToDeploy.as_str(),
-                plan_state: PlanState::Applied.as_str(),
+                node_state: NodeState::ToDeploy,
+                plan_state: PlanState::Applied,
                 revision,
-                remove_states: &[NodeState::Retired.as_str()],
+                remove_states: &[NodeState::Retired],
             },
         )
         .await?;
@@ -414,7 +415,6 @@ impl Marked {
         let by_id: BTreeMap<Uuid, &NodeRow> = nodes.iter().map(|n| (n.id, n)).collect();
         let mut marks = Vec::new();
         let mut wanted: Vec<(String, i32)> = Vec::new();
-        let state = |s: NodeState| s.as_str().to_owned();
         for change in &draft.changes {
             let node = change.node_id.and_then(|n| by_id.get(&n).copied());
             let capability = described.capabilities.get(&change.key);
@@ -426,28 +426,26 @@ impl Marked {
             };
             match (change.action(), node) {
                 (Action::Keep, _) => {}
-                (Action::Update, Some(node)) => {
-                    marks.push(mark(node.id, state(NodeState::ToUpdate)))
-                }
+                (Action::Update, Some(node)) => marks.push(mark(node.id, NodeState::ToUpdate)),
                 (Action::Destroy, Some(node)) => {
-                    marks.push(mark(node.id, state(NodeState::ToRetire)));
+                    marks.push(mark(node.id, NodeState::ToRetire));
                 }
                 (Action::Create, Some(node)) => marks.push(NodeMark {
                     resource_type: Some(change.resource_type.clone()),
                     provider_id: capability.map(|c| c.provider_id),
                     quota: Some(quota()),
-                    ..mark(node.id, state(NodeState::ToDeploy))
+                    ..mark(node.id, NodeState::ToDeploy)
                 }),
                 (Action::Replace, Some(node)) if !change.create_before_destroy => {
                     marks.push(NodeMark {
                         resource_type: Some(change.resource_type.clone()),
                         provider_id: capability.map(|c| c.provider_id),
                         quota: Some(quota()),
-                        ..mark(node.id, state(NodeState::ToDestroy))
+                        ..mark(node.id, NodeState::ToDestroy)
                     });
                 }
                 (Action::Replace, Some(node)) => {
-                    marks.push(mark(node.id, state(NodeState::ToRetire)));
+                    marks.push(mark(node.id, NodeState::ToRetire));
                     wanted.push((change.key.clone(), change.replica));
                 }
                 (Action::Create, None) => wanted.push((change.key.clone(), change.replica)),
@@ -538,7 +536,7 @@ fn added_nodes(
         .collect()
 }
 
-fn mark(id: Uuid, state: String) -> NodeMark {
+fn mark(id: Uuid, state: NodeState) -> NodeMark {
     NodeMark {
         id,
         state,
@@ -550,7 +548,6 @@ fn mark(id: Uuid, state: String) -> NodeMark {
 }
 
 fn view(n: &NodeRow) -> NodeView {
-    let state = n.state.parse::<NodeState>().ok();
     NodeView {
         id: n.id,
         key: n.key.clone(),
@@ -559,8 +556,8 @@ fn view(n: &NodeRow) -> NodeView {
         resource_type: n.resource_type.clone(),
         provider_id: n.provider_id,
         node: n.node.clone(),
-        deployed: state.is_some_and(|s| DEPLOYED.contains(&s)),
-        state: n.state.clone(),
+        deployed: DEPLOYED.contains(&n.state),
+        state: n.state,
         config: n
             .config
             .as_deref()
@@ -570,6 +567,16 @@ fn view(n: &NodeRow) -> NodeView {
             .as_deref()
             .and_then(|c| serde_json::from_str(c).ok()),
     }
+}
+
+/// A node's view with the values its provider sees for its drifted keys.
+fn seen_as(mut view: NodeView, drift: Option<&serde_json::Map<String, Value>>) -> NodeView {
+    if let (Some(Value::Object(config)), Some(drift)) = (view.config.as_mut(), drift) {
+        for (key, seen) in drift {
+            config.insert(key.clone(), seen.clone());
+        }
+    }
+    view
 }
 
 /// The deployment's variables its new blueprint still declares: a plan's

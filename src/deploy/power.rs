@@ -10,11 +10,12 @@
 
 use uuid::Uuid;
 
-use super::step::{node_change_event, node_label, resource_call};
+use super::node_label;
+use super::step::{node_change_event, resource_call};
 use super::{
     DEPLOYED, DeployError, DeploymentState, Deployments, EventKind, NodeState, ResourceNode,
 };
-use crate::provider::PowerAction;
+use crate::provider::{Exec, ExecStart, FilesOut, PowerAction};
 use crate::store::deployments::{self as rows, NodeChange, NodeRow};
 
 /// Most lines `logs` returns.
@@ -53,7 +54,7 @@ impl Power<'_> {
         let node = self
             .node(deployment_id, &deployment.name, key, replica)
             .await?;
-        let state: NodeState = node.state.parse()?;
+        let state = node.state;
         if !DEPLOYED.contains(&state) {
             return Err(DeployError::Conflict(format!(
                 "resource `{}` is {}: power acts on a COMPLETE or SUSPENDED resource",
@@ -72,15 +73,7 @@ impl Power<'_> {
         } else {
             NodeState::Complete
         };
-        rows::change_node(
-            &self.0.inner.db,
-            node.id,
-            NodeChange {
-                state: new_state.as_str().to_owned(),
-                ..NodeChange::default()
-            },
-        )
-        .await?;
+        rows::change_node(&self.0.inner.db, node.id, NodeChange::to(new_state)).await?;
         let event = node_change_event(&node, new_state, &format!("power {}", action.as_str()));
         self.0
             .runs()
@@ -88,7 +81,7 @@ impl Power<'_> {
                 deployment_id,
                 EventKind::Node,
                 event.node_key.as_deref(),
-                event.state.as_deref(),
+                event.state,
                 event.message,
             )
             .await;
@@ -120,6 +113,51 @@ impl Power<'_> {
         })
     }
 
+    /// Starts a command in a deployed resource through its provider (which
+    /// needs the `exec` feature). Holds no lock: an exec changes nothing
+    /// Corbel records, and a shell may last for hours.
+    pub async fn exec(&self, node_id: Uuid, start: ExecStart) -> Result<Exec, DeployError> {
+        let node = self.deployed(node_id, "a command to run in").await?;
+        let provider = provider_of(&node)?;
+        Ok(self
+            .0
+            .inner
+            .providers
+            .exec(provider, &resource_call(&node), start)
+            .await?)
+    }
+
+    /// Extracts a tar archive into the directory `path` of a deployed
+    /// resource through its provider (the `files` feature); the bytes it
+    /// extracted.
+    pub async fn put_files(
+        &self,
+        node_id: Uuid,
+        path: &str,
+        archive: impl tokio_stream::Stream<Item = Vec<u8>> + Send + 'static,
+    ) -> Result<u64, DeployError> {
+        let node = self.deployed(node_id, "files to write").await?;
+        let provider = provider_of(&node)?;
+        Ok(self
+            .0
+            .inner
+            .providers
+            .put_files(provider, &resource_call(&node), path, archive)
+            .await?)
+    }
+
+    /// `path` of a deployed resource as a tar archive.
+    pub async fn get_files(&self, node_id: Uuid, path: &str) -> Result<FilesOut, DeployError> {
+        let node = self.deployed(node_id, "files to read").await?;
+        let provider = provider_of(&node)?;
+        Ok(self
+            .0
+            .inner
+            .providers
+            .get_files(provider, &resource_call(&node), path)
+            .await?)
+    }
+
     /// What a resource's provider knows of it (`RetrieveData` "inspect").
     pub async fn inspect(&self, node_id: Uuid) -> Result<serde_json::Value, DeployError> {
         self.data(node_id, "inspect", serde_json::json!({})).await
@@ -131,17 +169,7 @@ impl Power<'_> {
         kind: &str,
         config: serde_json::Value,
     ) -> Result<serde_json::Value, DeployError> {
-        let node = rows::find_node(&self.0.inner.db, node_id)
-            .await?
-            .ok_or_else(|| DeployError::NotFound(format!("no resource node {node_id}")))?;
-        let state: NodeState = node.state.parse()?;
-        if !DEPLOYED.contains(&state) {
-            return Err(DeployError::Conflict(format!(
-                "resource `{}` is {}: only a deployed resource has {kind}",
-                node_label(&node),
-                state.as_str()
-            )));
-        }
+        let node = self.deployed(node_id, kind).await?;
         let provider = provider_of(&node)?;
         Ok(self
             .0
@@ -151,11 +179,27 @@ impl Power<'_> {
             .await?)
     }
 
+    /// The node `node_id`, if it is deployed (`COMPLETE` or `SUSPENDED`);
+    /// `what` names what only a deployed resource has.
+    async fn deployed(&self, node_id: Uuid, what: &str) -> Result<NodeRow, DeployError> {
+        let node = rows::find_node(&self.0.inner.db, node_id)
+            .await?
+            .ok_or_else(|| DeployError::NotFound(format!("no resource node {node_id}")))?;
+        if !DEPLOYED.contains(&node.state) {
+            return Err(DeployError::Conflict(format!(
+                "resource `{}` is {}: only a deployed resource has {what}",
+                node_label(&node),
+                node.state.as_str()
+            )));
+        }
+        Ok(node)
+    }
+
     /// The state a settled deployment rests in: `SUSPENDED` while any of its
     /// resources is, else `COMPLETE`.
     pub(super) async fn resting_state(&self, id: Uuid) -> Result<DeploymentState, DeployError> {
         let nodes = rows::nodes_of(&self.0.inner.db, id).await?;
-        let suspended = NodeState::Suspended.as_str();
+        let suspended = NodeState::Suspended;
         Ok(if nodes.iter().any(|n| n.state == suspended) {
             DeploymentState::Suspended
         } else {

@@ -40,10 +40,14 @@ impl Queries<'_> {
     }
 
     pub async fn nodes(&self, id: Uuid) -> Result<Vec<ResourceNode>, DeployError> {
-        rows::nodes_of(&self.0.inner.db, id)
-            .await?
+        let nodes = rows::nodes_of(&self.0.inner.db, id).await?;
+        let mut health = self.0.health().rows_of(id).await?;
+        nodes
             .into_iter()
-            .map(to_node)
+            .map(|n| {
+                let row = health.remove(&n.id);
+                to_node(n, row.as_ref())
+            })
             .collect()
     }
 
@@ -53,22 +57,19 @@ impl Queries<'_> {
         &self,
         project: Uuid,
     ) -> Result<(u64, std::collections::BTreeMap<String, i64>), DeployError> {
-        let resources = rows::project_node_count(
-            &self.0.inner.db,
-            project,
-            &super::LIVE_NODE_STATES.map(super::NodeState::as_str),
-        )
-        .await?;
+        let resources =
+            rows::project_node_count(&self.0.inner.db, project, &super::LIVE_NODE_STATES).await?;
         let quantities = super::quotas::project_quantities(&self.0.inner.db, project).await?;
         Ok((resources, quantities))
     }
 
     /// One resource node of any deployment, by its id.
     pub async fn node(&self, id: Uuid) -> Result<ResourceNode, DeployError> {
-        rows::find_node(&self.0.inner.db, id)
+        let row = rows::find_node(&self.0.inner.db, id)
             .await?
-            .ok_or_else(|| DeployError::NotFound(format!("no resource node {id}")))
-            .and_then(to_node)
+            .ok_or_else(|| DeployError::NotFound(format!("no resource node {id}")))?;
+        let health = crate::store::health::health_of_node(&self.0.inner.db, id).await?;
+        to_node(row, health.as_ref())
     }
 
     /// The history, oldest first (at most `limit` entries).
@@ -116,7 +117,7 @@ pub(super) fn to_deployment(row: rows::DeploymentRow) -> Result<Deployment, Depl
         element_id: row.element_id,
         variables: serde_json::from_str(&row.variables)
             .map_err(|e| DeployError::Corrupt(format!("deployment variables: {e}")))?,
-        state: row.state.parse()?,
+        state: row.state,
         phase: row.phase.as_deref().map(str::parse).transpose()?,
         on_failure: row.on_failure.parse()?,
         error: row.error,
@@ -124,11 +125,18 @@ pub(super) fn to_deployment(row: rows::DeploymentRow) -> Result<Deployment, Depl
         created_at: row.created_at,
         updated_at: row.updated_at,
         project_id: row.project_id,
+        health: row.health.parse()?,
+        health_changed_at: row.health_changed_at,
     })
 }
 
-fn to_node(row: rows::NodeRow) -> Result<ResourceNode, DeployError> {
+fn to_node(
+    row: rows::NodeRow,
+    health: Option<&crate::store::health::HealthRow>,
+) -> Result<ResourceNode, DeployError> {
+    let state = row.state;
     Ok(ResourceNode {
+        health: super::health::node_health(state, row.updated_at, health),
         id: row.id,
         deployment_id: row.deployment_id,
         key: row.key,
@@ -136,7 +144,7 @@ fn to_node(row: rows::NodeRow) -> Result<ResourceNode, DeployError> {
         resource_type: row.resource_type,
         provider_id: row.provider_id,
         node: row.node,
-        state: row.state.parse()?,
+        state,
         outputs: row
             .outputs
             .as_deref()

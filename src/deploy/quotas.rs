@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{DeployError, LIVE_NODE_STATES, NodeState};
+use super::{DeployError, LIVE_NODE_STATES};
 use crate::store::deployments as rows;
 use crate::store::{Db, DbErr};
 
@@ -57,7 +57,7 @@ pub(super) async fn nodes_within_quota(
     else {
         return Ok(());
     };
-    let live = LIVE_NODE_STATES.map(NodeState::as_str);
+    let live = LIVE_NODE_STATES;
     if let Some(max) = row.max_resources {
         let used = rows::project_node_count(db, project, &live)
             .await
@@ -104,8 +104,7 @@ pub(super) async fn project_quantities(
     db: &Db,
     project: Uuid,
 ) -> Result<BTreeMap<String, i64>, DbErr> {
-    let rows =
-        rows::project_node_quotas(db, project, &LIVE_NODE_STATES.map(NodeState::as_str)).await?;
+    let rows = rows::project_node_quotas(db, project, &LIVE_NODE_STATES).await?;
     let mut used = BTreeMap::<String, i64>::new();
     for text in rows {
         let Ok(quota) = serde_json::from_str::<BTreeMap<String, i64>>(&text) else {

@@ -77,9 +77,9 @@ impl Recovery<'_> {
         let interrupted = rows::deployments_in(
             &self.0.inner.db,
             &[
-                DeploymentState::Pending.as_str(),
-                DeploymentState::InProgress.as_str(),
-                DeploymentState::Destroying.as_str(),
+                DeploymentState::Pending,
+                DeploymentState::InProgress,
+                DeploymentState::Destroying,
             ],
         )
         .await?;
@@ -119,21 +119,14 @@ impl Recovery<'_> {
                 return;
             }
         };
-        let state = row
-            .state
-            .parse::<DeploymentState>()
-            .map_err(DeployError::from);
         let phase = row
             .phase
             .as_deref()
             .map(str::parse::<Phase>)
             .transpose()
             .map_err(DeployError::from);
-        match (state, phase) {
-            (
-                Ok(DeploymentState::Pending | DeploymentState::InProgress),
-                Ok(Some(Phase::Rollback)),
-            ) => {
+        match (row.state, phase) {
+            (DeploymentState::Pending | DeploymentState::InProgress, Ok(Some(Phase::Rollback))) => {
                 self.0
                     .runs()
                     .record(
@@ -147,10 +140,7 @@ impl Recovery<'_> {
                 let error = row.error.unwrap_or_else(|| "the deploy failed".into());
                 self.0.executor().run_rollback(&lock, error).await;
             }
-            (
-                Ok(DeploymentState::Pending | DeploymentState::InProgress),
-                Ok(Some(Phase::Apply)),
-            ) => {
+            (DeploymentState::Pending | DeploymentState::InProgress, Ok(Some(Phase::Apply))) => {
                 self.0
                     .runs()
                     .record(
@@ -163,7 +153,7 @@ impl Recovery<'_> {
                     .await;
                 self.0.executor().run_apply(&lock).await;
             }
-            (Ok(DeploymentState::Pending | DeploymentState::InProgress), Ok(_)) => {
+            (DeploymentState::Pending | DeploymentState::InProgress, Ok(_)) => {
                 self.0
                     .runs()
                     .record(
@@ -176,9 +166,9 @@ impl Recovery<'_> {
                     .await;
                 self.0.executor().run_deploy(&lock).await;
             }
-            (Ok(DeploymentState::Destroying), Ok(_)) => self.0.executor().run_destroy(&lock).await,
-            (Ok(_), Ok(_)) => {}
-            (Err(e), _) | (_, Err(e)) => {
+            (DeploymentState::Destroying, Ok(_)) => self.0.executor().run_destroy(&lock).await,
+            (_, Ok(_)) => {}
+            (_, Err(e)) => {
                 tracing::error!(deployment.id = %id, error = %e, "cannot resume");
             }
         }
@@ -321,20 +311,14 @@ impl Recovery<'_> {
             .intent
             .parse::<Intent>()
             .map_err(|e| DeployError::from(e).to_string())?;
-        let state = node
-            .state
-            .parse::<NodeState>()
-            .map_err(|e| DeployError::from(e).to_string())?;
+        let state = node.state;
         let Some(change) = self.settled_change(entry, node, intent, state).await? else {
             rows::drop_entry(&self.0.inner.db, entry.id)
                 .await
                 .map_err(|e| e.to_string())?;
             return Ok(None);
         };
-        let new_state = change
-            .state
-            .parse::<NodeState>()
-            .map_err(|e| DeployError::from(e).to_string())?;
+        let new_state = change.state;
         let event = (new_state != state)
             .then(|| node_change_event(node, new_state, "settled after a lost call"));
         Ok(Some(Write::Finish {
@@ -374,9 +358,8 @@ impl Recovery<'_> {
         };
         Ok(match (intent, state, present) {
             (Intent::Deploy, NodeState::InProgress, _) => Some(NodeChange {
-                state: NodeState::ToDeploy.as_str().to_owned(),
                 run_id: Some(None),
-                ..NodeChange::default()
+                ..NodeChange::to(NodeState::ToDeploy)
             }),
             // A deploy given up on (the node already says why): what it may
             // have made must go. The node itself is left as the run left it.
@@ -391,10 +374,7 @@ impl Recovery<'_> {
             // Interrupted while updating: update again when the apply
             // resumes (`UpdateResource` to the same config is idempotent);
             // the node still holds the config it had.
-            (Intent::Update, NodeState::Updating, _) => Some(NodeChange {
-                state: NodeState::ToUpdate.as_str().to_owned(),
-                ..NodeChange::default()
-            }),
+            (Intent::Update, NodeState::Updating, _) => Some(NodeChange::to(NodeState::ToUpdate)),
             (Intent::Update, _, _) => None,
             // A destroy that was cut short: finish it.
             (Intent::Destroy, _, Some(outputs)) => {
@@ -420,9 +400,9 @@ impl Recovery<'_> {
                 &self.0.inner.db,
                 Utc::now(),
                 &[
-                    DeploymentState::Complete.as_str(),
-                    DeploymentState::Suspended.as_str(),
-                    DeploymentState::Failed.as_str(),
+                    DeploymentState::Complete,
+                    DeploymentState::Suspended,
+                    DeploymentState::Failed,
                 ],
             )
             .await

@@ -11,8 +11,8 @@ use super::blueprints::check_name;
 use super::lock::Lock;
 use super::quotas;
 use super::{
-    DeployError, Deployment, DeploymentState, Deployments, EventKind, NewDeployment, NodeState,
-    Phase, REPLACED, blueprint,
+    DeployError, Deployment, DeploymentState, Deployments, EventKind, EventState, NewDeployment,
+    NodeState, Phase, REPLACED, blueprint,
 };
 use crate::store::deployments as rows;
 
@@ -65,7 +65,7 @@ impl<'a> Runs<'a> {
                 expires_at,
                 created_by: by,
             },
-            DeploymentState::Pending.as_str(),
+            DeploymentState::Pending,
             Phase::Deploy.as_str(),
         )
         .await?;
@@ -147,21 +147,21 @@ impl<'a> Runs<'a> {
             &self.0.inner.db,
             id,
             rows::DeploymentChange {
-                state: DeploymentState::InProgress.as_str(),
+                state: DeploymentState::InProgress,
                 phase: Some(Phase::Deploy.as_str()),
                 error: None,
                 operation_id: Some(Uuid::now_v7()),
             },
             &keys,
-            &REPLACED.map(NodeState::as_str),
-            NodeState::ToDestroy.as_str(),
+            &REPLACED,
+            NodeState::ToDestroy,
         )
         .await?;
         self.record(
             id,
             EventKind::State,
             None,
-            Some(DeploymentState::InProgress.as_str()),
+            Some(DeploymentState::InProgress.into()),
             format!("redeploying {}", keys.join(", ")),
         )
         .await;
@@ -239,7 +239,7 @@ impl<'a> Runs<'a> {
             &self.0.inner.db,
             id,
             rows::DeploymentChange {
-                state: state.as_str(),
+                state,
                 phase: phase.map(Phase::as_str),
                 error,
                 operation_id,
@@ -250,7 +250,7 @@ impl<'a> Runs<'a> {
             Some(e) => format!("deployment {}: {e}", state.as_str()),
             None => format!("deployment {}", state.as_str()),
         };
-        self.record(id, EventKind::State, None, Some(state.as_str()), message)
+        self.record(id, EventKind::State, None, Some(state.into()), message)
             .await;
         Ok(())
     }
@@ -283,13 +283,13 @@ impl<'a> Runs<'a> {
         id: Uuid,
         kind: EventKind,
         node_key: Option<&str>,
-        state: Option<&str>,
+        state: Option<EventState>,
         message: String,
     ) {
         let event = rows::NewEvent {
             kind: kind.as_str().to_owned(),
             node_key: node_key.map(str::to_owned),
-            state: state.map(str::to_owned),
+            state,
             message,
         };
         let write = super::writer::Write::Event {
@@ -298,6 +298,20 @@ impl<'a> Runs<'a> {
         };
         if let Err(e) = self.0.inner.writer.write(write).await {
             tracing::error!(deployment.id = %id, error = %e, "cannot store a deployment event")
+        }
+    }
+
+    /// Stores and tells events of many deployments in one commit, in this
+    /// order (health seen of many resources at once).
+    pub(super) async fn record_all(&self, events: Vec<(Uuid, rows::NewEvent)>) {
+        let writes = events
+            .into_iter()
+            .map(|(deployment, event)| super::writer::Write::Event { deployment, event })
+            .collect();
+        for committed in self.0.inner.writer.submit_all(writes) {
+            if let Err(e) = committed.wait().await {
+                tracing::error!(error = %e, "cannot store a deployment event");
+            }
         }
     }
 }

@@ -21,6 +21,14 @@ pub struct DeploySettings {
     /// delays the work rather than failing it.
     #[serde(rename = "provider_wait_ms", with = "millis")]
     pub provider_wait: Duration,
+    /// How often the resources of a provider that cannot watch them
+    /// (protocol 1 or 2, or no `watch` feature) are inspected.
+    #[serde(rename = "health_poll_interval_ms", with = "millis")]
+    pub health_poll_interval: Duration,
+    /// How long a provider may be not connected before its resources turn
+    /// `UNKNOWN`.
+    #[serde(rename = "health_grace_ms", with = "millis")]
+    pub health_grace: Duration,
 }
 
 impl Default for DeploySettings {
@@ -29,6 +37,8 @@ impl Default for DeploySettings {
             concurrency: 16,
             reaper_interval: Duration::from_secs(10),
             provider_wait: Duration::from_secs(60),
+            health_poll_interval: Duration::from_secs(10),
+            health_grace: Duration::from_secs(30),
         }
     }
 }
@@ -39,6 +49,7 @@ impl DeploySettings {
         Self {
             concurrency: at_least(self.concurrency, 1),
             reaper_interval: at_least(self.reaper_interval, Duration::from_millis(10)),
+            health_poll_interval: at_least(self.health_poll_interval, Duration::from_millis(50)),
             ..self
         }
     }
@@ -71,4 +82,22 @@ pub struct DeployFlags {
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub provider_wait_ms: Option<u64>,
+    /// How often resources of providers that cannot watch are inspected, in
+    /// milliseconds.
+    #[arg(
+        long = "deploy-health-poll-interval-ms",
+        env = "CORBEL_DEPLOY_HEALTH_POLL_INTERVAL_MS",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health_poll_interval_ms: Option<u64>,
+    /// How long a provider may be not connected before its resources turn
+    /// UNKNOWN, in milliseconds.
+    #[arg(
+        long = "deploy-health-grace-ms",
+        env = "CORBEL_DEPLOY_HEALTH_GRACE_MS",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health_grace_ms: Option<u64>,
 }

@@ -25,7 +25,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::writer::{Committed, Write};
-use super::{Deployments, EventKind, Intent, NodeState};
+use super::{Deployments, EventKind, Intent, NodeState, node_label};
 use crate::provider::{ProviderError, ProviderStatus, ResourceCall, ResourceProgress};
 use crate::store::deployments::{self as rows, NodeChange, NodeRow};
 
@@ -159,10 +159,7 @@ impl Steps<'_> {
     /// Destroys one node's resource. A node that never reached its provider
     /// is simply marked destroyed (or retired).
     pub(super) async fn destroy_node(&self, node: NodeRow) -> Result<(), StepError> {
-        let state = node
-            .state
-            .parse::<NodeState>()
-            .map_err(|e| StepError::Store(super::DeployError::from(e).to_string()))?;
+        let state = node.state;
         let never_created = matches!(
             state,
             NodeState::ToDeploy | NodeState::Tainted | NodeState::Waiting | NodeState::Destroyed
@@ -335,37 +332,29 @@ impl Steps<'_> {
                 config, operation, ..
             } => (
                 NodeChange {
-                    state: NodeState::InProgress.as_str().to_owned(),
                     config: Some(config.to_string()),
                     error: Some(None),
                     run_id: Some(Some(*operation)),
-                    ..NodeChange::default()
+                    ..NodeChange::to(NodeState::InProgress)
                 },
                 NodeState::InProgress,
                 "deploying",
             ),
             Call::Destroy if is_retiring(node) => (
-                NodeChange {
-                    state: NodeState::Retiring.as_str().to_owned(),
-                    ..NodeChange::default()
-                },
+                NodeChange::to(NodeState::Retiring),
                 NodeState::Retiring,
                 "retiring",
             ),
             Call::Destroy => (
-                NodeChange {
-                    state: NodeState::Destroying.as_str().to_owned(),
-                    ..NodeChange::default()
-                },
+                NodeChange::to(NodeState::Destroying),
                 NodeState::Destroying,
                 "destroying",
             ),
             Call::Update { operation, .. } => (
                 NodeChange {
-                    state: NodeState::Updating.as_str().to_owned(),
                     error: Some(None),
                     run_id: Some(Some(*operation)),
-                    ..NodeChange::default()
+                    ..NodeChange::to(NodeState::Updating)
                 },
                 NodeState::Updating,
                 "updating in place",
@@ -392,19 +381,17 @@ impl Steps<'_> {
         let (change, state, message) = match call {
             Call::Update { config, .. } => (
                 NodeChange {
-                    state: NodeState::Complete.as_str().to_owned(),
                     config: Some(config.to_string()),
                     outputs: Some(Some(outputs.to_string())),
-                    ..NodeChange::default()
+                    ..NodeChange::to(NodeState::Complete)
                 },
                 NodeState::Complete,
                 "updated in place",
             ),
             Call::Deploy { .. } => (
                 NodeChange {
-                    state: NodeState::Complete.as_str().to_owned(),
                     outputs: Some(Some(outputs.to_string())),
-                    ..NodeChange::default()
+                    ..NodeChange::to(NodeState::Complete)
                 },
                 NodeState::Complete,
                 "deployed",
@@ -430,9 +417,8 @@ impl Steps<'_> {
 
     async fn finish_failed(&self, node: &NodeRow, entry: Uuid, error: &str) {
         let change = NodeChange {
-            state: NodeState::Failed.as_str().to_owned(),
             error: Some(Some(error.to_owned())),
-            ..NodeChange::default()
+            ..NodeChange::to(NodeState::Failed)
         };
         let event = node_change_event(node, NodeState::Failed, error);
         if let Err(e) = self.finish_call(node, entry, change, Some(event)).await {
@@ -546,9 +532,8 @@ impl Steps<'_> {
     /// Marks a node failed, with an event.
     pub(super) async fn fail_node(&self, node: &NodeRow, error: &str) {
         let change = NodeChange {
-            state: NodeState::Failed.as_str().to_owned(),
             error: Some(Some(error.to_owned())),
-            ..NodeChange::default()
+            ..NodeChange::to(NodeState::Failed)
         };
         if let Err(e) = rows::change_node(&self.0.inner.db, node.id, change).await {
             tracing::error!(deployment.id = %node.deployment_id, error = %e, "cannot store a failure");
@@ -559,7 +544,7 @@ impl Steps<'_> {
                 node.deployment_id,
                 EventKind::Node,
                 Some(&node_label(node)),
-                Some(NodeState::Failed.as_str()),
+                Some(NodeState::Failed.into()),
                 error.to_owned(),
             )
             .await;
@@ -629,7 +614,7 @@ fn call_name(intent: Intent) -> &'static str {
 
 /// Whether a node is being retired by an apply (its destroy ends `RETIRED`).
 pub(super) fn is_retiring(node: &NodeRow) -> bool {
-    node.state == NodeState::ToRetire.as_str() || node.state == NodeState::Retiring.as_str()
+    node.state == NodeState::ToRetire || node.state == NodeState::Retiring
 }
 
 /// The change that records a node's resource as gone: retired when an apply
@@ -638,9 +623,8 @@ pub(super) fn gone(node: &NodeRow) -> (NodeChange, NodeState) {
     if is_retiring(node) {
         (
             NodeChange {
-                state: NodeState::Retired.as_str().to_owned(),
                 outputs: Some(None),
-                ..NodeChange::default()
+                ..NodeChange::to(NodeState::Retired)
             },
             NodeState::Retired,
         )
@@ -651,9 +635,8 @@ pub(super) fn gone(node: &NodeRow) -> (NodeChange, NodeState) {
 
 pub(super) fn destroyed() -> NodeChange {
     NodeChange {
-        state: NodeState::Destroyed.as_str().to_owned(),
         outputs: Some(None),
-        ..NodeChange::default()
+        ..NodeChange::to(NodeState::Destroyed)
     }
 }
 
@@ -679,14 +662,9 @@ pub(super) fn node_change_event(node: &NodeRow, state: NodeState, message: &str)
     rows::NewEvent {
         kind: EventKind::Node.as_str().to_owned(),
         node_key: Some(node_label(node)),
-        state: Some(state.as_str().to_owned()),
+        state: Some(state.into()),
         message: message.to_owned(),
     }
-}
-
-/// `web[2]`: a node as events name it.
-pub(super) fn node_label(node: &NodeRow) -> String {
-    format!("{}[{}]", node.key, node.replica)
 }
 
 fn store_error(e: crate::store::DbErr) -> StepError {

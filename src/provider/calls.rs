@@ -36,7 +36,7 @@ pub struct ResourceCall {
 }
 
 impl ResourceCall {
-    fn resource(&self) -> proto::Resource {
+    pub(super) fn resource(&self) -> proto::Resource {
         proto::Resource {
             key: self.key.clone(),
             r#type: self.resource_type.clone(),
@@ -408,7 +408,7 @@ impl Calls {
     }
 
     /// The link of a connected provider that announced `feature`.
-    async fn featured(&self, id: Uuid, feature: &str) -> Result<Link, ProviderError> {
+    pub(super) async fn featured(&self, id: Uuid, feature: &str) -> Result<Link, ProviderError> {
         let link = self.connected(id).await?;
         let provider = self.catalog.get(id).await?;
         if !provider.features.iter().any(|f| f == feature) {
@@ -484,7 +484,7 @@ fn unavailable(e: LinkError) -> ProviderError {
 
 /// A refusal that is the provider's answer about the resource (gone, or not
 /// able to do that) in the provider's words; anything else is `Unavailable`.
-fn refused(e: LinkError) -> ProviderError {
+pub(super) fn refused(e: LinkError) -> ProviderError {
     match &e {
         LinkError::Refused { code, message, .. } => match code {
             tonic::Code::NotFound => ProviderError::NotFound(message.clone()),
@@ -628,6 +628,8 @@ async fn read_until_end(
 ) -> Result<serde_json::Value, ProviderError> {
     while let Some(event) = link.next(call, stream).await.map_err(unavailable)? {
         match event.event {
+            // A keep-alive: the step still goes; nothing to record.
+            Some(E::Progress(p)) if p.message.is_empty() => {}
             Some(E::Progress(p)) => progress(ResourceProgress::Progress {
                 percent: p.percent.min(100),
                 message: p.message,

@@ -40,12 +40,7 @@ impl Catalog {
 
     /// At boot nothing runs yet: statuses left by the previous run are reset.
     pub async fn reset_after_restart(&self) -> Result<(), ProviderError> {
-        rows::reset_statuses(
-            &self.db,
-            ProviderStatus::Unloaded.as_str(),
-            ProviderStatus::Failed.as_str(),
-        )
-        .await?;
+        rows::reset_statuses(&self.db).await?;
         Ok(())
     }
 
@@ -77,7 +72,7 @@ impl Catalog {
                 auto_load: new.auto_load,
                 token_hash: token_hash(&token),
             },
-            ProviderStatus::Unloaded.as_str(),
+            ProviderStatus::Unloaded,
         )
         .await
         .map_err(|e| conflict_or(e, || format!("a provider named `{}` exists", new.name)))?;
@@ -257,7 +252,7 @@ impl Catalog {
             config,
             secret_keys,
             auto_load: row.auto_load,
-            status: row.status.parse()?,
+            status: row.status,
             status_message: row.status_message,
             resolved_commit: row.resolved_commit,
             metadata,

@@ -15,17 +15,21 @@
 //! that describes updatable keys, given a config to update its sample to
 //! (`check.updates`), must update it in place (Inspect agreeing), do nothing
 //! new when updated to the same config again, and answer NOT_FOUND for one
-//! that is gone.
+//! that is gone. A provider that registers "watch" (protocol version 3) must
+//! report a deployed sample HEALTHY in its first `WatchResources` report,
+//! then `synced`, and DOWN once the check kills it behind its back.
 //!
 //! This file loads and starts the provider; `service` checks its own calls,
-//! `resources` its resources, `leaving` how it exits; `calls` makes the
-//! calls and holds their answers to the protocol, `report` keeps the verdicts.
+//! `resources` its resources, `watch` its health watch, `leaving` how it
+//! exits; `calls` makes the calls and holds their answers to the protocol,
+//! `report` keeps the verdicts.
 
 mod calls;
 mod leaving;
 mod report;
 mod resources;
 mod service;
+mod watch;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -38,9 +42,11 @@ use super::check_host::CheckHost;
 use super::link::Link;
 use super::logs::{LogRing, LogSink};
 use super::runtime::{Job, Running, Runtime, ShellRuntime};
+use super::sandbox::SandboxPaths;
 use super::{ProviderEvent, ProviderSettings, checkout, metadata, source};
 use crate::events::{Bus, Delivery};
 use resources::Update;
+use watch::Watch;
 
 pub use report::{Outcome, Report, Row};
 
@@ -151,12 +157,14 @@ impl Check {
         self.check_configure(&link, &config).await;
         let node = self.check_nodes(&link, &meta).await;
         let updatable = self.check_describe(&link, &meta).await;
-        // The version it registered with: what the server would send it.
-        let version = host
+        // The version and features it registered with: what the server goes by.
+        let (version, features) = host
             .seen()
             .registrations
             .first()
-            .map_or(1, |(request, _)| request.protocol_version);
+            .map_or((1, Vec::new()), |(request, _)| {
+                (request.protocol_version, request.features.clone())
+            });
         for kind in &meta.resource_types {
             match meta.check.resources.get(kind) {
                 Some(sample) => {
@@ -175,6 +183,13 @@ impl Check {
                 ),
             }
         }
+        let watch = Watch {
+            version,
+            features: &features,
+            dir: &job.source_dir,
+            node: &node,
+        };
+        self.check_watch(&link, &meta, watch).await;
         self.check_expired_deadline(&link).await;
         self.check_sigterm(&host, &mut started).await;
         if let Some(mut again) = self.start(&runtime, &job, &host, 2).await {
@@ -195,12 +210,30 @@ impl Check {
         };
         let meta = self.read_metadata(&checkout, &root, &commit)?;
         let runtime = self.shell_runtime(&meta)?;
+        let settings = &self.options.settings;
+        // As the server would confine it, in this check's own directories.
+        let sandbox = settings.sandbox.then(|| SandboxPaths {
+            read: [root.clone()]
+                .into_iter()
+                .chain(std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from))
+                .chain(settings.sandbox_read.iter().cloned())
+                .collect(),
+            write: [self.dir.join("state"), self.dir.join("sockets")]
+                .into_iter()
+                .chain(settings.sandbox_write.iter().cloned())
+                .collect(),
+            // A check runs beside no server's data.
+            hidden: Vec::new(),
+        });
         let job = Job {
             source_dir: root,
             logs: self.log_sink(),
-            build_timeout: self.options.settings.build_timeout,
+            build_timeout: settings.build_timeout,
             progress: std::sync::Arc::new(|_: &str| {}),
             build_dir: None,
+            sandbox,
+            // Its author's own directory, built as they would by hand.
+            build_sandbox: None,
         };
         (self.say)("building");
         match runtime.build(&job).await {

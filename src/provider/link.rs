@@ -196,6 +196,79 @@ impl Link {
         .await
     }
 
+    /// Opens the health watch (protocol version 3). Opening has the call
+    /// deadline; the stream has none: it lasts while both sides do.
+    pub async fn watch_resources(
+        &self,
+        request: proto::WatchResourcesRequest,
+    ) -> Result<tonic::Streaming<proto::ResourceStatus>, LinkError> {
+        let mut client = self.client.clone();
+        let open = client.watch_resources(tonic::Request::new(request));
+        match tokio::time::timeout(self.deadline, open).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(refused("WatchResources", &status)),
+            Err(_) => Err(LinkError::Deadline {
+                call: "WatchResources",
+                after: self.deadline,
+            }),
+        }
+    }
+
+    /// Opens an exec (the "exec" feature) with `inputs`, `start` first.
+    /// Opening has the call deadline; the stream has none.
+    pub async fn exec(
+        &self,
+        inputs: impl tokio_stream::Stream<Item = proto::ExecInput> + Send + 'static,
+    ) -> Result<tonic::Streaming<proto::ExecOutput>, LinkError> {
+        let mut client = self.client.clone();
+        let open = client.exec(tonic::Request::new(inputs));
+        match tokio::time::timeout(self.deadline, open).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(refused("Exec", &status)),
+            Err(_) => Err(LinkError::Deadline {
+                call: "Exec",
+                after: self.deadline,
+            }),
+        }
+    }
+
+    /// `PutFiles` (the "files" feature) with `inputs`, `target` first: the
+    /// whole upload has the resource deadline.
+    pub async fn put_files(
+        &self,
+        inputs: impl tokio_stream::Stream<Item = proto::FilesInput> + Send + 'static,
+    ) -> Result<proto::PutFilesResponse, LinkError> {
+        let mut client = self.client.clone();
+        let mut request = tonic::Request::new(inputs);
+        request.set_timeout(self.resource_deadline);
+        match tokio::time::timeout(self.resource_deadline, client.put_files(request)).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(refused("PutFiles", &status)),
+            Err(_) => Err(LinkError::Deadline {
+                call: "PutFiles",
+                after: self.resource_deadline,
+            }),
+        }
+    }
+
+    /// Opens `GetFiles` (the "files" feature): opening has the call
+    /// deadline, the archive's stream none.
+    pub async fn get_files(
+        &self,
+        request: proto::GetFilesRequest,
+    ) -> Result<tonic::Streaming<proto::FilesChunk>, LinkError> {
+        let mut client = self.client.clone();
+        let open = client.get_files(tonic::Request::new(request));
+        match tokio::time::timeout(self.deadline, open).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(refused("GetFiles", &status)),
+            Err(_) => Err(LinkError::Deadline {
+                call: "GetFiles",
+                after: self.deadline,
+            }),
+        }
+    }
+
     /// The deadline of a whole `DeployResource`, `UpdateResource` or
     /// `DestroyResource`.
     pub fn resource_deadline(&self) -> Duration {
@@ -451,7 +524,7 @@ pub fn outcome_of<T>(result: &Result<T, LinkError>) -> &'static str {
     }
 }
 
-fn refused(call: &'static str, status: &tonic::Status) -> LinkError {
+pub(super) fn refused(call: &'static str, status: &tonic::Status) -> LinkError {
     LinkError::Refused {
         call,
         code: status.code(),

@@ -18,7 +18,7 @@ pub const FILE_NAME: &str = "corbel-provider.yaml";
 /// someone else's repository.
 pub const MAX_SIZE: u64 = 64 * 1024;
 /// Features this server knows; others are kept so a newer provider still loads.
-pub const KNOWN_FEATURES: [&str; 7] = [
+pub const KNOWN_FEATURES: [&str; 9] = [
     "deploy",
     "destroy",
     "inspect",
@@ -26,6 +26,8 @@ pub const KNOWN_FEATURES: [&str; 7] = [
     "data",
     "power",
     "repository",
+    "exec",
+    "files",
 ];
 const RUNTIMES: &str = "shell, docker, remote";
 const MAX_NAME_LEN: usize = 64;
@@ -58,6 +60,11 @@ pub struct Check {
     /// (protocol version 2): it changes only keys the provider describes as
     /// updatable.
     pub updates: std::collections::BTreeMap<String, serde_json::Value>,
+    /// Per resource type with a sample, a shell command that kills the
+    /// deployed sample behind the provider's back (the "watch" check), run
+    /// with `sh -c` in the provider's directory with the sample's outputs in
+    /// its environment (`CORBEL_OUTPUTS`, `CORBEL_OUTPUT_<KEY>`).
+    pub kill: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,7 +143,7 @@ struct RawMetadata {
 #[derive(Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a mapping with config, resources and updates"
+    expecting = "a mapping with config, resources, updates and kill"
 )]
 struct RawCheck {
     #[serde(default)]
@@ -145,6 +152,8 @@ struct RawCheck {
     resources: std::collections::BTreeMap<String, serde_json::Value>,
     #[serde(default)]
     updates: std::collections::BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    kill: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -439,6 +448,7 @@ fn check_samples(raw: Option<RawCheck>, resource_types: &[String]) -> Result<Che
         config: c.config,
         resources: c.resources,
         updates: c.updates,
+        kill: c.kill,
     });
     for kind in check.resources.keys() {
         if !resource_types.contains(kind) {
@@ -459,6 +469,20 @@ fn check_samples(raw: Option<RawCheck>, resource_types: &[String]) -> Result<Che
             return Err(invalid(
                 format!("check.updates.{kind}"),
                 "must be a mapping (the whole new configuration)",
+            ));
+        }
+    }
+    for (kind, command) in &check.kill {
+        if !check.resources.contains_key(kind) {
+            return Err(invalid(
+                format!("check.kill.{kind}"),
+                "has no sample under check.resources to kill",
+            ));
+        }
+        if command.trim().is_empty() {
+            return Err(invalid(
+                format!("check.kill.{kind}"),
+                "is empty: give a shell command",
             ));
         }
     }

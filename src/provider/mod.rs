@@ -31,18 +31,21 @@ pub mod check;
 mod check_host;
 mod checkout;
 mod docker;
+mod exec;
 mod link;
 mod logs;
 pub mod metadata;
 mod registry;
 mod repository;
 mod runtime;
+pub mod sandbox;
 mod secrets;
 mod settings;
 pub mod source;
 mod state;
 mod supervisor;
 pub mod tls;
+mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,17 +55,19 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+pub use crate::seal::Resealed;
 pub use calls::{PowerAction, ResourceCall, ResourceDescription, ResourceProgress};
+pub use exec::{Exec, ExecExit, ExecIn, ExecOut, ExecStart, FilesOut};
 pub use link::LinkError;
 pub use logs::{LogLine, LogStream};
 pub use registry::{check_socket_paths, serve_registry, serve_remote_registry};
-pub use secrets::{Resealed, reseal};
+pub use secrets::reseal;
 pub use settings::{ProviderFlags, ProviderSettings};
+pub use watch::{Observation, Seen, Watch, Watched};
 
 use crate::events::Bus;
 use crate::seal::SecretKey;
 use crate::store::providers as rows;
-use crate::text::text_enum;
 use calls::Calls;
 use catalog::Catalog;
 use secrets::Secrets;
@@ -103,25 +108,8 @@ impl From<DbErr> for ProviderError {
     }
 }
 
-impl From<crate::text::UnknownText> for ProviderError {
-    fn from(e: crate::text::UnknownText) -> Self {
-        ProviderError::Corrupt(e.to_string())
-    }
-}
-
-text_enum! {
-    pub enum ProviderStatus {
-        Unloaded = "UNLOADED",
-        Fetching = "FETCHING",
-        Building = "BUILDING",
-        Starting = "STARTING",
-        Registering = "REGISTERING",
-        Connected = "CONNECTED",
-        Disconnected = "DISCONNECTED",
-        Failed = "FAILED",
-        Unloading = "UNLOADING",
-    }
-}
+/// Where a provider's launch is, as its column holds it (see `store::states`).
+pub use crate::store::states::ProviderStatus;
 
 /// What `corbel-provider.yaml` said, as stored and shown.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

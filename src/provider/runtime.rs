@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 
 use super::binding::Binding;
 use super::logs::{LogSink, LogStream};
+use super::sandbox::{Sandbox, SandboxError, SandboxPaths};
 
 /// Lines of output quoted in a failure message.
 const TAIL_LINES: usize = 20;
@@ -47,6 +48,8 @@ pub enum RuntimeError {
     },
     #[error("docker: {0}")]
     Docker(String),
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
     #[error("building image {image} failed: {message}; last output:\n{tail}")]
     ImageBuildFailed {
         image: String,
@@ -69,6 +72,12 @@ pub struct Job {
     /// provider's own (see [`build_env`]); `None` for a check of a local
     /// directory, which builds as its owner would by hand.
     pub build_dir: Option<PathBuf>,
+    /// What the started provider may touch (see `sandbox.rs`); `None` runs
+    /// it unconfined.
+    pub sandbox: Option<SandboxPaths>,
+    /// What its shell build may touch (`SandboxPaths::for_build`); `None`
+    /// builds unconfined (sandboxing off, or a check of a local directory).
+    pub build_sandbox: Option<SandboxPaths>,
 }
 
 /// The variable naming a shell provider's build directory.
@@ -173,8 +182,28 @@ impl Runtime for ShellRuntime {
         };
         job.logs
             .line(LogStream::Corbel, &format!("building: {command}"));
-        let env = job.build_dir.as_deref().map(build_env).unwrap_or_default();
-        let mut child = shell(command, &job.source_dir, &env)
+        let mut env = job.build_dir.as_deref().map(build_env).unwrap_or_default();
+        let sandbox = match &job.build_sandbox {
+            Some(paths) => confined(paths).await?,
+            None => None,
+        };
+        // A confined build's temporary files go to a directory of its own
+        // (the system's may hold the data directory, then closed to it).
+        let tmp = job
+            .build_dir
+            .as_deref()
+            .filter(|_| sandbox.is_some())
+            .map(|dir| dir.join("tmp"));
+        if let Some(tmp) = &tmp {
+            tokio::fs::create_dir_all(tmp)
+                .await
+                .map_err(|source| RuntimeError::BuildDir {
+                    dir: tmp.clone(),
+                    source,
+                })?;
+            env.push(("TMPDIR".to_owned(), tmp.display().to_string()));
+        }
+        let mut child = shell(command, &job.source_dir, &env, sandbox)
             .spawn()
             .map_err(|source| RuntimeError::Spawn {
                 command: command.to_owned(),
@@ -182,7 +211,11 @@ impl Runtime for ShellRuntime {
             })?;
         let readers = capture(&mut child, &job.logs, LogStream::Build, LogStream::Build);
         let mut process = Process { child, readers };
-        match tokio::time::timeout(job.build_timeout, process.child.wait()).await {
+        let ended = tokio::time::timeout(job.build_timeout, process.child.wait()).await;
+        if let Some(tmp) = &tmp {
+            let _ = tokio::fs::remove_dir_all(tmp).await;
+        }
+        match ended {
             Ok(Ok(status)) => {
                 process.drain().await;
                 if status.success() {
@@ -223,7 +256,11 @@ impl Runtime for ShellRuntime {
             .line(LogStream::Corbel, &format!("starting: {}", self.run));
         let mut env = env.to_vec();
         env.extend(job.build_dir.as_deref().map(build_env).unwrap_or_default());
-        let mut child = shell(&self.run, &job.source_dir, &env)
+        let sandbox = match &job.sandbox {
+            Some(paths) => confined(paths).await?,
+            None => None,
+        };
+        let mut child = shell(&self.run, &job.source_dir, &env, sandbox)
             .spawn()
             .map_err(|source| RuntimeError::Spawn {
                 command: self.run.clone(),
@@ -231,6 +268,19 @@ impl Runtime for ShellRuntime {
             })?;
         let readers = capture(&mut child, &job.logs, LogStream::Stdout, LogStream::Stderr);
         Ok(Box::new(Process { child, readers }))
+    }
+}
+
+/// The ruleset for `paths`, made off the async workers (it opens every
+/// path, and walks directories for a build's).
+async fn confined(paths: &SandboxPaths) -> Result<Option<Sandbox>, RuntimeError> {
+    let paths = paths.clone();
+    match tokio::task::spawn_blocking(move || Sandbox::new(&paths)).await {
+        Ok(made) => Ok(made?),
+        Err(e) => Err(RuntimeError::Spawn {
+            command: "the sandbox".to_owned(),
+            source: std::io::Error::other(e),
+        }),
     }
 }
 
@@ -310,8 +360,13 @@ impl Drop for Process {
 /// is its pid), with Corbel's own settings (`CORBEL_*`, which may hold secrets)
 /// removed from the inherited environment. The session is what binds a
 /// registration to this process (see `binding.rs`): only what runs in it can
-/// join its group.
-fn shell(command: &str, dir: &Path, env: &[(String, String)]) -> Command {
+/// join its group. Under `sandbox`, it starts confined (see `sandbox.rs`).
+fn shell(
+    command: &str,
+    dir: &Path,
+    env: &[(String, String)],
+    mut sandbox: Option<Sandbox>,
+) -> Command {
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(command)
@@ -319,12 +374,15 @@ fn shell(command: &str, dir: &Path, env: &[(String, String)]) -> Command {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    // SAFETY: setsid is async-signal-safe and touches no memory of the
+    // parent; applying the ruleset made before the fork allocates nothing.
     unsafe {
-        cmd.pre_exec(|| {
-            nix::unistd::setsid()
-                .map(drop)
-                .map_err(std::io::Error::from)
+        cmd.pre_exec(move || {
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            match &mut sandbox {
+                Some(sandbox) => sandbox.apply_in_child(),
+                None => Ok(()),
+            }
         });
     }
     for (key, _) in std::env::vars_os() {

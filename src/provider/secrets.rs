@@ -13,7 +13,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::{ProviderError, rows};
-use crate::seal::{self, OpenError, SecretKey};
+use crate::seal::{self, OpenError, Resealed, Rotated, SecretKey};
 use crate::store::Db;
 
 /// Seals and opens `secretConfig`s with the server's key.
@@ -83,17 +83,6 @@ fn open_message(e: OpenError) -> String {
     }
 }
 
-/// What [`reseal`] did.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Resealed {
-    /// Rows stored unsealed (before sealing existed), now sealed.
-    pub plain: usize,
-    /// Rows under the current key, now under the new one.
-    pub rotated: usize,
-    /// Rows already under the new key (checked to open).
-    pub kept: usize,
-}
-
 /// Puts every provider's `secretConfig` under `new`, in one transaction:
 /// rows stored unsealed are sealed, rows under `current` are opened and
 /// sealed again, rows already under `new` are checked to open and kept. Any
@@ -113,11 +102,11 @@ pub async fn reseal(
     let mut changes = Vec::new();
     let mut unreadable = Vec::new();
     for row in rows::list(db).await? {
-        let plain = if !seal::is_sealed(&row.secret_config) {
+        let stored = if !seal::is_sealed(&row.secret_config) {
             match serde_json::from_str::<serde_json::Value>(&row.secret_config) {
                 Ok(value @ serde_json::Value::Object(_)) => {
                     done.plain += 1;
-                    value
+                    new.seal(&context(row.id), value.to_string().as_bytes())
                 }
                 _ => {
                     unreadable.push(format!(
@@ -128,39 +117,29 @@ pub async fn reseal(
                 }
             }
         } else {
-            let sealed_with = seal::sealed_key_id(&row.secret_config).unwrap_or_default();
-            if sealed_with == new.id() {
-                match open(new, &row) {
-                    Ok(_) => done.kept += 1,
-                    Err(e) => unreadable.push(e.to_string()),
+            match seal::rotate(current, new, &context(row.id), &row.secret_config) {
+                Ok(Rotated::Kept) => {
+                    done.kept += 1;
+                    continue;
                 }
-                continue;
-            }
-            if sealed_with != current.id() && current.id() != new.id() {
-                unreadable.push(format!(
-                    "provider `{}` ({}): its secretConfig was sealed with secret key {sealed_with}, \
-                     which is neither the current key {} nor the new key {}",
-                    row.name,
-                    row.id,
-                    current.id(),
-                    new.id()
-                ));
-                continue;
-            }
-            match open(current, &row) {
-                Ok(value) => {
+                Ok(Rotated::Resealed(stored)) => {
                     done.rotated += 1;
-                    value
+                    stored
                 }
                 Err(e) => {
-                    unreadable.push(e.to_string());
+                    unreadable.push(format!(
+                        "provider `{}` ({}): its secretConfig {}",
+                        row.name,
+                        row.id,
+                        open_message(e)
+                    ));
                     continue;
                 }
             }
         };
         changes.push(rows::SecretChange {
             id: row.id,
-            new: new.seal(&context(row.id), plain.to_string().as_bytes()),
+            new: stored,
             old: row.secret_config,
         });
     }

@@ -19,6 +19,12 @@ pub struct ProviderSettings {
     /// from the server's data directory, not configured here.
     #[serde(skip)]
     pub data_dir: PathBuf,
+    /// Files outside the data directory that hold the server's secrets (its
+    /// secret key, its SQLite database, its config file): kept out of every
+    /// provider's and build's sandbox with the data directory. Set from the
+    /// server's configuration, not configured here.
+    #[serde(skip)]
+    pub secret_files: Vec<PathBuf>,
     /// Git URL schemes allowed (`file` covers local paths).
     pub git_schemes: Vec<String>,
     /// Whether fetches update git submodules.
@@ -90,12 +96,24 @@ pub struct ProviderSettings {
     /// The CA's private key (PEM), given with `ca_cert_file`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ca_key_file: Option<PathBuf>,
+    /// Whether shell providers start under a Landlock ruleset (see
+    /// `sandbox.rs`): the system's directories, their checkout and build
+    /// read-only, their state and socket directories writable, nothing else.
+    /// `false` runs them with the server's whole view of the file system.
+    pub sandbox: bool,
+    /// More directories every sandboxed provider (and so every workload it
+    /// starts) may read and execute, e.g. where a prebuilt binary lives.
+    pub sandbox_read: Vec<PathBuf>,
+    /// More directories every sandboxed provider may write, e.g. what its
+    /// workloads need to write.
+    pub sandbox_write: Vec<PathBuf>,
 }
 
 impl Default for ProviderSettings {
     fn default() -> Self {
         Self {
             data_dir: PathBuf::new(),
+            secret_files: Vec::new(),
             state_dir: None,
             git_schemes: ["https", "http", "git", "ssh", "file"]
                 .map(String::from)
@@ -118,6 +136,9 @@ impl Default for ProviderSettings {
             listen: None,
             ca_cert_file: None,
             ca_key_file: None,
+            sandbox: true,
+            sandbox_read: Vec::new(),
+            sandbox_write: Vec::new(),
         }
     }
 }
@@ -159,6 +180,72 @@ impl ProviderSettings {
             Some(root) => root.join(id.to_string()),
             None => self.provider_dir(id).join("state"),
         }
+    }
+
+    /// What provider `id`, started from `source_dir` and built in
+    /// `build_dir`, may touch; `None` when sandboxing is off.
+    pub(super) fn sandbox_paths(
+        &self,
+        id: Uuid,
+        source_dir: &std::path::Path,
+        build_dir: Option<&std::path::Path>,
+    ) -> Option<super::sandbox::SandboxPaths> {
+        self.sandbox.then(|| {
+            let mut read = vec![source_dir.to_owned()];
+            read.extend(build_dir.map(std::path::Path::to_owned));
+            // A build into a shared target directory (see `runtime::build_env`).
+            read.extend(std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from));
+            read.extend(self.sandbox_read.iter().cloned());
+            let mut write = vec![self.provider_state_dir(id), self.socket_dir()];
+            write.extend(self.sandbox_write.iter().cloned());
+            // Nothing hidden at run time: the grants are the provider's own
+            // directories and the system's, none holding the data dir unless
+            // the operator gave one. (Walking a granted directory that holds
+            // the data dir down to it, as a build's ruleset does, left the
+            // directories made there later closed to a running provider.)
+            super::sandbox::SandboxPaths {
+                read,
+                write,
+                hidden: Vec::new(),
+            }
+        })
+    }
+
+    /// What the build of provider `id`, fetched into `checkout` and built in
+    /// `build_dir`, may touch (see [`SandboxPaths::for_build`]); `None` when
+    /// sandboxing is off. Its own directory in the data directory is open to
+    /// it (its checkout, its builds), its state and the rest are not.
+    ///
+    /// [`SandboxPaths::for_build`]: super::sandbox::SandboxPaths::for_build
+    pub(super) fn build_sandbox_paths(
+        &self,
+        checkout: &std::path::Path,
+        build_dir: &std::path::Path,
+    ) -> Option<super::sandbox::SandboxPaths> {
+        self.sandbox.then(|| {
+            let mut own = vec![checkout.to_owned(), build_dir.to_owned()];
+            own.extend(self.sandbox_write.iter().cloned());
+            super::sandbox::SandboxPaths::for_build(own, self.hidden_paths())
+        })
+    }
+
+    /// What no sandbox grants, whatever holds it: the data directory (but
+    /// what is granted inside it), the providers' state root when it is
+    /// elsewhere, the CA's key and the server's other secret files. But
+    /// what the operator grants (`sandbox_read`, `sandbox_write`) is granted
+    /// as given: a path under one of those is not hidden.
+    fn hidden_paths(&self) -> Vec<PathBuf> {
+        let mut hidden = vec![self.data_dir.clone()];
+        hidden.extend(self.state_dir.iter().cloned());
+        hidden.extend(self.ca_key_file.iter().cloned());
+        hidden.extend(self.secret_files.iter().cloned());
+        let given: Vec<_> = self
+            .sandbox_read
+            .iter()
+            .chain(&self.sandbox_write)
+            .collect();
+        hidden.retain(|path| !given.iter().any(|g| path.starts_with(g)));
+        hidden
     }
 
     pub(super) fn source(&self) -> super::source::SourceSettings {
@@ -326,4 +413,30 @@ pub struct ProviderFlags {
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ca_key_file: Option<PathBuf>,
+    /// Start shell providers under a Landlock ruleset (true or false).
+    #[arg(
+        long = "provider-sandbox",
+        env = "CORBEL_PROVIDER_SANDBOX",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<bool>,
+    /// More directories sandboxed providers may read, comma-separated.
+    #[arg(
+        long = "provider-sandbox-read",
+        env = "CORBEL_PROVIDER_SANDBOX_READ",
+        global = true,
+        value_delimiter = ','
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox_read: Option<Vec<PathBuf>>,
+    /// More directories sandboxed providers may write, comma-separated.
+    #[arg(
+        long = "provider-sandbox-write",
+        env = "CORBEL_PROVIDER_SANDBOX_WRITE",
+        global = true,
+        value_delimiter = ','
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox_write: Option<Vec<PathBuf>>,
 }

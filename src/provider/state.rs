@@ -344,9 +344,7 @@ impl Slots {
             status,
             message: message.clone(),
         });
-        if let Err(e) =
-            rows::set_status(&self.db, slot.id, status.as_str(), message.as_deref()).await
-        {
+        if let Err(e) = rows::set_status(&self.db, slot.id, status, message.as_deref()).await {
             tracing::error!(provider.id = %slot.id, error = %e, "cannot store the provider's status");
         }
     }

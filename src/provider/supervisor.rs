@@ -46,7 +46,7 @@ const TAIL_LINES: usize = 20;
 /// A provider fetched and ready to run.
 enum Prepared {
     /// Built, to be started here.
-    Local(Box<dyn Runtime>, Job),
+    Local(Box<dyn Runtime>, Box<Job>),
     /// `runtime: remote`: its operator runs it; it is waited for.
     Remote,
 }
@@ -247,7 +247,7 @@ impl Supervisor {
             }
         };
         let (runtime, job) = match prepared {
-            Ok(Prepared::Local(runtime, job)) => (runtime, job),
+            Ok(Prepared::Local(runtime, job)) => (runtime, *job),
             Ok(Prepared::Remote) => {
                 let done = self.follow_remote(&slot, &mut commands).await;
                 self.unloaded(&slot, done).await;
@@ -373,6 +373,9 @@ impl Supervisor {
         tokio::fs::create_dir_all(&state_dir)
             .await
             .map_err(|e| Stop::Failed(format!("cannot create {}: {e}", state_dir.display())))?;
+        let build_dir = dir.join("builds").join(&commit);
+        let sandbox = settings.sandbox_paths(slot.id, &root, Some(&build_dir));
+        let build_sandbox = settings.build_sandbox_paths(&dir.join("src"), &build_dir);
         let job = Job {
             source_dir: root,
             logs: self.slots.sink(slot),
@@ -382,7 +385,9 @@ impl Supervisor {
                 let slot = slot.clone();
                 Arc::new(move |message: &str| slots.set_message(&slot, message.to_owned()))
             },
-            build_dir: Some(dir.join("builds").join(&commit)),
+            sandbox,
+            build_sandbox,
+            build_dir: Some(build_dir),
         };
         self.slots
             .set_status(slot, ProviderStatus::Building, None)
@@ -391,7 +396,7 @@ impl Supervisor {
             .build(&job)
             .await
             .map_err(|e| Stop::Failed(e.to_string()))?;
-        Ok(Prepared::Local(runtime, job))
+        Ok(Prepared::Local(runtime, Box::new(job)))
     }
 
     /// Fetches the source into `src` and reads its metadata, stored with the

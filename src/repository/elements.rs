@@ -12,7 +12,7 @@ use super::inventory::ArtifactRef;
 use super::manifest;
 use super::{
     Artifact, Element, ElementFilter, ElementStatus, InvalidElement, Repositories, RepositoryError,
-    to_element, to_repository,
+    to_element,
 };
 use crate::resolve::{Candidate, CandidateId, Requirement, Version, World};
 use crate::store::repositories as rows;
@@ -108,7 +108,7 @@ impl Repositories {
             return serde_json::from_str(text)
                 .map_err(|e| RepositoryError::Corrupt(format!("manifest of {}: {e}", row.id)));
         }
-        let repository = to_repository(
+        let repository = self.to_repository(
             rows::find_repository(&self.db, row.repository_id)
                 .await?
                 .ok_or_else(|| {
@@ -186,7 +186,7 @@ impl Repositories {
             .ok_or_else(|| {
                 RepositoryError::NotFound(format!("element {element_id} has no artifact {urn}"))
             })?;
-        let repository = to_repository(
+        let repository = self.to_repository(
             rows::find_repository(&self.db, row.repository_id)
                 .await?
                 .ok_or_else(|| RepositoryError::NotFound("no repository".into()))?,
@@ -429,13 +429,7 @@ impl Repositories {
             .collect();
         let to_install: Vec<Uuid> = installing.iter().map(|r| r.id).collect();
         let bindings = bindings(universe, resolution, &to_install);
-        rows::set_element_status(
-            &self.db,
-            &to_install,
-            ElementStatus::InProgress.as_str(),
-            None,
-        )
-        .await?;
+        rows::set_element_status(&self.db, &to_install, ElementStatus::InProgress, None).await?;
         let deployed = self.deploy_installations(&installing, &to_install).await?;
         let install = rows::InstallTxn {
             activate: to_install.clone(),
@@ -470,7 +464,7 @@ impl Repositories {
                 rows::set_element_status(
                     &self.db,
                     to_install,
-                    ElementStatus::Error.as_str(),
+                    ElementStatus::Error,
                     Some(e.to_string()),
                 )
                 .await?;
@@ -503,7 +497,7 @@ impl Repositories {
         rows::set_element_status(
             &self.db,
             &to_install,
-            ElementStatus::Error.as_str(),
+            ElementStatus::Error,
             Some(message.clone()),
         )
         .await?;
@@ -524,7 +518,7 @@ impl Repositories {
             rows::set_element_status(
                 &self.db,
                 &[old],
-                ElementStatus::Error.as_str(),
+                ElementStatus::Error,
                 Some(format!("its installation could not be destroyed: {e}")),
             )
             .await?;
@@ -658,7 +652,13 @@ impl Repositories {
         yaml: &str,
     ) -> Result<Element, RepositoryError> {
         let repository = self.get(repository_id).await?;
-        let checked = manifest::parse_yaml(yaml, self.settings.max_manifest_bytes, "manifest")?;
+        // Parsed on the blocking pool, stopped with the request (`crate::cpu`).
+        let max_bytes = self.settings.max_manifest_bytes;
+        let text = yaml.to_owned();
+        let checked = crate::cpu::run(move |stop| {
+            manifest::parse_yaml_until(&text, max_bytes, "manifest", stop)
+        })
+        .await?;
         let exists = rows::elements_named(&self.db, std::slice::from_ref(&checked.name))
             .await?
             .into_iter()

@@ -2,6 +2,8 @@
 //! optional `requirements`. Parsed with a size limit, through `crate::yaml`
 //! (bounded in depth and in size after alias expansion).
 
+use std::sync::atomic::AtomicBool;
+
 use serde_json::Value;
 
 use super::RepositoryError;
@@ -20,13 +22,23 @@ pub struct Manifest {
 /// Parses YAML text (JSON is YAML too) and checks it. `origin` names the source
 /// in errors (a file or a URL).
 pub fn parse_yaml(text: &str, max_bytes: usize, origin: &str) -> Result<Manifest, RepositoryError> {
+    parse_yaml_until(text, max_bytes, origin, &crate::cpu::NEVER)
+}
+
+/// [`parse_yaml`], giving up once `stop` is set (see `crate::cpu`).
+pub fn parse_yaml_until(
+    text: &str,
+    max_bytes: usize,
+    origin: &str,
+    stop: &AtomicBool,
+) -> Result<Manifest, RepositoryError> {
     if text.len() > max_bytes {
         return Err(RepositoryError::Manifest(format!(
             "{origin}: manifest is {} bytes, over the limit of {max_bytes}",
             text.len()
         )));
     }
-    let document: Value = crate::yaml::from_str(text, origin)
+    let document: Value = crate::yaml::from_str_until(text, origin, stop)
         .map_err(|e| RepositoryError::Manifest(e.to_string()))?;
     check(document, origin)
 }

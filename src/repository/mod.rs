@@ -11,6 +11,7 @@ pub mod installations;
 mod invalid;
 pub mod inventory;
 pub mod manifest;
+mod sealed;
 mod settings;
 mod sync;
 
@@ -23,8 +24,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
+pub use crate::seal::Resealed;
 pub use driver::DriverSpec;
 pub use elements::{InstallPlan, PlannedElement};
+pub use sealed::reseal;
 pub use settings::{RepositoryFlags, RepositorySettings};
 
 use crate::events::Bus;
@@ -110,23 +113,9 @@ text_enum! {
     }
 }
 
-text_enum! {
-    pub enum RepositoryStatus {
-        New = "NEW",
-        Syncing = "SYNCING",
-        Active = "ACTIVE",
-        Error = "ERROR",
-    }
-}
-
-text_enum! {
-    pub enum ElementStatus {
-        New = "NEW",
-        InProgress = "IN_PROGRESS",
-        Active = "ACTIVE",
-        Error = "ERROR",
-    }
-}
+/// The repository and element statuses, as their columns hold them: the
+/// store owns them (see `store::states`).
+pub use crate::store::states::{ElementStatus, RepositoryStatus};
 
 #[derive(Clone, Debug)]
 pub struct Repository {
@@ -259,21 +248,23 @@ impl Repositories {
         check_repository_name(&new.name)?;
         new.driver.validate()?;
         check_interval(new.refresh_interval_seconds)?;
+        let id = Uuid::new_v4();
         let row = rows::insert_repository(
             &self.db,
             rows::NewRepository {
+                id,
                 name: new.name.clone(),
                 driver_kind: new.driver.kind().to_owned(),
-                driver_spec: spec_json(&new.driver),
+                driver_spec: sealed::stored(self.key(), id, &new.driver),
                 sync_mode: new.sync_mode.as_str().to_owned(),
                 priority: new.priority,
                 refresh_interval_seconds: new.refresh_interval_seconds,
             },
-            RepositoryStatus::New.as_str(),
+            RepositoryStatus::New,
         )
         .await
         .map_err(|e| conflict_or(e, || format!("a repository named `{}` exists", new.name)))?;
-        let repository = to_repository(row)?;
+        let repository = self.to_repository(row)?;
         self.start_sync(repository.id);
         Ok(repository)
     }
@@ -296,9 +287,12 @@ impl Repositories {
         }
         let change = rows::RepositoryChange {
             name: patch.name,
-            driver: patch
-                .driver
-                .map(|driver| (driver.kind().to_owned(), spec_json(&driver))),
+            driver: patch.driver.map(|driver| {
+                (
+                    driver.kind().to_owned(),
+                    sealed::stored(self.key(), id, &driver),
+                )
+            }),
             sync_mode: patch.sync_mode.map(|mode| mode.as_str().to_owned()),
             priority: patch.priority,
             refresh_interval_seconds: patch.refresh_interval_seconds,
@@ -309,7 +303,7 @@ impl Repositories {
         if resync {
             self.start_sync(id);
         }
-        to_repository(row)
+        self.to_repository(row)
     }
 
     pub async fn delete(&self, id: Uuid) -> Result<(), RepositoryError> {
@@ -341,15 +335,34 @@ impl Repositories {
         self.get(id).await
     }
 
+    /// The secret key drivers with credentials are sealed with.
+    fn key(&self) -> Option<&crate::seal::SecretKey> {
+        self.settings.secret_key.as_deref()
+    }
+
+    /// A stored row as the area shows it, its driver opened.
+    fn to_repository(&self, row: rows::RepositoryRow) -> Result<Repository, RepositoryError> {
+        to_repository(self.key(), row)
+    }
+
+    /// Seals the drivers with credentials stored in the clear by an earlier
+    /// version, and checks that the sealed ones open (at start).
+    pub async fn seal_stored(&self) -> Result<Resealed, RepositoryError> {
+        match self.key() {
+            Some(key) => reseal(&self.db, key, key).await,
+            None => Ok(Resealed::default()),
+        }
+    }
+
     pub async fn get(&self, id: Uuid) -> Result<Repository, RepositoryError> {
-        to_repository(self.repository_row(id).await?)
+        self.to_repository(self.repository_row(id).await?)
     }
 
     pub async fn list(&self) -> Result<Vec<Repository>, RepositoryError> {
         rows::list_repositories(&self.db)
             .await?
             .into_iter()
-            .map(to_repository)
+            .map(|row| self.to_repository(row))
             .collect()
     }
 
@@ -388,11 +401,11 @@ impl Repositories {
     /// node: with replicas, only the leader may do this (see DESIGN.md).
     pub async fn recover_interrupted(&self) -> Result<(), RepositoryError> {
         for row in rows::list_repositories(&self.db).await? {
-            if row.status == RepositoryStatus::Syncing.as_str() {
+            if row.status == RepositoryStatus::Syncing {
                 rows::finish_sync(
                     &self.db,
                     row.id,
-                    RepositoryStatus::Error.as_str(),
+                    RepositoryStatus::Error,
                     Some("the server stopped during a sync; it will run again".into()),
                     None,
                     Utc::now(),
@@ -449,10 +462,6 @@ fn check_interval(seconds: i64) -> Result<(), RepositoryError> {
     Ok(())
 }
 
-fn spec_json(spec: &DriverSpec) -> String {
-    serde_json::to_string(spec).expect("a driver spec serialises")
-}
-
 fn conflict_or(e: DbErr, message: impl FnOnce() -> String) -> RepositoryError {
     if crate::store::is_conflict(&e) {
         RepositoryError::Conflict(message())
@@ -461,12 +470,14 @@ fn conflict_or(e: DbErr, message: impl FnOnce() -> String) -> RepositoryError {
     }
 }
 
-fn to_repository(row: rows::RepositoryRow) -> Result<Repository, RepositoryError> {
+fn to_repository(
+    key: Option<&crate::seal::SecretKey>,
+    row: rows::RepositoryRow,
+) -> Result<Repository, RepositoryError> {
     Ok(Repository {
-        driver: serde_json::from_str(&row.driver_spec)
-            .map_err(|e| RepositoryError::Corrupt(format!("driver spec of {}: {e}", row.id)))?,
+        driver: sealed::read(key, &row)?,
         sync_mode: row.sync_mode.parse()?,
-        status: row.status.parse()?,
+        status: row.status,
         id: row.id,
         name: row.name,
         priority: row.priority,
@@ -491,7 +502,7 @@ fn to_element(row: rows::ElementRow) -> Result<Element, RepositoryError> {
             }
             None => None,
         },
-        status: row.status.parse()?,
+        status: row.status,
         id: row.id,
         repository_id: row.repository_id,
         name: row.name,

@@ -26,6 +26,12 @@ pub struct RepositorySettings {
     /// hold a sync (or a download) longer.
     #[serde(rename = "sync_deadline_seconds", with = "seconds")]
     pub sync_deadline: Duration,
+    /// The pace a body from a source must keep, in bytes a second over each
+    /// window of `stall_timeout`: a trickle fails with that reason.
+    pub min_bytes_per_second: u64,
+    /// The window over which `min_bytes_per_second` is judged.
+    #[serde(rename = "stall_timeout_seconds", with = "seconds")]
+    pub stall_timeout: Duration,
     /// How often due refreshes are looked for.
     #[serde(rename = "refresh_check_ms", with = "millis")]
     pub refresh_check: Duration,
@@ -40,6 +46,10 @@ pub struct RepositorySettings {
     /// by the app, not configured).
     #[serde(skip)]
     pub installations: InstallationsHandle,
+    /// The server's secret key, which seals drivers with credentials (wired
+    /// by the app, not configured).
+    #[serde(skip)]
+    pub secret_key: Option<std::sync::Arc<crate::seal::SecretKey>>,
 }
 
 impl Default for RepositorySettings {
@@ -49,10 +59,13 @@ impl Default for RepositorySettings {
             max_manifest_bytes: 1024 * 1024,
             http_timeout: Duration::from_secs(30),
             sync_deadline: Duration::from_secs(30 * 60),
+            min_bytes_per_second: 1024,
+            stall_timeout: Duration::from_secs(60),
             refresh_check: Duration::from_secs(5),
             fetch_concurrency: 8,
             providers: ProviderSources::default(),
             installations: InstallationsHandle::default(),
+            secret_key: None,
         }
     }
 }
@@ -63,6 +76,7 @@ impl RepositorySettings {
         Self {
             refresh_check: at_least(self.refresh_check, Duration::from_millis(10)),
             sync_deadline: at_least(self.sync_deadline, Duration::from_secs(1)),
+            stall_timeout: at_least(self.stall_timeout, Duration::from_secs(1)),
             ..self
         }
     }
@@ -104,6 +118,23 @@ pub struct RepositoryFlags {
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sync_deadline_seconds: Option<u64>,
+    /// The pace a body from a repository source must keep, in bytes a
+    /// second (0: none).
+    #[arg(
+        long = "repo-min-bytes-per-second",
+        env = "CORBEL_REPO_MIN_BYTES_PER_SECOND",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_bytes_per_second: Option<u64>,
+    /// The window over which that pace is judged, in seconds.
+    #[arg(
+        long = "repo-stall-timeout-seconds",
+        env = "CORBEL_REPO_STALL_TIMEOUT_SECONDS",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stall_timeout_seconds: Option<u64>,
     /// How often due repository refreshes are looked for, in milliseconds.
     #[arg(
         long = "repo-refresh-check-ms",

@@ -20,6 +20,7 @@ use uuid::Uuid;
 
 use super::entities::{blueprint, deployment};
 use super::revisions::{NewRevision, insert_revision};
+use super::states::{DeploymentState, NodeState};
 
 pub(super) use journal::Group;
 pub use journal::{
@@ -27,8 +28,8 @@ pub use journal::{
     insert_event, journal, journal_len, journal_of,
 };
 pub use nodes::{
-    HOLDING_STATES, Holder, NewNode, NodeChange, NodeRow, change_node, find_node, insert_nodes,
-    mark_nodes, nodes_of, placement_counts, project_node_count, project_node_quotas,
+    HOLDING_STATES, Holder, NewNode, NodeChange, NodeRow, change_node, find_node, find_nodes,
+    insert_nodes, mark_nodes, nodes_of, placement_counts, project_node_count, project_node_quotas,
     provider_holders,
 };
 
@@ -116,11 +117,10 @@ pub async fn delete_blueprint(db: &DatabaseConnection, id: Uuid) -> Result<bool,
 pub async fn count_live_deployments(
     db: &DatabaseConnection,
     blueprint_id: Uuid,
-    destroyed: &str,
 ) -> Result<u64, DbErr> {
     deployment::Entity::find()
         .filter(deployment::Column::BlueprintId.eq(blueprint_id))
-        .filter(deployment::Column::State.ne(destroyed))
+        .filter(deployment::Column::State.ne(DeploymentState::Destroyed))
         .count(db)
         .await
 }
@@ -145,7 +145,7 @@ pub struct NewDeployment {
 pub async fn insert_deployment(
     db: &DatabaseConnection,
     new: NewDeployment,
-    state: &str,
+    state: DeploymentState,
     phase: &str,
 ) -> Result<DeploymentRow, DbErr> {
     let now = Utc::now();
@@ -168,7 +168,7 @@ pub async fn insert_deployment(
         element_id: Set(new.element_id),
         source: Set(new.source),
         variables: Set(new.variables),
-        state: Set(state.to_owned()),
+        state: Set(state),
         on_failure: Set(new.on_failure),
         error: Set(None),
         expires_at: Set(new.expires_at),
@@ -177,6 +177,8 @@ pub async fn insert_deployment(
         operation_id: Set(Some(operation)),
         phase: Set(Some(phase.to_owned())),
         project_id: Set(Some(new.project_id)),
+        health: Set("UNKNOWN".to_owned()),
+        health_changed_at: Set(None),
     }
     .insert(&txn)
     .await?;
@@ -194,7 +196,9 @@ pub async fn find_deployment(
 
 #[derive(Default, Clone)]
 pub struct DeploymentFilter {
-    pub states: Vec<String>,
+    pub states: Vec<DeploymentState>,
+    /// Rolled-up healths (`deployments.health`), any of them.
+    pub healths: Vec<String>,
     pub blueprint_id: Option<Uuid>,
     pub element_id: Option<Uuid>,
     /// Part of the name.
@@ -213,6 +217,9 @@ pub async fn list_deployments(
     let mut query = deployment::Entity::find();
     if !filter.states.is_empty() {
         query = query.filter(deployment::Column::State.is_in(filter.states.clone()));
+    }
+    if !filter.healths.is_empty() {
+        query = query.filter(deployment::Column::Health.is_in(filter.healths.clone()));
     }
     if let Some(id) = filter.blueprint_id {
         query = query.filter(deployment::Column::BlueprintId.eq(id));
@@ -243,7 +250,7 @@ pub async fn list_deployments(
 /// A deployment's new state, with its phase and error (both replaced), and
 /// a new operation id when one starts.
 pub struct DeploymentChange<'a> {
-    pub state: &'a str,
+    pub state: DeploymentState,
     /// `None` once settled.
     pub phase: Option<&'a str>,
     pub error: Option<&'a str>,
@@ -285,8 +292,8 @@ pub async fn begin_redeploy(
     id: Uuid,
     deployment: DeploymentChange<'_>,
     keys: &[String],
-    holding: &[&str],
-    to_destroy: &str,
+    holding: &[NodeState],
+    to_destroy: NodeState,
 ) -> Result<(), DbErr> {
     let txn = db.begin().await?;
     change_deployment(&txn, id, deployment).await?;
@@ -310,7 +317,7 @@ pub async fn set_expiry(
 
 pub async fn deployments_in(
     db: &DatabaseConnection,
-    states: &[&str],
+    states: &[DeploymentState],
 ) -> Result<Vec<DeploymentRow>, DbErr> {
     deployment::Entity::find()
         .filter(deployment::Column::State.is_in(states.iter().copied()))
@@ -323,7 +330,7 @@ pub async fn deployments_in(
 pub async fn expired(
     db: &DatabaseConnection,
     now: DateTime<Utc>,
-    live: &[&str],
+    live: &[DeploymentState],
 ) -> Result<Vec<DeploymentRow>, DbErr> {
     deployment::Entity::find()
         .filter(deployment::Column::ExpiresAt.lte(now))

@@ -20,10 +20,11 @@ use std::time::Duration;
 use chrono::{DateTime, SecondsFormat, Utc};
 use rusqlite::types::Value as Sql;
 use sea_orm::sea_query::Value;
-use sea_orm::{DbBackend, DbErr};
+use sea_orm::{ActiveEnum as _, DbBackend, DbErr};
 
 use super::deployments::{EventRow, Group, GroupWrite};
 use super::repositories::{ElementWrite, Stored, hash_bytes};
+use super::states::{ElementStatus, EventState};
 
 /// How long a write waits for SQLite's one write lock, held by the pool's
 /// connections: sqlx's own default.
@@ -205,7 +206,7 @@ impl<'t> ElementStatements<'t> {
             insert: txn.prepare_cached(
                 "INSERT INTO elements (id, repository_id, name, version, inventory_hash, \
                  manifest, status, status_message, installed, installed_at, created_at, \
-                 updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'NEW', NULL, 0, NULL, ?7, ?7)",
+                 updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?8, NULL, 0, NULL, ?7, ?7)",
             )?,
             update: txn.prepare_cached(
                 "UPDATE elements SET inventory_hash = ?2, manifest = ?3, updated_at = ?4 \
@@ -244,7 +245,8 @@ impl<'t> ElementStatements<'t> {
             write.version,
             write.hash,
             write.manifest,
-            now
+            now,
+            ElementStatus::New.as_str()
         ])?;
         self.artifacts_of(id, write.artifacts)
     }
@@ -349,7 +351,11 @@ fn event_row(row: &rusqlite::Row<'_>) -> Result<EventRow, DbErr> {
             .with_timezone(&Utc),
         kind: row.get("kind").map_err(read)?,
         node_key: row.get("node_key").map_err(read)?,
-        state: row.get("state").map_err(read)?,
+        state: row
+            .get::<_, Option<String>>("state")
+            .map_err(read)?
+            .map(|text| EventState::try_from_value(&text))
+            .transpose()?,
         message: row.get("message").map_err(read)?,
     })
 }

@@ -1,4 +1,5 @@
 //! sea-orm entities. One module per table; no GraphQL or domain logic here.
+//! State and status columns are typed by the enums of `states`.
 
 pub mod user {
     use sea_orm::entity::prelude::*;
@@ -73,6 +74,8 @@ pub mod api_token {
 pub mod repository {
     use sea_orm::entity::prelude::*;
 
+    use crate::store::states::RepositoryStatus;
+
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
     #[sea_orm(table_name = "repositories")]
     pub struct Model {
@@ -86,7 +89,7 @@ pub mod repository {
         pub sync_mode: String,
         pub priority: i32,
         pub refresh_interval_seconds: i64,
-        pub status: String,
+        pub status: RepositoryStatus,
         pub status_message: Option<String>,
         pub elements_seen: i64,
         pub elements_stored: i64,
@@ -114,6 +117,8 @@ pub mod repository {
 pub mod element {
     use sea_orm::entity::prelude::*;
 
+    use crate::store::states::ElementStatus;
+
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
     #[sea_orm(table_name = "elements")]
     pub struct Model {
@@ -126,7 +131,7 @@ pub mod element {
         pub inventory_hash: Option<String>,
         /// The manifest as JSON text; `None` until fetched (LAZY).
         pub manifest: Option<String>,
-        pub status: String,
+        pub status: ElementStatus,
         pub status_message: Option<String>,
         pub installed: bool,
         pub installed_at: Option<DateTimeUtc>,
@@ -243,6 +248,8 @@ pub mod element_binding {
 pub mod provider {
     use sea_orm::entity::prelude::*;
 
+    use crate::store::states::ProviderStatus;
+
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
     #[sea_orm(table_name = "providers")]
     pub struct Model {
@@ -262,7 +269,7 @@ pub mod provider {
         pub auto_load: bool,
         /// SHA-256 (hex) of the registration token.
         pub token_hash: String,
-        pub status: String,
+        pub status: ProviderStatus,
         pub status_message: Option<String>,
         pub resolved_commit: Option<String>,
         /// The parsed `corbel-provider.yaml`, as JSON text.
@@ -310,6 +317,8 @@ pub mod blueprint {
 pub mod deployment {
     use sea_orm::entity::prelude::*;
 
+    use crate::store::states::DeploymentState;
+
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
     #[sea_orm(table_name = "deployments")]
     pub struct Model {
@@ -323,7 +332,7 @@ pub mod deployment {
         pub source: String,
         /// The bound variables, a JSON object as text.
         pub variables: String,
-        pub state: String,
+        pub state: DeploymentState,
         pub on_failure: String,
         pub error: Option<String>,
         pub expires_at: Option<DateTimeUtc>,
@@ -337,6 +346,10 @@ pub mod deployment {
         pub phase: Option<String>,
         /// The project it belongs to (set for every row since migration 8).
         pub project_id: Option<Uuid>,
+        /// Its nodes' health rolled up, worst first: `DOWN`, `DEGRADED`,
+        /// `UNKNOWN`, `HEALTHY` (migration 13).
+        pub health: String,
+        pub health_changed_at: Option<DateTimeUtc>,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
@@ -357,6 +370,8 @@ pub mod deployment {
 pub mod deployment_node {
     use sea_orm::entity::prelude::*;
 
+    use crate::store::states::NodeState;
+
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
     #[sea_orm(table_name = "deployment_nodes")]
     pub struct Model {
@@ -370,7 +385,7 @@ pub mod deployment_node {
         pub provider_id: Option<Uuid>,
         /// The provider node it is placed on.
         pub node: Option<String>,
-        pub state: String,
+        pub state: NodeState,
         /// The rendered configuration, JSON text.
         pub config: Option<String>,
         /// The outputs, JSON text.
@@ -431,6 +446,8 @@ pub mod journal {
 pub mod deployment_plan {
     use sea_orm::entity::prelude::*;
 
+    use crate::store::states::PlanState;
+
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
     #[sea_orm(table_name = "deployment_plans")]
     pub struct Model {
@@ -450,8 +467,7 @@ pub mod deployment_plan {
         pub basis: String,
         /// The changes (JSON).
         pub changes: String,
-        /// `PENDING` or `APPLIED`.
-        pub state: String,
+        pub state: PlanState,
         pub applied_at: Option<DateTimeUtc>,
     }
 
@@ -495,6 +511,8 @@ pub mod deployment_revision {
 pub mod deployment_event {
     use sea_orm::entity::prelude::*;
 
+    use crate::store::states::EventState;
+
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
     #[sea_orm(table_name = "deployment_events")]
     pub struct Model {
@@ -504,7 +522,7 @@ pub mod deployment_event {
         pub at: DateTimeUtc,
         pub kind: String,
         pub node_key: Option<String>,
-        pub state: Option<String>,
+        pub state: Option<EventState>,
         pub message: String,
     }
 
@@ -582,6 +600,43 @@ pub mod audit_entry {
         pub error: Option<String>,
         pub duration_micros: i64,
         pub address: Option<String>,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod resource_health {
+    use sea_orm::entity::prelude::*;
+
+    /// What was last learned of a deployed resource's health (migration 13).
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "resource_health")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub node_id: Uuid,
+        pub deployment_id: Uuid,
+        /// `HEALTHY`, `DEGRADED`, `DOWN` or `UNKNOWN`.
+        pub health: String,
+        pub reason: Option<String>,
+        pub changed_at: DateTimeUtc,
+        /// The node's `updated_at` when this was learned: a node written
+        /// since (deployed again, updated) is judged afresh.
+        pub node_updated_at: DateTimeUtc,
+        /// Restarts by its restart policy or by hand, ever.
+        pub restarts: i32,
+        /// When the current restart window opened, and the restarts in it.
+        pub window_from: Option<DateTimeUtc>,
+        pub window_restarts: i32,
+        /// When the next restart may go (the backoff), while one is due.
+        pub next_restart_at: Option<DateTimeUtc>,
+        /// Healing stopped: a crash loop.
+        pub gave_up: bool,
+        /// The keys whose observed config differs from the deployed one, a
+        /// JSON array, or none.
+        pub drift: Option<String>,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

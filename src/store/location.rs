@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use crate::redact::is_credential_name;
+
 /// A database URL that cannot be used; the message never holds the URL itself
 /// (it may carry a password).
 #[derive(Debug, thiserror::Error)]
@@ -76,26 +78,51 @@ impl DatabaseLocation {
                 if url.password().is_some() {
                     let _ = url.set_password(Some(REDACTED));
                 }
+                // `?password=` (and `sslpassword`, …) hold one as well.
+                if url.query_pairs().any(|(name, _)| is_credential_name(&name)) {
+                    let pairs: Vec<(String, String)> = url
+                        .query_pairs()
+                        .map(|(name, value)| {
+                            let value = match is_credential_name(&name) {
+                                true => REDACTED.to_owned(),
+                                false => value.into_owned(),
+                            };
+                            (name.into_owned(), value)
+                        })
+                        .collect();
+                    url.query_pairs_mut().clear().extend_pairs(pairs);
+                }
                 url.to_string()
             }
         }
     }
 
+    /// The passwords the location carries (userinfo and parameters).
+    fn passwords(&self) -> Vec<String> {
+        match self {
+            Self::Sqlite(_) => Vec::new(),
+            Self::Postgres(url) => url
+                .password()
+                .map(str::to_owned)
+                .into_iter()
+                .chain(
+                    url.query_pairs()
+                        .filter(|(name, _)| is_credential_name(name))
+                        .map(|(_, value)| value.into_owned()),
+                )
+                .collect(),
+        }
+    }
+
     /// Whether the location carries a password (which [`Self::redacted`] hides).
     pub fn has_password(&self) -> bool {
-        match self {
-            Self::Sqlite(_) => false,
-            Self::Postgres(url) => url.password().is_some(),
-        }
+        !self.passwords().is_empty()
     }
 
     /// Whether the password is the placeholder [`Self::redacted`] shows: a URL
     /// copied from `corbel config` without the real password put back.
     pub fn has_redacted_password(&self) -> bool {
-        match self {
-            Self::Sqlite(_) => false,
-            Self::Postgres(url) => url.password() == Some(REDACTED),
-        }
+        self.passwords().iter().any(|p| p == REDACTED)
     }
 
     /// What identifies the store itself, independent of credentials and of how a
@@ -144,5 +171,24 @@ mod tests {
         );
         let no_password = DatabaseLocation::parse("postgres://u@db.example/c").unwrap();
         assert_eq!(no_password.redacted(), "postgres://u@db.example/c");
+    }
+
+    #[test]
+    fn a_password_given_as_a_parameter_is_redacted_too() {
+        let pg = DatabaseLocation::parse(
+            "postgres://u@db.example/c?sslmode=require&password=s3cret&sslpassword=k3y",
+        )
+        .unwrap();
+        let shown = pg.redacted();
+        assert_eq!(
+            shown,
+            "postgres://u@db.example/c?sslmode=require&password=***&sslpassword=***"
+        );
+        assert!(pg.has_password() && !pg.has_redacted_password());
+        assert!(
+            DatabaseLocation::parse(&shown)
+                .unwrap()
+                .has_redacted_password()
+        );
     }
 }

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod deployments;
 pub mod direct;
 pub mod entities;
+pub mod health;
 mod location;
 pub mod lock;
 pub mod plans;
@@ -16,6 +17,7 @@ pub mod projects;
 pub mod providers;
 pub mod repositories;
 pub mod revisions;
+pub mod states;
 pub mod users;
 
 use std::time::Duration;
@@ -144,6 +146,34 @@ fn sqlite_without_memory_statistics() {
 }
 
 /// Applies every pending migration.
+/// Values one `IN (…)` list of [`find_in`] takes (under SQLite's and
+/// PostgreSQL's limits on a statement's parameters).
+const IN_LIST: usize = 500;
+
+/// The rows of `E` whose `column` is one of `values`, in no particular
+/// order: one query per [`IN_LIST`] values.
+pub(crate) async fn find_in<E, V>(
+    db: &DatabaseConnection,
+    column: E::Column,
+    values: &[V],
+) -> Result<Vec<E::Model>, DbErr>
+where
+    E: sea_orm::EntityTrait,
+    V: Into<sea_orm::Value> + Clone,
+{
+    use sea_orm::{ColumnTrait, QueryFilter};
+    let mut rows = Vec::with_capacity(values.len());
+    for chunk in values.chunks(IN_LIST) {
+        rows.extend(
+            E::find()
+                .filter(column.is_in(chunk.iter().cloned()))
+                .all(db)
+                .await?,
+        );
+    }
+    Ok(rows)
+}
+
 pub async fn migrate(db: &DatabaseConnection) -> Result<(), StoreError> {
     Migrator::up(db, None).await.map_err(StoreError::Migrate)
 }

@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use super::deployments::{DeploymentChange, NewNode, change_deployment};
 use super::entities::{deployment, deployment_node, deployment_plan};
+use super::states::{NodeState, PlanState};
 
 pub use deployment_plan::Model as PlanRow;
 // The revisions live in `revisions` (a new deployment opens its first one
@@ -36,7 +37,7 @@ pub async fn find_plan(db: &DatabaseConnection, id: Uuid) -> Result<Option<PlanR
 /// placement when it is made again as something else.
 pub struct NodeMark {
     pub id: Uuid,
-    pub state: String,
+    pub state: NodeState,
     pub resource_type: Option<String>,
     pub provider_id: Option<Uuid>,
     pub node: Option<Option<String>>,
@@ -59,11 +60,11 @@ pub struct ApplyStart<'a> {
     pub change: DeploymentChange<'a>,
     pub marks: Vec<NodeMark>,
     pub added: Vec<AddedNode>,
-    pub node_state: &'a str,
-    pub plan_state: &'a str,
+    pub node_state: NodeState,
+    pub plan_state: PlanState,
     pub revision: NewRevision,
     /// Rows left by an earlier apply (retired), removed first.
-    pub remove_states: &'a [&'a str],
+    pub remove_states: &'a [NodeState],
 }
 
 /// Starts an apply in one transaction; returns the revision's number.
@@ -113,7 +114,7 @@ pub async fn begin_apply(db: &DatabaseConnection, start: ApplyStart<'_>) -> Resu
             resource_type: Set(n.resource_type),
             provider_id: Set(n.provider_id),
             node: Set(n.node),
-            state: Set(start.node_state.to_owned()),
+            state: Set(start.node_state),
             config: Set(None),
             outputs: Set(None),
             error: Set(None),
@@ -144,7 +145,7 @@ pub async fn begin_apply(db: &DatabaseConnection, start: ApplyStart<'_>) -> Resu
 pub async fn remove_nodes(
     db: &impl ConnectionTrait,
     deployment_id: Uuid,
-    states: &[&str],
+    states: &[NodeState],
 ) -> Result<u64, DbErr> {
     if states.is_empty() {
         return Ok(0);
@@ -159,7 +160,7 @@ pub async fn remove_nodes(
 
 /// Moves the nodes `ids` to `to` (retiring nodes back to
 /// running when their replacement did not come up).
-pub async fn move_nodes(db: &DatabaseConnection, ids: &[Uuid], to: &str) -> Result<(), DbErr> {
+pub async fn move_nodes(db: &DatabaseConnection, ids: &[Uuid], to: NodeState) -> Result<(), DbErr> {
     if ids.is_empty() {
         return Ok(());
     }

@@ -8,6 +8,7 @@ use sea_orm::{
 use uuid::Uuid;
 
 use super::entities::{blueprint, deployment, project, project_member, user};
+use super::states::DeploymentState;
 
 pub use project::Model as ProjectRow;
 pub use project_member::Model as MemberRow;
@@ -118,19 +119,15 @@ pub async fn update_project(
 }
 
 /// What a project holds: its blueprints, and its deployments that are not
-/// in `gone` (destroyed).
-pub async fn project_holdings(
-    db: &DatabaseConnection,
-    id: Uuid,
-    gone: &str,
-) -> Result<(u64, u64), DbErr> {
+/// destroyed.
+pub async fn project_holdings(db: &DatabaseConnection, id: Uuid) -> Result<(u64, u64), DbErr> {
     let blueprints = blueprint::Entity::find()
         .filter(blueprint::Column::ProjectId.eq(id))
         .count(db)
         .await?;
     let deployments = deployment::Entity::find()
         .filter(deployment::Column::ProjectId.eq(id))
-        .filter(deployment::Column::State.ne(gone))
+        .filter(deployment::Column::State.ne(DeploymentState::Destroyed))
         .count(db)
         .await?;
     Ok((blueprints, deployments))

@@ -9,6 +9,7 @@ use sea_orm::{
 use uuid::Uuid;
 
 use super::entities::provider;
+use super::states::ProviderStatus;
 
 pub use provider::Model as ProviderRow;
 
@@ -29,7 +30,7 @@ pub struct NewProvider {
 pub async fn insert(
     db: &DatabaseConnection,
     new: NewProvider,
-    status: &str,
+    status: ProviderStatus,
 ) -> Result<ProviderRow, DbErr> {
     let now = Utc::now();
     provider::ActiveModel {
@@ -42,7 +43,7 @@ pub async fn insert(
         secret_config: Set(new.secret_config),
         auto_load: Set(new.auto_load),
         token_hash: Set(new.token_hash),
-        status: Set(status.to_owned()),
+        status: Set(status),
         status_message: Set(None),
         resolved_commit: Set(None),
         metadata: Set(None),
@@ -128,7 +129,7 @@ pub async fn update(
 pub async fn set_status(
     db: &DatabaseConnection,
     id: Uuid,
-    status: &str,
+    status: ProviderStatus,
     message: Option<&str>,
 ) -> Result<(), DbErr> {
     provider::Entity::update_many()
@@ -268,16 +269,15 @@ pub async fn delete_unless_holding(db: &DatabaseConnection, id: Uuid) -> Result<
 
 /// At boot no provider runs yet (a provider exits when its server goes away):
 /// every status but `FAILED` becomes `UNLOADED`.
-pub async fn reset_statuses(
-    db: &DatabaseConnection,
-    unloaded: &str,
-    failed: &str,
-) -> Result<(), DbErr> {
+pub async fn reset_statuses(db: &DatabaseConnection) -> Result<(), DbErr> {
     provider::Entity::update_many()
-        .col_expr(provider::Column::Status, Expr::value(unloaded))
+        .col_expr(
+            provider::Column::Status,
+            Expr::value(ProviderStatus::Unloaded),
+        )
         .col_expr(provider::Column::StatusMessage, Expr::value(None::<String>))
-        .filter(provider::Column::Status.ne(unloaded))
-        .filter(provider::Column::Status.ne(failed))
+        .filter(provider::Column::Status.ne(ProviderStatus::Unloaded))
+        .filter(provider::Column::Status.ne(ProviderStatus::Failed))
         .exec(db)
         .await
         .map(drop)

@@ -12,14 +12,17 @@ use sea_orm::{
 use uuid::Uuid;
 
 use super::entities::{artifact, element, element_binding, invalid_element, repository};
+use super::states::{ElementStatus, RepositoryStatus};
 
 pub use artifact::Model as ArtifactRow;
 pub use element::Model as ElementRow;
 pub use invalid_element::Model as InvalidElementRow;
 pub use repository::Model as RepositoryRow;
 
-/// A new repository row.
+/// A new repository row; the id is the caller's (its driver may be sealed
+/// for it).
 pub struct NewRepository {
+    pub id: Uuid,
     pub name: String,
     pub driver_kind: String,
     pub driver_spec: String,
@@ -31,18 +34,18 @@ pub struct NewRepository {
 pub async fn insert_repository(
     db: &DatabaseConnection,
     new: NewRepository,
-    status: &str,
+    status: RepositoryStatus,
 ) -> Result<RepositoryRow, DbErr> {
     let now = Utc::now();
     repository::ActiveModel {
-        id: Set(Uuid::new_v4()),
+        id: Set(new.id),
         name: Set(new.name),
         driver_kind: Set(new.driver_kind),
         driver_spec: Set(new.driver_spec),
         sync_mode: Set(new.sync_mode),
         priority: Set(new.priority),
         refresh_interval_seconds: Set(new.refresh_interval_seconds),
-        status: Set(status.to_owned()),
+        status: Set(status),
         status_message: Set(None),
         elements_seen: Set(0),
         elements_stored: Set(0),
@@ -54,6 +57,29 @@ pub async fn insert_repository(
     }
     .insert(db)
     .await
+}
+
+/// Replaces `driver_spec`s (`(id, read, new)`) in one transaction, each
+/// only if it still holds the value read: all, or none (an error).
+pub async fn replace_driver_specs(
+    db: &DatabaseConnection,
+    changes: &[(Uuid, String, String)],
+) -> Result<(), DbErr> {
+    let txn = sea_orm::TransactionTrait::begin(db).await?;
+    for (id, old, new) in changes {
+        let done = repository::Entity::update_many()
+            .col_expr(repository::Column::DriverSpec, Expr::value(new.clone()))
+            .filter(repository::Column::Id.eq(*id))
+            .filter(repository::Column::DriverSpec.eq(old.clone()))
+            .exec(&txn)
+            .await?;
+        if done.rows_affected != 1 {
+            return Err(DbErr::Custom(format!(
+                "repository {id} was changed or removed meanwhile; nothing was replaced"
+            )));
+        }
+    }
+    txn.commit().await
 }
 
 pub async fn find_repository(
@@ -112,7 +138,7 @@ pub async fn update_repository(
 pub async fn set_repository_status(
     db: &DatabaseConnection,
     id: Uuid,
-    status: &str,
+    status: RepositoryStatus,
     message: Option<String>,
 ) -> Result<(), DbErr> {
     repository::Entity::update_many()
@@ -143,7 +169,7 @@ pub async fn set_repository_progress(
 pub async fn finish_sync(
     db: &DatabaseConnection,
     id: Uuid,
-    status: &str,
+    status: RepositoryStatus,
     message: Option<String>,
     synced_at: Option<DateTime<Utc>>,
     next_refresh_at: DateTime<Utc>,
@@ -173,7 +199,7 @@ pub async fn due_repositories(
 ) -> Result<Vec<RepositoryRow>, DbErr> {
     repository::Entity::find()
         .filter(repository::Column::NextRefreshAt.lte(now))
-        .filter(repository::Column::Status.ne("SYNCING"))
+        .filter(repository::Column::Status.ne(RepositoryStatus::Syncing))
         .all(db)
         .await
 }
@@ -316,7 +342,7 @@ pub async fn write_batch(
                 version: Set(write.version),
                 inventory_hash: Set(write.hash),
                 manifest: Set(write.manifest),
-                status: Set("NEW".to_owned()),
+                status: Set(ElementStatus::New),
                 status_message: Set(None),
                 installed: Set(false),
                 installed_at: Set(None),
@@ -590,16 +616,7 @@ pub async fn elements_named(
     db: &DatabaseConnection,
     names: &[String],
 ) -> Result<Vec<ElementRow>, DbErr> {
-    let mut out = Vec::new();
-    for chunk in names.chunks(500) {
-        out.extend(
-            element::Entity::find()
-                .filter(element::Column::Name.is_in(chunk.iter().cloned()))
-                .all(db)
-                .await?,
-        );
-    }
-    Ok(out)
+    super::find_in::<element::Entity, _>(db, element::Column::Name, names).await
 }
 
 pub async fn repository_priorities(db: &DatabaseConnection) -> Result<HashMap<Uuid, i32>, DbErr> {
@@ -676,7 +693,7 @@ pub async fn commit_install(db: &DatabaseConnection, plan: InstallTxn) -> Result
                 element::Column::InstalledAt,
                 Expr::value(Option::<DateTime<Utc>>::None),
             )
-            .col_expr(element::Column::Status, Expr::value("NEW"))
+            .col_expr(element::Column::Status, Expr::value(ElementStatus::New))
             .col_expr(element::Column::UpdatedAt, Expr::value(now))
             .filter(element::Column::Id.eq(old))
             .exec(&txn)
@@ -697,7 +714,7 @@ pub async fn commit_install(db: &DatabaseConnection, plan: InstallTxn) -> Result
         element::Entity::update_many()
             .col_expr(element::Column::Installed, Expr::value(true))
             .col_expr(element::Column::InstalledAt, Expr::value(Some(now)))
-            .col_expr(element::Column::Status, Expr::value("ACTIVE"))
+            .col_expr(element::Column::Status, Expr::value(ElementStatus::Active))
             .col_expr(
                 element::Column::StatusMessage,
                 Expr::value(Option::<String>::None),
@@ -730,7 +747,7 @@ pub async fn commit_install(db: &DatabaseConnection, plan: InstallTxn) -> Result
 pub async fn set_element_status(
     db: &DatabaseConnection,
     ids: &[Uuid],
-    status: &str,
+    status: ElementStatus,
     message: Option<String>,
 ) -> Result<(), DbErr> {
     element::Entity::update_many()
@@ -756,7 +773,7 @@ pub async fn commit_uninstall(db: &DatabaseConnection, id: Uuid) -> Result<(), D
             element::Column::InstalledAt,
             Expr::value(Option::<DateTime<Utc>>::None),
         )
-        .col_expr(element::Column::Status, Expr::value("NEW"))
+        .col_expr(element::Column::Status, Expr::value(ElementStatus::New))
         .col_expr(element::Column::UpdatedAt, Expr::value(Utc::now()))
         .filter(element::Column::Id.eq(id))
         .exec(&txn)

@@ -5,7 +5,8 @@
 //! last request asked (every call can succeed here, so nothing may fail), and
 //! the processes running with the run's mark exactly those its COMPLETE
 //! nodes name, each once. At the end everything is destroyed and nothing with
-//! the mark may be left.
+//! the mark may be left. `heal` kills the server while a `restart:` policy
+//! restarts a resource (issue 37).
 //!
 //! Knobs (environment): `CORBEL_CHAOS_SEED` (default: a fixed seed per test;
 //! always printed), `CORBEL_CHAOS_KILLS` (faults to inject), and
@@ -13,7 +14,9 @@
 //! of at the first one. `scripts/soak.sh` runs them long.
 
 mod chaos;
+mod heal;
 mod invariants;
+mod job;
 mod moment;
 mod observe;
 mod partition;

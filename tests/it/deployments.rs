@@ -6,6 +6,7 @@ mod docker;
 mod events;
 mod faults;
 mod installs;
+mod jobs;
 mod journal;
 mod lifecycle;
 mod placement;

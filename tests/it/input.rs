@@ -20,7 +20,7 @@ use crate::support::{ADMIN_TOKEN, TestApp, TestStore, data, eventually};
 
 /// The process's peak resident memory so far (`VmHWM`), in bytes. The server
 /// runs in this process, and nextest gives each test its own process.
-fn peak_rss() -> u64 {
+pub(crate) fn peak_rss() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let line = status
         .lines()
@@ -36,7 +36,7 @@ fn peak_rss() -> u64 {
 
 /// How much the peak may grow while a bomb is refused. Expanded, the bombs
 /// below are 300 MB of strings before any copy is made.
-const PEAK_GROWTH_LIMIT: u64 = 100 * 1024 * 1024;
+pub(crate) const PEAK_GROWTH_LIMIT: u64 = 100 * 1024 * 1024;
 
 /// A 100 KB string anchored once and used 3,000 times: about 300 KB of text,
 /// 300 MB expanded.

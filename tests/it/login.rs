@@ -61,6 +61,7 @@ fn assert_limited(body: &Value, what: &str) {
 async fn failed_logins_are_limited_per_address_and_per_user() {
     let app = with_password(|c| {
         c.login.user_burst = 3;
+        c.login.user_ceiling = 3;
         c.login.address_burst = 5;
         // No refill within the test, however slowly it runs.
         c.login.user_refill = std::time::Duration::from_secs(3600);
@@ -106,7 +107,13 @@ async fn failed_logins_are_limited_per_address_and_per_user() {
         assert_eq!(error_code(&body), Some("UNAUTHENTICATED"), "{body}");
     }
     let body = login(&app, &client, "admin", PASSWORD, Some("192.0.2.200")).await;
-    assert_limited(&body, "this user name");
+    assert_limited(
+        &body,
+        "this user name from addresses it has not signed in from",
+    );
+    // ...but not from an address it signed in from.
+    let body = login(&app, &client, "admin", PASSWORD, Some("198.51.100.2")).await;
+    assert!(data(&body)["login"]["token"].is_string(), "{body}");
     // ...and no other name.
     let body = login(
         &app,
@@ -117,6 +124,31 @@ async fn failed_logins_are_limited_per_address_and_per_user() {
     )
     .await;
     assert_eq!(error_code(&body), Some("UNAUTHENTICATED"), "{body}");
+}
+
+/// One address guessing a name slows down only itself: the right password
+/// from another address gets in every time.
+#[tokio::test]
+async fn one_address_guessing_a_name_never_keeps_its_owner_out() {
+    let app = with_password(|c| {
+        c.login.user_burst = 2;
+        c.login.user_refill = std::time::Duration::from_secs(3600);
+        c.login.trusted_proxies = vec!["127.0.0.1".parse().unwrap()];
+    })
+    .await;
+    let client = reqwest::Client::new();
+    for _ in 0..2 {
+        let body = login(&app, &client, "admin", "wrong", Some("198.51.100.66")).await;
+        assert_eq!(error_code(&body), Some("UNAUTHENTICATED"), "{body}");
+    }
+    for _ in 0..3 {
+        // The guessing address is refused, even with the right password...
+        let body = login(&app, &client, "admin", PASSWORD, Some("198.51.100.66")).await;
+        assert_limited(&body, "this user name from this address");
+        // ...and the owner, from anywhere else, gets in.
+        let body = login(&app, &client, "admin", PASSWORD, Some("203.0.113.10")).await;
+        assert!(data(&body)["login"]["token"].is_string(), "{body}");
+    }
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! A Corbel provider for a Docker engine: containers, networks and volumes
-//! (`docker.v1.container`, `docker.v1.network`, `docker.v1.volume`).
+//! (`docker.v1.container`, `docker.v1.network`, `docker.v1.volume`), and
+//! containers run to their end (`docker.v1.job`, see [`job`]).
 //!
 //! Exactly once, with no local state: everything the provider creates carries
 //! the label `io.corbel.resource=<resource id>` (and its deployment, key and
@@ -14,8 +15,13 @@
 pub mod config;
 pub mod container;
 pub mod engine;
+pub mod exec;
+pub mod files;
+pub mod health;
 pub mod image;
+pub mod job;
 pub mod objects;
+pub mod watch;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex as SyncMutex, RwLock};
@@ -23,12 +29,15 @@ use std::sync::{Arc, Mutex as SyncMutex, RwLock};
 use bollard::Docker;
 use corbel_provider_sdk::serde_json::{Value, json};
 use corbel_provider_sdk::{
-    Events, Provider, ProviderInfo, Status, StepError, StepResult, async_trait, proto,
+    Events, ExecInputs, ExecOutputs, FilesArchive, FilesSink, Provider, ProviderInfo, Status,
+    StatusSink, StepError, StepResult, async_trait, proto,
 };
 use tokio::sync::Mutex;
 
 use crate::config::{ContainerConfig, NetworkConfig, ProviderConfig, VolumeConfig};
 use crate::engine::{Kind, Problem, call, status};
+use crate::health::Observed;
+use crate::watch::Watcher;
 
 pub const CONTAINER: &str = "docker.v1.container";
 pub const NETWORK: &str = "docker.v1.network";
@@ -44,6 +53,14 @@ pub struct DockerProvider {
     client: Mutex<Option<(Option<String>, Docker)>>,
     /// One lock per resource id, so two calls for one resource never interleave.
     locks: SyncMutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// The health board and the task keeping it current ("watch").
+    watcher: Arc<Watcher>,
+}
+
+impl Drop for DockerProvider {
+    fn drop(&mut self) {
+        self.watcher.stop();
+    }
 }
 
 impl Default for DockerProvider {
@@ -58,6 +75,7 @@ impl DockerProvider {
             config: RwLock::new(ProviderConfig::default()),
             client: Mutex::new(None),
             locks: SyncMutex::new(HashMap::new()),
+            watcher: Arc::default(),
         }
     }
 
@@ -107,6 +125,7 @@ impl DockerProvider {
             Container(Box<ContainerConfig>),
             Network(NetworkConfig),
             Volume(VolumeConfig),
+            Job(Box<job::JobConfig>),
         }
         let parsed = match resource.r#type.as_str() {
             CONTAINER => Parsed::Container(Box::new(
@@ -118,11 +137,15 @@ impl DockerProvider {
             VOLUME => Parsed::Volume(
                 VolumeConfig::parse(&resource.config_json).map_err(Problem::invalid)?,
             ),
+            job::JOB => Parsed::Job(Box::new(
+                job::JobConfig::parse(&resource.config_json).map_err(Problem::invalid)?,
+            )),
             other => return Err(unknown_type(other)),
         };
         require_id(resource)?;
         let client = self.client().await?;
         match parsed {
+            Parsed::Job(config) => job::deploy(&client, resource, &config, events).await,
             Parsed::Container(config) => {
                 container::deploy(&client, resource, &config, events).await
             }
@@ -137,6 +160,13 @@ impl DockerProvider {
 
     /// A container's limits and restart policy, changed in place; networks and
     /// volumes declare nothing updatable, so Corbel replaces them instead.
+    /// The resource's health read onto the board, when the engine answers.
+    async fn refresh(&self, resource: &proto::Resource) {
+        if let Ok(client) = self.client().await {
+            self.watcher.refresh(&client, resource).await;
+        }
+    }
+
     async fn update(
         &self,
         request: &proto::UpdateResourceRequest,
@@ -145,7 +175,7 @@ impl DockerProvider {
         let resource = request.resource.clone().unwrap_or_default();
         let config = match resource.r#type.as_str() {
             CONTAINER => ContainerConfig::parse(&resource.config_json).map_err(Problem::invalid)?,
-            NETWORK | VOLUME => {
+            NETWORK | VOLUME | job::JOB => {
                 return Err(Problem::precondition(format!(
                     "a {} does not change in place: it must be replaced",
                     resource.r#type
@@ -169,7 +199,7 @@ impl DockerProvider {
         require_id(resource)?;
         let client = self.client().await?;
         match resource.r#type.as_str() {
-            CONTAINER => {
+            CONTAINER | job::JOB => {
                 container::destroy(&client, resource, self.config().stop_timeout_s, events).await
             }
             NETWORK => objects::destroy_network(&client, resource, events).await,
@@ -178,15 +208,24 @@ impl DockerProvider {
         }
     }
 
-    async fn find_outputs(&self, resource: &proto::Resource) -> Result<Option<Value>, Problem> {
+    /// The resource's outputs and health, when its thing is there.
+    async fn find_outputs(
+        &self,
+        resource: &proto::Resource,
+    ) -> Result<Option<(Value, Observed)>, Problem> {
         require_id(resource)?;
         let client = self.client().await?;
+        let present = |outputs: Option<Value>| outputs.map(|o| (o, Observed::healthy()));
         match resource.r#type.as_str() {
-            CONTAINER => Ok(container::find(&client, resource)
+            CONTAINER | job::JOB => Ok(container::find(&client, resource)
                 .await?
-                .map(|found| container::outputs(&found))),
-            NETWORK => objects::inspect_network(&client, &resource.resource_id).await,
-            VOLUME => objects::inspect_volume(&client, &resource.resource_id).await,
+                .map(|found| (container::outputs(&found), health::of_container(&found)))),
+            NETWORK => Ok(present(
+                objects::inspect_network(&client, &resource.resource_id).await?,
+            )),
+            VOLUME => Ok(present(
+                objects::inspect_volume(&client, &resource.resource_id).await?,
+            )),
             other => Err(unknown_type(other)),
         }
     }
@@ -207,7 +246,7 @@ impl DockerProvider {
             ))
         };
         match (kind, resource.r#type.as_str()) {
-            ("logs", CONTAINER) => {
+            ("logs", CONTAINER | job::JOB) => {
                 let tail = match config.get("tail").filter(|v| !v.is_null()) {
                     None => DEFAULT_TAIL,
                     Some(v) => v
@@ -223,7 +262,7 @@ impl DockerProvider {
                 Ok(json!({ "logs": logs }))
             }
             ("logs", other) => Err(Problem::invalid(format!("a {other} has no logs"))),
-            ("inspect", CONTAINER) => {
+            ("inspect", CONTAINER | job::JOB) => {
                 let found = container::find(&client, resource).await?.ok_or_else(gone)?;
                 Ok(container::inspect_json(&found))
             }
@@ -279,7 +318,8 @@ impl DockerProvider {
 
 fn unknown_type(kind: &str) -> Problem {
     Problem::invalid(format!(
-        "unknown resource type {kind:?}: this provider handles {CONTAINER}, {NETWORK} and {VOLUME}"
+        "unknown resource type {kind:?}: this provider handles {CONTAINER}, {NETWORK}, {VOLUME} and {}",
+        job::JOB
     ))
 }
 
@@ -294,12 +334,16 @@ fn require_id(resource: &proto::Resource) -> Result<(), Problem> {
 impl Provider for DockerProvider {
     fn info(&self) -> ProviderInfo {
         ProviderInfo::new("docker", env!("CARGO_PKG_VERSION"))
-            .features(["deploy", "destroy", "inspect", "nodes", "data", "power"])
-            .resource_types([CONTAINER, NETWORK, VOLUME])
+            .features([
+                "deploy", "destroy", "inspect", "nodes", "data", "power", "watch", "exec", "files",
+            ])
+            .resource_types([CONTAINER, NETWORK, VOLUME, job::JOB])
     }
 
     async fn configure(&self, config: Value) -> Result<(), Status> {
         let parsed = ProviderConfig::parse(&config).map_err(Status::invalid_argument)?;
+        // Watching starts with the first configuration, and follows a new engine.
+        self.watcher.follow(parsed.docker_host.clone());
         *self
             .config
             .write()
@@ -353,7 +397,12 @@ impl Provider for DockerProvider {
         let lock = self.lock_for(&resource.resource_id);
         let result = {
             let _held = lock.lock().await;
-            self.deploy(&resource, &events).await
+            self.watcher.deploying(&resource.resource_id);
+            let result = self.deploy(&resource, &events).await;
+            if result.is_ok() {
+                self.refresh(&resource).await;
+            }
+            result
         };
         self.release(&resource.resource_id, lock);
         Ok(result?)
@@ -391,7 +440,15 @@ impl Provider for DockerProvider {
         let lock = self.lock_for(&resource.resource_id);
         let result = {
             let _held = lock.lock().await;
-            self.destroy(&resource, &events).await
+            // Destroyed on purpose: forgotten, no DOWN for it.
+            self.watcher.destroying(&resource.resource_id);
+            let result = self.destroy(&resource, &events).await;
+            self.watcher
+                .destroyed(&resource.resource_id, result.is_ok());
+            if result.is_err() {
+                self.refresh(&resource).await;
+            }
+            result
         };
         self.release(&resource.resource_id, lock);
         Ok(result?)
@@ -403,11 +460,18 @@ impl Provider for DockerProvider {
     ) -> Result<proto::InspectResponse, Status> {
         let resource = request.resource.unwrap_or_default();
         Ok(match self.find_outputs(&resource).await? {
-            Some(outputs) => proto::InspectResponse {
+            Some((outputs, observed)) => proto::InspectResponse {
                 present: true,
                 outputs_json: outputs.to_string(),
+                health: observed.health as i32,
+                reason: observed.reason,
+                observed_config_json: String::new(),
             },
-            None => proto::InspectResponse::default(),
+            None => proto::InspectResponse {
+                health: proto::Health::Down as i32,
+                reason: "not found on the engine".to_owned(),
+                ..Default::default()
+            },
         })
     }
 
@@ -462,6 +526,54 @@ impl Provider for DockerProvider {
         })
     }
 
+    async fn watch_resources(
+        &self,
+        request: proto::WatchResourcesRequest,
+        sink: StatusSink,
+    ) -> Result<(), Status> {
+        self.watcher.follow(self.config().docker_host);
+        self.watcher.serve(request, sink).await
+    }
+
+    /// A command in the resource's running container (see [`exec`]).
+    async fn exec(
+        &self,
+        start: proto::ExecStart,
+        inputs: ExecInputs,
+        outputs: ExecOutputs,
+    ) -> Result<proto::ExecExit, Status> {
+        let resource = start.resource.clone().unwrap_or_default();
+        if resource.r#type != CONTAINER {
+            return Err(Status::failed_precondition(format!(
+                "a {} runs no commands: only a {CONTAINER} does",
+                resource.r#type
+            )));
+        }
+        require_id(&resource)?;
+        let client = self.client().await?;
+        exec::exec(&client, start, inputs, outputs).await
+    }
+
+    /// An archive extracted into the resource's container (see [`files`]).
+    async fn put_files(
+        &self,
+        target: proto::FilesTarget,
+        archive: FilesArchive,
+    ) -> Result<proto::PutFilesResponse, Status> {
+        let client = self.client().await?;
+        files::put(&client, target, archive).await
+    }
+
+    /// A file or directory of the resource's container as an archive.
+    async fn get_files(
+        &self,
+        request: proto::GetFilesRequest,
+        sink: FilesSink,
+    ) -> Result<(), Status> {
+        let client = self.client().await?;
+        files::get(&client, request, sink).await
+    }
+
     async fn power(&self, request: proto::PowerRequest) -> Result<proto::PowerResponse, Status> {
         let resource = request.resource.unwrap_or_default();
         let action = proto::PowerAction::try_from(request.action).map_err(|_| {
@@ -469,7 +581,7 @@ impl Provider for DockerProvider {
         })?;
         match resource.r#type.as_str() {
             CONTAINER => {}
-            NETWORK | VOLUME => {
+            NETWORK | VOLUME | job::JOB => {
                 return Err(Status::failed_precondition(format!(
                     "a {} has no power",
                     resource.r#type

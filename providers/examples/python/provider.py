@@ -8,6 +8,10 @@ the provider's state directory. Outputs: {"path": ..., "bytes": ...}.
 Exactly once: the intent (the file's path) is recorded durably under the
 resource id *before* the file is written, so a deploy whose outcome Corbel lost
 is found again by Inspect and removed by DestroyResource.
+
+Health (protocol version 3, feature "watch"): a file is HEALTHY while it is
+there and DOWN "file removed" once something else deletes it. WatchResources
+looks at the files every 200 ms inside the stream and sends what changed.
 """
 
 import hashlib
@@ -16,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from concurrent import futures
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -28,9 +33,9 @@ from health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
 NAME = "example-python"
 VERSION = "0.1.0"
-PROTOCOL_VERSIONS = [1]
+PROTOCOL_VERSIONS = [1, 2, 3]
 RESOURCE_TYPE = "example.v1.file"
-FEATURES = ["deploy", "destroy", "inspect", "nodes"]
+FEATURES = ["deploy", "destroy", "inspect", "nodes", "watch"]
 REGISTRY_SERVICE = "corbel.provider.v1.Registry"
 # Deadlines on the calls this provider makes to the registry (seconds).
 # Register waits while Corbel dials back, checks health and configures.
@@ -38,6 +43,9 @@ HANDSHAKE_DEADLINE = 10
 REGISTER_DEADLINE = 60
 UNREGISTER_DEADLINE = 5
 CONFIG_KEYS = {"file_mode"}
+# How often WatchResources looks at the files (seconds).
+WATCH_POLL = 0.2
+REMOVED = "file removed"
 
 
 def log(message):
@@ -110,6 +118,29 @@ class Files:
         except FileNotFoundError:
             return None
 
+    def deployed(self):
+        """The resource ids with a record: every resource this provider holds."""
+        ids = []
+        for name in os.listdir(self.records):
+            if not name.endswith(".json"):
+                continue
+            try:
+                with open(os.path.join(self.records, name)) as f:
+                    ids.append(json.load(f)["resource_id"])
+            except (OSError, ValueError, KeyError):
+                pass  # being written or removed: seen on the next look
+        return ids
+
+    def health(self, resource_id):
+        """(health, reason) of a resource this provider holds, None for one it
+        does not (never deployed, or destroyed through DestroyResource). Call
+        it holding `lock`, so a deploy or destroy is never seen half-way."""
+        if self.record(resource_id) is None:
+            return None
+        if os.path.exists(self.file_path(resource_id)):
+            return (pb.HEALTH_HEALTHY, "")
+        return (pb.HEALTH_DOWN, REMOVED)
+
     def outputs(self, resource_id):
         """The resource's outputs if its file exists."""
         path = self.file_path(resource_id)
@@ -121,8 +152,9 @@ class Files:
 
 
 class Provider(pb_grpc.ProviderServicer):
-    def __init__(self, files):
+    def __init__(self, files, stopping):
         self.files = files
+        self.stopping = stopping
         self.mode = 0o644
         self.config_lock = threading.Lock()
 
@@ -209,10 +241,44 @@ class Provider(pb_grpc.ProviderServicer):
 
     def Inspect(self, request, context):
         r = request.resource
-        outputs = self.files.outputs(r.resource_id)
+        with self.files.lock:
+            outputs = self.files.outputs(r.resource_id)
+            held = self.files.health(r.resource_id)
         if outputs is None:
-            return pb.InspectResponse(present=False)
-        return pb.InspectResponse(present=True, outputs_json=json.dumps(outputs))
+            reason = REMOVED if held else "no such resource"
+            return pb.InspectResponse(present=False, health=pb.HEALTH_DOWN, reason=reason)
+        return pb.InspectResponse(present=True, outputs_json=json.dumps(outputs),
+                                  health=pb.HEALTH_HEALTHY)
+
+    def WatchResources(self, request, context):
+        """The first report (each resource asked about), `synced`, then every
+        change of any file this provider holds, looked at every WATCH_POLL
+        seconds, until Corbel hangs up or the provider stops. No deadline."""
+        seen = {}
+        with self.files.lock:
+            first = [(r.resource_id, self.files.health(r.resource_id)) for r in request.resources]
+        for resource_id, health in first:
+            if health is None:
+                yield resource_status(resource_id, pb.HEALTH_DOWN, "no such resource")
+                continue
+            seen[resource_id] = health
+            yield resource_status(resource_id, *health)
+        yield pb.ResourceStatus(synced=True)
+        while context.is_active() and not self.stopping.wait(WATCH_POLL):
+            with self.files.lock:
+                now = {rid: self.files.health(rid) for rid in set(seen) | set(self.files.deployed())}
+            for resource_id, health in now.items():
+                if health is None:
+                    # Destroyed through DestroyResource: forgotten, no DOWN.
+                    seen.pop(resource_id, None)
+                elif seen.get(resource_id) != health:
+                    seen[resource_id] = health
+                    yield resource_status(resource_id, *health)
+
+
+def resource_status(resource_id, health, reason):
+    return pb.ResourceStatus(resource_id=resource_id, health=health, reason=reason,
+                             changed_at_unix_ms=int(time.time() * 1000))
 
 
 def progress(percent, message):
@@ -269,8 +335,9 @@ def main():
     socket = os.path.join(env["CORBEL_SOCKET_DIR"], f"{env['CORBEL_PROVIDER_ID']}.sock")
     if os.path.exists(socket):
         os.remove(socket)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    pb_grpc.add_ProviderServicer_to_server(Provider(files), server)
+    # A watch holds a worker for as long as it is open: room for more.
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+    pb_grpc.add_ProviderServicer_to_server(Provider(files, stopping), server)
     health_pb2_grpc.add_HealthServicer_to_server(Health(stopping), server)
     server.add_insecure_port(f"unix://{socket}")
     server.start()

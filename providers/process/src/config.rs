@@ -2,7 +2,7 @@
 //! the provider's (from `Configure`) and a resource's (`Resource.config_json`).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use corbel_provider_sdk::config::{object, present, scalar_text};
@@ -24,7 +24,18 @@ pub struct ProviderConfig {
     /// this is the opt-in for anything else the provider's host sets. Names
     /// starting `CORBEL_` are refused: those are the provider's own.
     pub pass_env: Vec<String>,
+    /// How large a service's log file grows before it is rotated
+    /// (`log_max_bytes`, default 1 MiB, from [`LOG_MAX_BYTES_RANGE`]).
+    pub log_max_bytes: u64,
+    /// How many rotated files of each service are kept (`log_files`, default
+    /// 1, at most [`MAX_LOG_FILES`]; 0 keeps none: a full log is emptied).
+    pub log_files: u32,
 }
+
+/// The values `log_max_bytes` may take: 1 KiB to 1 GiB.
+pub const LOG_MAX_BYTES_RANGE: std::ops::RangeInclusive<u64> = 1024..=(1 << 30);
+/// The most rotated files `log_files` may keep.
+pub const MAX_LOG_FILES: u32 = 20;
 
 impl Default for ProviderConfig {
     fn default() -> Self {
@@ -33,6 +44,8 @@ impl Default for ProviderConfig {
             grace: Duration::from_millis(5000),
             state_dir: None,
             pass_env: Vec::new(),
+            log_max_bytes: 1 << 20,
+            log_files: 1,
         }
     }
 }
@@ -70,6 +83,26 @@ impl ProviderConfig {
                 .map(|(i, name)| variable_name(name).map_err(|e| format!("pass_env[{i}]: {e}")))
                 .collect::<Result<_, _>>()?;
         }
+        if let Some(value) = present(map, "log_max_bytes") {
+            parsed.log_max_bytes = value
+                .as_u64()
+                .filter(|n| LOG_MAX_BYTES_RANGE.contains(n))
+                .ok_or_else(|| {
+                    format!(
+                        "log_max_bytes: expected an integer from {} to {}",
+                        LOG_MAX_BYTES_RANGE.start(),
+                        LOG_MAX_BYTES_RANGE.end()
+                    )
+                })?;
+        }
+        if let Some(value) = present(map, "log_files") {
+            parsed.log_files = value
+                .as_u64()
+                .filter(|n| *n <= u64::from(MAX_LOG_FILES))
+                .ok_or_else(|| {
+                    format!("log_files: expected an integer from 0 to {MAX_LOG_FILES}")
+                })? as u32;
+        }
         Ok(parsed)
     }
 }
@@ -83,6 +116,72 @@ pub struct ServiceConfig {
     pub cwd: Option<PathBuf>,
     /// Pick a free port on 127.0.0.1, pass it as `PORT`, report it in outputs.
     pub port: bool,
+    /// What it may touch (`sandbox`, see [`crate::sandbox`]).
+    pub sandbox: Sandbox,
+}
+
+/// A service's `sandbox`: absent, or `{ read: [...], write: [...] }` (absolute
+/// paths) widening what it may touch; `none` to start it unconfined.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sandbox {
+    /// Under a Landlock ruleset: the system's directories, its `cwd`, and these.
+    Confined {
+        read: Vec<PathBuf>,
+        write: Vec<PathBuf>,
+    },
+    /// `sandbox: none`: no ruleset of its own (the provider's still applies).
+    None,
+}
+
+impl Default for Sandbox {
+    fn default() -> Self {
+        Sandbox::Confined {
+            read: Vec::new(),
+            write: Vec::new(),
+        }
+    }
+}
+
+impl Sandbox {
+    fn parse(value: &Value) -> Result<Sandbox, String> {
+        const EXPECTED: &str =
+            "config.sandbox: expected `none` or an object { read: [paths], write: [paths] }";
+        match value {
+            Value::String(s) if s == "none" => Ok(Sandbox::None),
+            Value::Object(map) => {
+                if let Some(key) = map.keys().find(|k| !matches!(k.as_str(), "read" | "write")) {
+                    return Err(format!(
+                        "config.sandbox.{key}: unknown key (read and write are known)"
+                    ));
+                }
+                Ok(Sandbox::Confined {
+                    read: paths(map, "read")?,
+                    write: paths(map, "write")?,
+                })
+            }
+            _ => Err(EXPECTED.to_string()),
+        }
+    }
+}
+
+/// `config.sandbox.<key>`: a list of absolute paths.
+fn paths(map: &serde_json::Map<String, Value>, key: &str) -> Result<Vec<PathBuf>, String> {
+    let Some(value) = present(map, key) else {
+        return Ok(Vec::new());
+    };
+    let Value::Array(items) = value else {
+        return Err(format!("config.sandbox.{key}: expected a list of paths"));
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| match item.as_str() {
+            Some(path) if Path::new(path).is_absolute() => Ok(PathBuf::from(path)),
+            _ => Err(format!(
+                "config.sandbox.{key}[{i}]: expected an absolute path"
+            )),
+        })
+        .collect()
 }
 
 impl ServiceConfig {
@@ -130,12 +229,79 @@ impl ServiceConfig {
             Some(Value::Bool(b)) => *b,
             Some(_) => return Err("config.port: expected true or false".to_string()),
         };
+        let sandbox = match present(&map, "sandbox") {
+            None => Sandbox::default(),
+            Some(value) => Sandbox::parse(value)?,
+        };
         Ok(ServiceConfig {
             command,
             args,
             env,
             cwd,
             port,
+            sandbox,
+        })
+    }
+}
+
+/// A `process.v1.job` resource's configuration: a service's keys (but
+/// `port`), and how long and how often it may run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobConfig {
+    /// `command`, `args`, `env`, `cwd`, `sandbox` as a service's.
+    pub run: ServiceConfig,
+    /// How long one run may take before it is killed (`timeout_seconds`,
+    /// default 600).
+    pub timeout: Duration,
+    /// How many more times a failed run is made (`retries`, default 0).
+    pub retries: u32,
+}
+
+/// The longest a job's runs may take together: Corbel's default
+/// `provider.resource_timeout_seconds`, its deadline on a whole deploy call.
+pub const MAX_JOB_SECONDS: u64 = 1800;
+/// The most `retries` a job may have.
+pub const MAX_RETRIES: u64 = 10;
+
+impl JobConfig {
+    /// Parses `Resource.config_json`; errors read `config.<key>: <problem>`.
+    pub fn parse(config_json: &str) -> Result<Self, String> {
+        let run = ServiceConfig::parse(config_json)?;
+        if run.port {
+            return Err("config.port: a job has no port".to_string());
+        }
+        let map = object(config_json)?;
+        let timeout = match present(&map, "timeout_seconds") {
+            None => 600,
+            Some(value) => value
+                .as_u64()
+                .filter(|n| (1..=MAX_JOB_SECONDS).contains(n))
+                .ok_or_else(|| {
+                    format!(
+                        "config.timeout_seconds: expected an integer from 1 to {MAX_JOB_SECONDS}"
+                    )
+                })?,
+        };
+        let retries = match present(&map, "retries") {
+            None => 0,
+            Some(value) => value
+                .as_u64()
+                .filter(|n| *n <= MAX_RETRIES)
+                .ok_or_else(|| {
+                    format!("config.retries: expected an integer from 0 to {MAX_RETRIES}")
+                })?,
+        };
+        let runs = retries + 1;
+        if timeout * runs > MAX_JOB_SECONDS {
+            return Err(format!(
+                "config.timeout_seconds: {runs} runs of {timeout} s (retries: {retries}) could \
+                 take longer than {MAX_JOB_SECONDS} s, Corbel's deadline on a deploy"
+            ));
+        }
+        Ok(JobConfig {
+            run,
+            timeout: Duration::from_secs(timeout),
+            retries: retries as u32,
         })
     }
 }
@@ -160,15 +326,54 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn a_sandbox_is_confined_by_default_widened_by_paths_or_none() {
+        let parse = |sandbox: Value| {
+            ServiceConfig::parse(&json!({"command": "sleep", "sandbox": sandbox}).to_string())
+                .map(|s| s.sandbox)
+        };
+        assert_eq!(
+            ServiceConfig::parse(r#"{"command": "sleep"}"#)
+                .unwrap()
+                .sandbox,
+            Sandbox::default()
+        );
+        assert_eq!(parse(json!("none")), Ok(Sandbox::None));
+        assert_eq!(
+            parse(json!({"read": ["/srv/data"], "write": ["/var/app"]})),
+            Ok(Sandbox::Confined {
+                read: vec![PathBuf::from("/srv/data")],
+                write: vec![PathBuf::from("/var/app")],
+            })
+        );
+        for (bad, named) in [
+            (json!("off"), "config.sandbox: expected `none`"),
+            (
+                json!({"write": ["relative"]}),
+                "config.sandbox.write[0]: expected an absolute path",
+            ),
+            (
+                json!({"read": "/srv"}),
+                "config.sandbox.read: expected a list",
+            ),
+            (json!({"exec": []}), "config.sandbox.exec: unknown key"),
+        ] {
+            let error = parse(bad.clone()).unwrap_err();
+            assert!(error.starts_with(named), "{bad}: {error}");
+        }
+    }
+
+    #[test]
     fn provider_config_defaults_and_named_errors() {
         assert_eq!(
             ProviderConfig::parse(&json!({})),
             Ok(ProviderConfig::default())
         );
         let parsed = ProviderConfig::parse(
-            &json!({"capacity": 3, "grace_ms": 10, "state_dir": "/s", "pass_env": ["HTTP_PROXY"], "x": 1}),
+            &json!({"capacity": 3, "grace_ms": 10, "state_dir": "/s", "pass_env": ["HTTP_PROXY"],
+                   "log_max_bytes": 4096, "log_files": 0, "x": 1}),
         )
         .unwrap();
+        assert_eq!((parsed.log_max_bytes, parsed.log_files), (4096, 0));
         assert_eq!(parsed.pass_env, ["HTTP_PROXY"]);
         assert_eq!(parsed.capacity, 3);
         assert_eq!(parsed.grace, Duration::from_millis(10));
@@ -181,6 +386,10 @@ mod tests {
             (json!({"pass_env": "PATH"}), "pass_env"),
             (json!({"pass_env": ["A", 1]}), "pass_env[1]"),
             (json!({"pass_env": ["A=b"]}), "pass_env[0]"),
+            (json!({"log_max_bytes": 10}), "log_max_bytes"),
+            (json!({"log_max_bytes": "1M"}), "log_max_bytes"),
+            (json!({"log_files": -1}), "log_files"),
+            (json!({"log_files": 21}), "log_files"),
             (
                 json!({"pass_env": ["CORBEL_PROVIDER_TOKEN"]}),
                 "pass_env[0]",
@@ -188,6 +397,36 @@ mod tests {
         ] {
             let error = ProviderConfig::parse(&config).unwrap_err();
             assert!(error.starts_with(key), "{error}");
+        }
+    }
+
+    #[test]
+    fn job_config_defaults_bounds_and_named_errors() {
+        let job = JobConfig::parse(r#"{"command": "true"}"#).unwrap();
+        assert_eq!((job.timeout, job.retries), (Duration::from_secs(600), 0));
+        let job =
+            JobConfig::parse(r#"{"command": "x", "timeout_seconds": 60, "retries": 2}"#).unwrap();
+        assert_eq!((job.timeout, job.retries), (Duration::from_secs(60), 2));
+        for (config, key) in [
+            (
+                r#"{"command": "x", "timeout_seconds": 0}"#,
+                "config.timeout_seconds",
+            ),
+            (
+                r#"{"command": "x", "timeout_seconds": "1m"}"#,
+                "config.timeout_seconds",
+            ),
+            (r#"{"command": "x", "retries": -1}"#, "config.retries"),
+            (r#"{"command": "x", "retries": 11}"#, "config.retries"),
+            (
+                r#"{"command": "x", "retries": 3}"#,
+                "config.timeout_seconds: 4 runs",
+            ),
+            (r#"{"command": "x", "port": true}"#, "config.port"),
+            (r#"{"args": []}"#, "config.command"),
+        ] {
+            let error = JobConfig::parse(config).unwrap_err();
+            assert!(error.starts_with(key), "{config}: {error}");
         }
     }
 

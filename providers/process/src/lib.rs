@@ -16,21 +16,39 @@
 //! so it neither inherits the provider's registration variables (which the
 //! SDK's `run` has removed from the provider's environment anyway) nor can
 //! join the provider's process group, by which Corbel recognises the provider.
+//!
+//! Jobs: a `process.v1.job` runs to its end within its deploy (see [`job`]).
+//!
+//! Health (the "watch" feature, protocol version 3): [`watch`] keeps each
+//! service's health on a `HealthBoard` as it changes, filled from the records
+//! at start-up, and serves `WatchResources` from it. Output (the "data"
+//! feature): each service writes its stdout and stderr to a log file in the
+//! state directory, which [`logs`] keeps bounded; [`data`] answers
+//! `RetrieveData` "logs" and "inspect".
 
 pub mod config;
+pub mod data;
+pub mod exec;
+pub mod files;
+pub mod job;
 pub mod lifecycle;
+pub mod logs;
 pub mod procfs;
+pub mod sandbox;
 pub mod state;
+pub mod watch;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex as SyncMutex, RwLock};
 use std::time::Duration;
 
+use corbel_provider_sdk::proto::Health;
 use corbel_provider_sdk::records::{DEFAULT_STATE_DIR, StateLock};
 use corbel_provider_sdk::serde_json::{Value, json};
 use corbel_provider_sdk::{
-    Events, Failure, Provider, ProviderInfo, Status, StepResult, async_trait, proto,
+    Events, ExecInputs, ExecOutputs, Failure, FilesArchive, FilesSink, Provider, ProviderInfo,
+    Registration, Status, StatusSink, StepResult, async_trait, proto,
 };
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -38,8 +56,10 @@ use tokio::sync::Mutex;
 
 use crate::config::{ProviderConfig, ServiceConfig};
 use crate::lifecycle::shell_words;
+use crate::logs::{LogLimits, Logs};
 use crate::procfs::Liveness;
 use crate::state::{Phase, Record, StateDir};
+use crate::watch::Watcher;
 
 pub const RESOURCE_TYPE: &str = "process.v1.service";
 /// The quantity each service counts against a project's quotas
@@ -56,17 +76,69 @@ pub struct ProcessProvider {
     config: RwLock<ProviderConfig>,
     /// One lock per resource id, so two calls for one service never interleave.
     locks: SyncMutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// Each service's health, and the tasks watching them.
+    watch: Arc<Watcher>,
+    /// The rotation of the services' logs.
+    logs: Arc<Logs>,
+    /// The state directory whose records the board was filled from.
+    watching: Mutex<Option<PathBuf>>,
 }
 
 impl ProcessProvider {
     /// A provider whose state directory is `env_state_dir` if given, else the
     /// configured `state_dir`, else `./state` (the SDK's default).
     pub fn new(env_state_dir: Option<PathBuf>) -> Self {
+        let config = ProviderConfig::default();
         ProcessProvider {
             env_state_dir,
-            config: RwLock::new(ProviderConfig::default()),
+            logs: Arc::new(Logs::new(log_limits(&config))),
+            config: RwLock::new(config),
             locks: SyncMutex::new(HashMap::new()),
+            watch: Watcher::new(),
+            watching: Mutex::new(None),
         }
+    }
+
+    /// Once per state directory (at registration, and again at the next watch
+    /// after a `Configure` changed it): the board filled from its records (a running service
+    /// HEALTHY and watched, a dead one DOWN with the reason) and its logs
+    /// rotated. What another state directory held is no longer reported.
+    pub async fn start_watching(&self) {
+        let state = self.state();
+        let mut watching = self.watching.lock().await;
+        if watching.as_deref() == Some(state.root()) {
+            return;
+        }
+        if watching.is_some() {
+            for status in self.watch.board().all() {
+                self.watch.forget(&status.resource_id);
+            }
+        }
+        match state.logs_dir() {
+            Ok(dir) => self.logs.watch_dir(dir),
+            Err(error) => tracing::error!(%error, "services' logs are not rotated"),
+        }
+        let listed = state.clone();
+        let ids = match lifecycle::blocking(move || listed.ids()).await {
+            Ok(ids) => ids,
+            Err(error) => {
+                // Tried again at the next watch.
+                tracing::error!(%error, "cannot list the records: health not reported");
+                return;
+            }
+        };
+        for id in ids {
+            let lock = self.lock_for(&id);
+            let _held = lock.lock().await;
+            match state.read(&id) {
+                Ok(Some(record)) => self.watch.observe(&record).await,
+                Ok(None) => {}
+                Err(error) => self
+                    .watch
+                    .down(&id, format!("its record cannot be read: {error}")),
+            }
+        }
+        *watching = Some(state.root().to_path_buf());
     }
 
     fn config(&self) -> ProviderConfig {
@@ -109,6 +181,23 @@ impl ProcessProvider {
         StateDir::new(dir)
     }
 
+    /// A `process.v1.job`'s deploy (see [`job`]), under the resource's lock.
+    async fn deploy_job(&self, resource: proto::Resource, events: Events) -> StepResult {
+        let config = config::JobConfig::parse(&resource.config_json).map_err(Failure::new)?;
+        let id = resource.resource_id;
+        let lock = self.lock_for(&id);
+        let _held = lock.lock().await;
+        let state = self.state();
+        let existing = read_record(&state, &id)?;
+        let pass_env = self.config().pass_env;
+        let ctx = job::Ctx {
+            state: &state,
+            watch: &self.watch,
+            pass_env: &pass_env,
+        };
+        Ok(job::deploy(&ctx, &id, &config, existing, &events).await?)
+    }
+
     fn lock_for(&self, resource_id: &str) -> Arc<Mutex<()>> {
         self.locks
             .lock()
@@ -123,17 +212,55 @@ impl ProcessProvider {
 impl Provider for ProcessProvider {
     fn info(&self) -> ProviderInfo {
         ProviderInfo::new("process", env!("CARGO_PKG_VERSION"))
-            .features(["deploy", "destroy", "inspect", "nodes"])
-            .resource_types([RESOURCE_TYPE])
+            .features([
+                "deploy", "destroy", "inspect", "nodes", "watch", "data", "exec", "files",
+            ])
+            .resource_types([RESOURCE_TYPE, job::JOB_TYPE])
     }
 
     async fn configure(&self, config: Value) -> Result<(), Status> {
         let parsed = ProviderConfig::parse(&config).map_err(Status::invalid_argument)?;
+        self.logs.set_limits(log_limits(&parsed));
         *self
             .config
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = parsed;
         Ok(())
+    }
+
+    /// A command in a running service's context (see [`exec`]).
+    async fn exec(
+        &self,
+        start: proto::ExecStart,
+        inputs: ExecInputs,
+        outputs: ExecOutputs,
+    ) -> Result<proto::ExecExit, Status> {
+        let pass_env = self.config().pass_env;
+        exec::exec(&self.state(), &pass_env, start, inputs, outputs).await
+    }
+
+    /// An archive extracted into a running service (see [`files`]).
+    async fn put_files(
+        &self,
+        target: proto::FilesTarget,
+        archive: FilesArchive,
+    ) -> Result<proto::PutFilesResponse, Status> {
+        files::put(&self.state(), target, archive).await
+    }
+
+    /// A running service's file or directory as an archive (see [`files`]).
+    async fn get_files(
+        &self,
+        request: proto::GetFilesRequest,
+        sink: FilesSink,
+    ) -> Result<(), Status> {
+        files::get(&self.state(), request, sink).await
+    }
+
+    /// Watching starts as the provider registers: its configuration (and so
+    /// its state directory) is known then.
+    async fn registered(&self, _registration: &Registration) {
+        self.start_watching().await;
     }
 
     /// Idempotent per resource id: a running service is returned, a process a
@@ -144,6 +271,9 @@ impl Provider for ProcessProvider {
         events: Events,
     ) -> StepResult {
         let resource = request.resource.unwrap_or_default();
+        if resource.r#type == job::JOB_TYPE {
+            return self.deploy_job(resource, events).await;
+        }
         let service = ServiceConfig::parse(&resource.config_json).map_err(Failure::new)?;
         let id = resource.resource_id;
         let lock = self.lock_for(&id);
@@ -157,12 +287,16 @@ impl Provider for ProcessProvider {
                     events
                         .progress(100, format!("already running as pid {}", running.pid))
                         .await;
+                    self.watch.adopt(&id, running.pid, running.start_time);
                     return Ok(running.outputs.clone());
                 }
                 Phase::Running(running) => {
                     events
                         .log(format!("pid {} has exited; starting it again", running.pid))
                         .await;
+                }
+                Phase::Finished(_) => {
+                    events.log("a job's record; starting the service").await;
                 }
                 Phase::Intent => {
                     if let Some(found) = lifecycle::find_service(&id).await {
@@ -179,6 +313,7 @@ impl Provider for ProcessProvider {
                             found.stat.start_time,
                         )
                         .await?;
+                        self.watch.adopt(&id, found.pid, found.stat.start_time);
                         return Ok(outputs_of(&record));
                     }
                     events
@@ -191,11 +326,13 @@ impl Provider for ProcessProvider {
             lifecycle::stop(&record, self.config().grace, &events).await?;
         }
         let pass_env = self.config().pass_env;
-        Ok(start(&state, &id, &service, &pass_env, &events).await?)
+        Ok(start(&state, &id, &service, &pass_env, &events, &self.watch).await?)
     }
 
-    /// Stops the recorded service and anything tagged with its resource id;
-    /// with no record nothing was started (an intent always comes first).
+    /// Stops the recorded service and anything tagged with its resource id,
+    /// then removes its record and its logs; with no record nothing was
+    /// started (an intent always comes first). Its health is forgotten
+    /// before it is stopped: a destroy reports no DOWN.
     async fn destroy_resource(
         &self,
         request: proto::DestroyResourceRequest,
@@ -205,23 +342,48 @@ impl Provider for ProcessProvider {
         let lock = self.lock_for(&id);
         let _held = lock.lock().await;
         let state = self.state();
-        let Some(record) = read_record(&state, &id)? else {
+        let record = read_record(&state, &id)?;
+        self.watch.forget(&id);
+        let Some(record) = record else {
             events
                 .log(format!("nothing recorded for {id}; nothing to destroy"))
                 .await;
             return Ok(json!({}));
         };
-        lifecycle::stop(&record, self.config().grace, &events).await?;
-        let removed = state.clone();
-        lifecycle::blocking(move || removed.remove(&id))
-            .await
-            .map_err(|e| Failure::retryable(e.to_string()))?;
+        let removed = match lifecycle::stop(&record, self.config().grace, &events).await {
+            Ok(()) => {
+                let state = state.clone();
+                lifecycle::blocking(move || state.remove(&id))
+                    .await
+                    .map_err(|e| Failure::retryable(e.to_string()))
+            }
+            Err(failure) => Err(failure),
+        };
+        if let Err(failure) = removed {
+            // Still held: watched again, as it now is.
+            self.watch.observe(&record).await;
+            return Err(failure.into());
+        }
+        let (logs, log) = (self.logs.clone(), record.log.clone());
+        if let Err(error) = lifecycle::blocking(move || logs.remove(&log)).await {
+            events.log(format!("cannot remove its log: {error}")).await;
+        }
+        if let Some(run) = &record.job
+            && let Err(error) = std::fs::remove_file(&run.status_file)
+            && error.kind() != std::io::ErrorKind::NotFound
+        {
+            events
+                .log(format!("cannot remove its status file: {error}"))
+                .await;
+        }
         events.progress(100, "destroyed").await;
         Ok(json!({}))
     }
 
     /// Present if the recorded service runs, or if an intent's tagged process
-    /// does (a deploy that was lost after spawning). Changes nothing.
+    /// does (a deploy that was lost after spawning). Changes nothing. Under
+    /// version 3 also its health: HEALTHY when present, else DOWN with the
+    /// reason (the exit the watch saw, when it saw one).
     async fn inspect(
         &self,
         request: proto::InspectRequest,
@@ -236,26 +398,83 @@ impl Provider for ProcessProvider {
             .read(&id)
             .map_err(|e| Status::internal(e.to_string()))?;
         let outputs = match record {
-            None => None,
+            None => Err("the provider holds no such resource".to_string()),
+            Some(record) if record.job.is_some() => job::inspect(&record),
             Some(record) => match record.phase {
                 Phase::Running(running)
                     if procfs::liveness(running.pid, running.start_time) == Liveness::Running =>
                 {
-                    Some(running.outputs)
+                    Ok(running.outputs)
                 }
-                Phase::Running(_) => None,
+                Phase::Running(running) => Err(format!("pid {} has exited", running.pid)),
+                Phase::Finished(_) => Err("a finished job's record".to_string()),
                 Phase::Intent => lifecycle::find_service(&id)
                     .await
-                    .map(|found| lifecycle::outputs(found.pid, record.port)),
+                    .map(|found| lifecycle::outputs(found.pid, record.port))
+                    .ok_or_else(|| "its start was interrupted before the service ran".into()),
             },
         };
         Ok(match outputs {
-            Some(outputs) => proto::InspectResponse {
+            Ok(outputs) => proto::InspectResponse {
                 present: true,
                 outputs_json: outputs.to_string(),
+                health: Health::Healthy.into(),
+                ..Default::default()
             },
-            None => proto::InspectResponse::default(),
+            Err(found) => {
+                // The watch's reason says how it ended, when it saw it end.
+                let seen = self.watch.board().get(&id);
+                let reason = seen
+                    .filter(|s| s.health() == Health::Down)
+                    .map_or(found, |s| s.reason);
+                proto::InspectResponse {
+                    health: Health::Down.into(),
+                    reason,
+                    ..Default::default()
+                }
+            }
         })
+    }
+
+    /// `logs` (`{"tail": N}`: the last N lines of its output) and `inspect`
+    /// (pid, state, start time, memory, CPU, command, health) of a service;
+    /// NOT_FOUND when the provider holds no record of it.
+    async fn retrieve_data(
+        &self,
+        request: proto::RetrieveDataRequest,
+    ) -> Result<proto::RetrieveDataResponse, Status> {
+        let kind = data::Kind::parse(&request)?;
+        let id = request.resource.unwrap_or_default().resource_id;
+        let record = {
+            // Not between an intent and its spawn, nor during a destroy.
+            let lock = self.lock_for(&id);
+            let _held = lock.lock().await;
+            self.state()
+                .read(&id)
+                .map_err(|e| Status::internal(e.to_string()))?
+        };
+        let Some(record) = record else {
+            return Err(Status::not_found(format!(
+                "the provider holds no resource {id}"
+            )));
+        };
+        let answer = match kind {
+            data::Kind::Logs { tail } => data::logs(&record, tail).await?,
+            data::Kind::Inspect => data::inspect(&record, self.watch.board()).await,
+        };
+        Ok(proto::RetrieveDataResponse {
+            data_json: answer.to_string(),
+        })
+    }
+
+    /// The health of every service, from the board (see [`watch`]).
+    async fn watch_resources(
+        &self,
+        request: proto::WatchResourcesRequest,
+        sink: StatusSink,
+    ) -> Result<(), Status> {
+        self.start_watching().await;
+        self.watch.board().serve(request, sink).await
     }
 
     /// Each service counts one `processes` against its project's quotas.
@@ -266,7 +485,7 @@ impl Provider for ProcessProvider {
         let descriptions = request
             .resources
             .iter()
-            .filter(|r| r.r#type == RESOURCE_TYPE)
+            .filter(|r| r.r#type == RESOURCE_TYPE || r.r#type == job::JOB_TYPE)
             .map(|r| proto::ResourceDescription {
                 key: r.key.clone(),
                 quota: [(PROCESSES_QUOTA.to_string(), 1)].into(),
@@ -279,9 +498,27 @@ impl Provider for ProcessProvider {
     async fn list_nodes(&self) -> Result<Vec<proto::Node>, Status> {
         Ok(vec![proto::Node {
             name: procfs::hostname(),
-            capacity: [(RESOURCE_TYPE.to_string(), self.config().capacity)].into(),
+            capacity: [RESOURCE_TYPE, job::JOB_TYPE]
+                .map(|t| (t.to_string(), self.config().capacity))
+                .into(),
             labels: [("os".to_string(), "linux".to_string())].into(),
         }])
+    }
+}
+
+impl Drop for ProcessProvider {
+    /// The tasks watching services and rotating logs end with the provider;
+    /// the services do not.
+    fn drop(&mut self) {
+        self.watch.stop();
+        self.logs.stop();
+    }
+}
+
+fn log_limits(config: &ProviderConfig) -> LogLimits {
+    LogLimits {
+        max_bytes: config.log_max_bytes,
+        files: config.log_files,
     }
 }
 
@@ -294,6 +531,7 @@ fn read_record(state: &StateDir, resource_id: &str) -> Result<Option<Record>, Fa
 fn outputs_of(record: &Record) -> Value {
     match &record.phase {
         Phase::Running(running) => running.outputs.clone(),
+        Phase::Finished(finished) => finished.outputs.clone(),
         Phase::Intent => json!({}),
     }
 }
@@ -307,18 +545,19 @@ async fn start(
     service: &ServiceConfig,
     pass_env: &[String],
     events: &Events,
+    watch: &Arc<Watcher>,
 ) -> Result<Value, Failure> {
     let shown = shell_words(&service.command, &service.args);
     events.progress(10, format!("starting `{shown}`")).await;
     let intent = lifecycle::record_intent(state, resource_id, service).await?;
-    let spawned = match lifecycle::spawn_tagged(&intent, service, pass_env) {
+    let mut spawned = match lifecycle::spawn_tagged(&intent, service, pass_env) {
         Ok(spawned) => spawned,
         Err(failure) => {
             forget(state, resource_id).await;
             return Err(failure);
         }
     };
-    let (pid, log_offset) = (spawned.pid, spawned.log_offset);
+    let (pid, start_time, log_offset) = (spawned.pid, spawned.start_time, spawned.log_offset);
     let record =
         match lifecycle::record_running(state, intent, spawned.pid, spawned.start_time).await {
             Ok(record) => record,
@@ -329,7 +568,7 @@ async fn start(
                 return Err(failure);
             }
         };
-    if let Some(status) = lifecycle::exited_within(spawned, STARTUP_CHECK).await {
+    if let Some(status) = lifecycle::exited_within(&mut spawned, STARTUP_CHECK).await {
         let tail = lifecycle::log_tail(&record.log, log_offset).await;
         // Anything it started before exiting goes with it.
         lifecycle::kill_tagged(resource_id).await;
@@ -338,6 +577,8 @@ async fn start(
             "`{shown}` exited at once ({status}); its last output:\n{tail}"
         )));
     }
+    // HEALTHY from now on, DOWN with its wait status when it exits.
+    watch.child(resource_id, pid, start_time, spawned.child);
     events.progress(80, format!("started pid {pid}")).await;
     Ok(outputs_of(&record))
 }

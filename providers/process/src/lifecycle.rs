@@ -41,8 +41,10 @@ pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 const KILL_WAIT: Duration = Duration::from_secs(5);
 /// How often a stop looks whether its processes are gone.
 const EXIT_POLL: Duration = Duration::from_millis(20);
-/// Lines of a failed service's output quoted in the failure.
+/// Lines of a failed service's output quoted in the failure (and of a job's
+/// output in its outputs), and at most this many bytes of them.
 const LOG_TAIL_LINES: usize = 20;
+const LOG_TAIL_BYTES: usize = 4096;
 
 /// Step 1: chooses the port and the log file and records the intent, durably,
 /// before anything is created.
@@ -65,6 +67,7 @@ pub async fn record_intent(
         args: service.args.clone(),
         port,
         log,
+        job: None,
         phase: Phase::Intent,
     };
     write(state, intent.clone()).await?;
@@ -113,11 +116,25 @@ pub fn service_env(
 
 /// Step 2: spawns the intended service in a session (and so a process group)
 /// of its own, tagged with its resource id, with the environment
-/// [`service_env`] makes, its output appended to the log.
+/// [`service_env`] makes, its output appended to the log: the file is opened
+/// `O_APPEND` and given to it, so it writes there itself, with or without a
+/// provider (which rotates it, see [`crate::logs`]).
 pub fn spawn_tagged(
     intent: &Record,
     service: &ServiceConfig,
     pass_env: &[String],
+) -> Result<Spawned, Failure> {
+    spawn_tagged_with(intent, service, pass_env, None)
+}
+
+/// [`spawn_tagged`], with `fd3` (if given) open as descriptor 3 of the
+/// process: how a job's shell reports its exit status (see [`crate::job`]).
+// Long: one command built up (log, sandbox, environment, the pre_exec hook); its steps share it.
+pub fn spawn_tagged_with(
+    intent: &Record,
+    service: &ServiceConfig,
+    pass_env: &[String],
+    fd3: Option<std::fs::File>,
 ) -> Result<Spawned, Failure> {
     let log = &intent.log;
     let out = std::fs::OpenOptions::new()
@@ -131,6 +148,8 @@ pub fn spawn_tagged(
         .try_clone()
         .map_err(|e| Failure::retryable(format!("cannot open {}: {e}", log.display())))?;
 
+    let mut confinement =
+        crate::sandbox::Confinement::for_service(service).map_err(Failure::new)?;
     let mut command = Command::new(&service.command);
     command.args(&service.args);
     // A clean, explicit environment: the provider's registration is its own,
@@ -150,12 +169,30 @@ pub fn spawn_tagged(
     // started, and it cannot join the provider's group (setpgid works only
     // within a session), which Corbel's registry relies on to tell the
     // provider from its workloads.
-    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    // Then its Landlock ruleset (see `sandbox.rs`), made before the fork.
+    // SAFETY: setsid is async-signal-safe and touches no memory of the
+    // parent; applying the ruleset allocates nothing.
+    let fd3_raw = fd3.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+    // SAFETY (dup2, fcntl): async-signal-safe calls on a descriptor the
+    // parent keeps open (`fd3` lives until after the spawn).
     unsafe {
-        command.pre_exec(|| {
-            nix::unistd::setsid()
-                .map(drop)
-                .map_err(std::io::Error::from)
+        command.pre_exec(move || {
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            if let Some(raw) = fd3_raw {
+                // dup2 onto itself would keep close-on-exec: cleared instead.
+                let done = if raw == 3 {
+                    nix::libc::fcntl(3, nix::libc::F_SETFD, 0)
+                } else {
+                    nix::libc::dup2(raw, 3)
+                };
+                if done < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            match &mut confinement {
+                Some(confinement) => confinement.apply_in_child(),
+                None => Ok(()),
+            }
         });
     }
     if let Some(cwd) = &service.cwd {
@@ -165,6 +202,7 @@ pub fn spawn_tagged(
     let child = command
         .spawn()
         .map_err(|e| Failure::new(format!("cannot start `{shown}`: {e}")))?;
+    drop(fd3);
     let pid = child.id().expect("a just-spawned child has a pid") as i32;
     // Read before anything can reap it, so the record names this very process.
     let start_time = procfs::stat(pid).map(|s| s.start_time).unwrap_or_default();
@@ -214,21 +252,17 @@ pub async fn find_service(resource_id: &str) -> Option<Tagged> {
     blocking(move || procfs::tagged_leader(TAG, &id)).await
 }
 
-/// Waits `limit` for `spawned` to exit: `Some(status)` if it did. If not, it
-/// is left running and reaped (while this provider lives) when it exits.
-pub async fn exited_within(mut spawned: Spawned, limit: Duration) -> Option<String> {
+/// Waits `limit` for `spawned` to exit: `Some(status)` if it did (reaped).
+/// If not, it is left running, and its child is the caller's to wait for
+/// ([`crate::watch::Watcher::child`] does).
+pub async fn exited_within(spawned: &mut Spawned, limit: Duration) -> Option<String> {
     match tokio::time::timeout(limit, spawned.child.wait()).await {
         Ok(status) => Some(
             status
                 .map(|s| s.to_string())
                 .unwrap_or_else(|e| format!("unknown status: {e}")),
         ),
-        Err(_) => {
-            tokio::spawn(async move {
-                let _ = spawned.child.wait().await;
-            });
-            None
-        }
+        Err(_) => None,
     }
 }
 
@@ -375,7 +409,7 @@ async fn all_gone_within(targets: &BTreeSet<Target>, limit: Duration) -> bool {
 }
 
 /// Writes `record` off the async threads: it waits for an fsync.
-async fn write(state: &StateDir, record: Record) -> Result<(), Failure> {
+pub(crate) async fn write(state: &StateDir, record: Record) -> Result<(), Failure> {
     let state = state.clone();
     blocking(move || state.write(&record))
         .await
@@ -389,6 +423,16 @@ pub(crate) async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send 
         .unwrap_or_else(|error| std::panic::resume_unwind(error.into_panic()))
 }
 
+/// `fd` registered with tokio's reactor, to await its readiness to read.
+pub(crate) fn readable_fd(
+    fd: std::os::fd::OwnedFd,
+) -> std::io::Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+    // SAFETY: an `OwnedFd` is an open descriptor, and the `AsyncFd` owns it
+    // (so it stays open, the same descriptor) until the `AsyncFd` is dropped.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(|error| error.into_parts().1)
+}
+
 fn free_port() -> std::io::Result<u16> {
     // Released at once for the service to bind; another process could take it
     // in between, which a retry fixes.
@@ -397,8 +441,19 @@ fn free_port() -> std::io::Result<u16> {
         .port())
 }
 
-/// The last lines written to `log` from `offset` on.
+/// The last lines written to `log` from `offset` on, or `(no output)`.
 pub async fn log_tail(log: &Path, offset: u64) -> String {
+    let tail = last_lines(log, offset).await;
+    if tail.is_empty() {
+        "(no output)".to_string()
+    } else {
+        tail
+    }
+}
+
+/// The last lines written to `log` from `offset` on (at most 20 lines and
+/// 4 KiB), empty if none.
+pub async fn last_lines(log: &Path, offset: u64) -> String {
     let mut text = String::new();
     if let Ok(mut file) = tokio::fs::File::open(log).await
         && file.seek(std::io::SeekFrom::Start(offset)).await.is_ok()
@@ -408,12 +463,15 @@ pub async fn log_tail(log: &Path, offset: u64) -> String {
         text = String::from_utf8_lossy(&bytes).into_owned();
     }
     let lines: Vec<&str> = text.lines().collect();
-    let tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
-    if tail.is_empty() {
-        "(no output)".to_string()
-    } else {
-        tail
+    let mut tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
+    if tail.len() > LOG_TAIL_BYTES {
+        let mut cut = tail.len() - LOG_TAIL_BYTES;
+        while !tail.is_char_boundary(cut) {
+            cut += 1;
+        }
+        tail.drain(..cut);
     }
+    tail
 }
 
 /// The command line as a person would type it, for messages.
@@ -437,6 +495,7 @@ mod tests {
             args: vec![],
             port: Some(4000),
             log: PathBuf::from("/l"),
+            job: None,
             phase: Phase::Intent,
         };
         let service = ServiceConfig {
@@ -447,6 +506,7 @@ mod tests {
                 .into(),
             cwd: None,
             port: true,
+            sandbox: Default::default(),
         };
         let provider = |name: &str| match name {
             "HOME" => Some("/home/p".to_string()),

@@ -17,6 +17,18 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        corbel_provider_sdk::serve_env(env, provider).await
+        let code = corbel_provider_sdk::serve_env(env, provider).await;
+        // Exit now: the runtime would wait for blocking work that never ends
+        // (the log follower, waits on services), holding the state dir's lock
+        // from the next instance. The OS releases the lock with the process.
+        // The code is kept: 2 says the environment was incomplete.
+        let code = if code == ExitCode::SUCCESS {
+            0
+        } else if code == ExitCode::from(2) {
+            2
+        } else {
+            1
+        };
+        std::process::exit(code)
     })
 }

@@ -133,6 +133,68 @@ pub fn tagged_leader(name: &str, value: &str) -> Option<Tagged> {
         .min_by_key(|t| (t.stat.start_time, t.pid))
 }
 
+/// What a process has used, from `/proc/<pid>/stat` and `/proc/<pid>/status`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Usage {
+    /// Resident memory (`VmRSS`); `None` for a zombie, which has none.
+    pub rss_bytes: Option<u64>,
+    /// User plus system CPU time (fields 14 and 15 of `stat`).
+    pub cpu_seconds: f64,
+}
+
+/// Fields 14 and 15 of a `stat` line: user and system time, in clock ticks.
+pub fn parse_cpu_ticks(line: &str) -> Option<u64> {
+    let after_name = &line[line.rfind(')')? + 1..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let utime: u64 = fields.get(14 - 3)?.parse().ok()?;
+    let stime: u64 = fields.get(15 - 3)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// The `VmRSS` line of a `status` file, in bytes.
+pub fn parse_rss_bytes(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line["VmRSS:".len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// What `pid` has used, if it exists.
+pub fn usage(pid: i32) -> Option<Usage> {
+    let ticks = parse_cpu_ticks(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)?;
+    let rss_bytes = fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| parse_rss_bytes(&status));
+    Some(Usage {
+        rss_bytes,
+        cpu_seconds: ticks as f64 / clock_ticks() as f64,
+    })
+}
+
+/// When a process that started `start_time` ticks after boot started, in
+/// seconds since the Unix epoch (to the second: the boot time is).
+pub fn started_at(start_time: u64) -> Option<u64> {
+    let stat = fs::read_to_string("/proc/stat").ok()?;
+    let boot: u64 = stat
+        .lines()
+        .find_map(|line| line.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(boot + start_time / clock_ticks())
+}
+
+/// Clock ticks a second (`USER_HZ`), the unit of `stat`'s times.
+fn clock_ticks() -> u64 {
+    // SAFETY: sysconf reads a constant of the C library; it touches no memory of ours.
+    let hz = unsafe { nix::libc::sysconf(nix::libc::_SC_CLK_TCK) };
+    u64::try_from(hz).ok().filter(|&hz| hz > 0).unwrap_or(100)
+}
+
 /// This machine's name, for the one node the provider reports.
 pub fn hostname() -> String {
     fs::read_to_string("/proc/sys/kernel/hostname")
@@ -160,6 +222,30 @@ mod tests {
         );
         assert_eq!(parse_stat("12 (short) S 1"), None);
         assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn cpu_time_and_resident_memory_are_read_from_their_fields() {
+        let line =
+            "4242 (a) b) S 1 4242 4242 0 -1 4194560 100 0 0 0 150 25 0 0 20 0 1 0 987654 1000 200";
+        assert_eq!(parse_cpu_ticks(line), Some(175));
+        assert_eq!(parse_cpu_ticks("1 (x) S 1"), None);
+        let status = "Name:\tsleep\nVmPeak:\t   8000 kB\nVmRSS:\t    1536 kB\nThreads:\t1\n";
+        assert_eq!(parse_rss_bytes(status), Some(1536 * 1024));
+        assert_eq!(parse_rss_bytes("Name:\tzombie\n"), None);
+
+        let me = std::process::id() as i32;
+        let usage = usage(me).expect("our own usage");
+        assert!(usage.rss_bytes.is_some_and(|rss| rss > 0), "{usage:?}");
+        let started = started_at(stat(me).unwrap().start_time).unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        assert!(
+            started <= now + 1 && started + 3600 > now,
+            "{started} vs {now}"
+        );
     }
 
     #[test]

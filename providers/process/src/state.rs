@@ -3,8 +3,8 @@
 //!
 //! Layout: `<dir>/resources/<id>.json` (a [`Record`], kept by the SDK's
 //! [`Records`]) and `<dir>/logs/<id>.log` (the service's stdout and stderr,
-//! appended), where `<id>` is the resource id made a file name by
-//! [`encode_id`].
+//! appended; rotated to `<id>.log.1`, `.2`, … by [`crate::logs`]), where
+//! `<id>` is the resource id made a file name by [`encode_id`].
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -22,9 +22,27 @@ pub struct Record {
     /// The port chosen for it (`port: true`), passed as `PORT`.
     pub port: Option<u16>,
     pub log: PathBuf,
-    /// How far its start got; stored flat, as `"phase": "intent" | "running"`.
+    /// For a `process.v1.job`: its current run (a service has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<JobRun>,
+    /// How far its start got; stored flat, as `"phase": "intent" | "running"
+    /// | "finished"`.
     #[serde(flatten)]
     pub phase: Phase,
+}
+
+/// A job's run: which attempt, since when, and where it tells how it ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRun {
+    /// 0 for the first run, then one more per retry.
+    pub attempt: u32,
+    /// When this attempt started (ms since the Unix epoch).
+    pub started_unix_ms: u64,
+    /// The log's length before this attempt wrote to it.
+    pub log_offset: u64,
+    /// The file the job's shell writes its exit status to as it ends, so
+    /// that a provider started after the job's own learns how it ended.
+    pub status_file: PathBuf,
 }
 
 /// An intent is written, durably, before the process is spawned; running once
@@ -35,6 +53,16 @@ pub struct Record {
 pub enum Phase {
     Intent,
     Running(Running),
+    /// A job that ran to its end: its outputs if it succeeded, else why not.
+    /// Kept until destroyed, so a repeated deploy answers it again.
+    Finished(Finished),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finished {
+    pub outputs: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -80,6 +108,7 @@ impl From<Stored> for Record {
                 args: old.args,
                 port: old.port,
                 log: old.log,
+                job: None,
                 phase: Phase::Running(Running {
                     pid: old.pid,
                     pgid: old.pgid,
@@ -112,11 +141,32 @@ impl StateDir {
 
     /// The log file of `resource_id`; its directory is created.
     pub fn log_path(&self, resource_id: &str) -> io::Result<PathBuf> {
+        Ok(self
+            .logs_dir()?
+            .join(format!("{}.log", encode_id(resource_id))))
+    }
+
+    /// The directory of the services' logs, created if missing.
+    pub fn logs_dir(&self) -> io::Result<PathBuf> {
         let dir = self.root.join("logs");
         std::fs::create_dir_all(&dir).map_err(|e| {
             io::Error::new(e.kind(), format!("cannot create {}: {e}", dir.display()))
         })?;
-        Ok(dir.join(format!("{}.log", encode_id(resource_id))))
+        Ok(dir)
+    }
+
+    /// Where the job `resource_id` writes its exit status; its directory is created.
+    pub fn status_path(&self, resource_id: &str) -> io::Result<PathBuf> {
+        let dir = self.root.join("jobs");
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot create {}: {e}", dir.display()))
+        })?;
+        Ok(dir.join(format!("{}.status", encode_id(resource_id))))
+    }
+
+    /// The resource ids that have a record.
+    pub fn ids(&self) -> io::Result<Vec<String>> {
+        self.records.ids()
     }
 
     /// The record of `resource_id`, if there is one. Errors name the file.
@@ -152,6 +202,7 @@ mod tests {
             args: vec!["1".into()],
             port: Some(80),
             log: state.log_path("x/y").unwrap(),
+            job: None,
             phase: Phase::Intent,
         }
     }

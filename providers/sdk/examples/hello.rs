@@ -99,6 +99,7 @@ impl Provider for Hello {
             Some(outputs) => proto::InspectResponse {
                 present: true,
                 outputs_json: outputs.to_string(),
+                ..Default::default()
             },
             None => proto::InspectResponse::default(),
         })

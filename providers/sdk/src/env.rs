@@ -14,6 +14,13 @@
 //! the values but cannot remove them: [`ProviderEnv::removed`] says so and
 //! `serve` warns in its log.
 //!
+//! Removing a variable leaves the block the process started with as it was,
+//! and that block is what `/proc/<pid>/environ` shows: the values are
+//! overwritten with zero bytes where they lie first ([`scrub_block`]). And
+//! the process is made non-dumpable (`PR_SET_DUMPABLE` 0, as the server makes
+//! itself), so that no process of the same user — a workload it starts
+//! first — can trace it or read its `/proc/<pid>/environ` or `mem`.
+//!
 //! Later calls of [`ProviderEnv::take`] (from `serve`, `Settings::from_env`,
 //! `Records::from_env`) return the values taken the first time.
 
@@ -37,12 +44,14 @@ pub struct ProviderEnv {
 static TAKEN: OnceLock<ProviderEnv> = OnceLock::new();
 
 impl ProviderEnv {
-    /// Reads every variable of [`PROVIDER_ENV`] and, if the process runs one
-    /// thread, removes them from its environment. Only the first call looks at
-    /// the environment; later ones return what it took.
+    /// Makes the process non-dumpable, reads every variable of
+    /// [`PROVIDER_ENV`] and, if the process runs one thread, removes them from
+    /// its environment (their values zeroed in the starting block). Only the
+    /// first call looks at the environment; later ones return what it took.
     pub fn take() -> ProviderEnv {
         TAKEN
             .get_or_init(|| {
+                make_non_dumpable();
                 let values = Self::read(|name| std::env::var(name).ok());
                 let present = PROVIDER_ENV
                     .iter()
@@ -144,9 +153,23 @@ pub fn single_threaded() -> bool {
     std::fs::read_dir("/proc/self/task").is_ok_and(|tasks| tasks.count() == 1)
 }
 
-/// Removes every variable of [`PROVIDER_ENV`]. Called only by [`ProviderEnv::take`]
-/// after [`single_threaded`] returned `true`.
+/// Keeps other processes of the same user from tracing this one or reading
+/// its `/proc/<pid>/environ`, `mem` and `fd` (only root can). What it starts
+/// with `exec` is dumpable again, as any program. Said on standard error if
+/// it fails, and the provider goes on.
+fn make_non_dumpable() {
+    #[cfg(target_os = "linux")]
+    if let Err(error) = nix::sys::prctl::set_dumpable(false) {
+        eprintln!("cannot make the provider non-dumpable: {error}");
+    }
+}
+
+/// Removes every variable of [`PROVIDER_ENV`], its value first zeroed in the
+/// environment block. Called only by [`ProviderEnv::take`] after
+/// [`single_threaded`] returned `true`.
 fn remove_all() -> bool {
+    // SAFETY: one thread, as for the removal below.
+    unsafe { scrub_block() };
     for name in PROVIDER_ENV {
         // SAFETY: the process runs one thread (checked just before by the
         // caller, on this very thread), so nothing can read or write the
@@ -154,6 +177,39 @@ fn remove_all() -> bool {
         unsafe { std::env::remove_var(name) };
     }
     true
+}
+
+/// Overwrites the value of every [`PROVIDER_ENV`] entry of the environment
+/// where it lies with zero bytes: `/proc/<pid>/environ` shows the block the
+/// process started with, which removing a variable leaves as it was (root,
+/// who can still read a non-dumpable process's, sees
+/// `CORBEL_PROVIDER_TOKEN=` and nothing after it). The server does the same
+/// with its own variables (`contain_self` in its `cli.rs`).
+///
+/// # Safety
+/// Only while the process runs one thread: nothing else may read or change
+/// the environment meanwhile.
+unsafe fn scrub_block() {
+    unsafe extern "C" {
+        static environ: *const *mut std::ffi::c_char;
+    }
+    // SAFETY: `environ` is the C library's null-terminated array of
+    // null-terminated strings; each is written only within its length.
+    unsafe {
+        let mut entry = environ;
+        while !entry.is_null() && !(*entry).is_null() {
+            let text = std::ffi::CStr::from_ptr(*entry).to_bytes();
+            if let Some(equals) = text.iter().position(|b| *b == b'=')
+                && PROVIDER_ENV
+                    .iter()
+                    .any(|name| name.as_bytes() == &text[..equals])
+            {
+                let value = (*entry).add(equals + 1);
+                std::ptr::write_bytes(value, 0, text.len() - equals - 1);
+            }
+            entry = entry.add(1);
+        }
+    }
 }
 
 #[cfg(test)]

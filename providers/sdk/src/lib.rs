@@ -26,6 +26,9 @@
 pub mod config;
 mod env;
 mod error;
+mod exec;
+mod files;
+mod health;
 mod provider;
 pub mod records;
 mod serve;
@@ -43,8 +46,12 @@ pub use tonic::{Code, Status};
 
 pub use env::{ProviderEnv, run, single_threaded};
 pub use error::SdkError;
+pub use exec::{ExecInput, ExecInputs, ExecOutputs};
+pub use files::{FilesArchive, FilesSink};
+pub use health::{HealthBoard, now_ms};
 pub use provider::{
-    Events, Failure, InventorySink, Provider, ProviderInfo, Registration, StepError, StepResult,
+    Events, Failure, InventorySink, Provider, ProviderInfo, Registration, StatusSink, StepError,
+    StepResult,
 };
 pub use records::{Records, StateLock};
 pub use serve::{

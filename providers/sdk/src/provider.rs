@@ -14,6 +14,8 @@ use serde_json::Value;
 use tokio::sync::{Mutex, mpsc};
 use tonic::Status;
 
+use crate::exec::{ExecInputs, ExecOutputs};
+use crate::files::{FilesArchive, FilesSink};
 use crate::proto;
 
 /// What a provider announces when it registers.
@@ -208,6 +210,59 @@ pub trait Provider: Send + Sync + 'static {
         Err(unimplemented("Power"))
     }
 
+    /// Protocol version 3, for the "watch" feature: report the health of
+    /// every resource of `request` into `sink`, then a `synced` status, then
+    /// every change of any resource this provider manages, until the sink
+    /// closes (Corbel hung up). A [`HealthBoard`](crate::HealthBoard) does
+    /// all of it: `self.board.serve(request, sink).await`.
+    async fn watch_resources(
+        &self,
+        _request: proto::WatchResourcesRequest,
+        _sink: StatusSink,
+    ) -> Result<(), Status> {
+        Err(unimplemented("WatchResources"))
+    }
+
+    /// For the "exec" feature: runs `start.command` in the context of the
+    /// resource `start.resource` (its environment, working directory and
+    /// confinement, or inside its container) and answers its exit. Output
+    /// goes to `outputs` as it comes; `inputs` brings stdin, resizes and
+    /// [`ExecInput::HungUp`](crate::ExecInput::HungUp), after which the
+    /// command must be killed, with what it started. Kill it too after
+    /// `start.timeout_seconds` (when not 0), answering `timed_out`.
+    /// NOT_FOUND when the resource is gone, FAILED_PRECONDITION when it does
+    /// not run.
+    async fn exec(
+        &self,
+        _start: proto::ExecStart,
+        _inputs: ExecInputs,
+        _outputs: ExecOutputs,
+    ) -> Result<proto::ExecExit, Status> {
+        Err(unimplemented("Exec"))
+    }
+
+    /// For the "files" feature: extracts the tar archive `archive` brings
+    /// into the directory `target.path` of `target.resource`, as the resource
+    /// would write it, and answers the bytes extracted. Corbel has checked
+    /// the archive (regular files and directories, no path climbing out).
+    async fn put_files(
+        &self,
+        _target: proto::FilesTarget,
+        _archive: FilesArchive,
+    ) -> Result<proto::PutFilesResponse, Status> {
+        Err(unimplemented("PutFiles"))
+    }
+
+    /// For the "files" feature: sends `request.path` of `request.resource`
+    /// into `sink` as one tar archive whose top entry is the path's last name.
+    async fn get_files(
+        &self,
+        _request: proto::GetFilesRequest,
+        _sink: FilesSink,
+    ) -> Result<(), Status> {
+        Err(unimplemented("GetFiles"))
+    }
+
     /// For the "repository" feature: send every element version into `sink`.
     async fn get_inventory(&self, _sink: InventorySink) -> Result<(), Status> {
         Err(unimplemented("GetInventory"))
@@ -249,6 +304,22 @@ impl<T> Sink<T> {
         }
     }
 
+    /// Whether the caller hung up (or the step ended).
+    pub(crate) async fn is_closed(&self) -> bool {
+        match self.tx.lock().await.as_ref() {
+            Some(tx) => tx.is_closed(),
+            None => true,
+        }
+    }
+
+    /// Resolves when the caller hung up (or the step ended).
+    pub(crate) async fn closed(&self) {
+        let tx = self.tx.lock().await.clone();
+        if let Some(tx) = tx {
+            tx.closed().await;
+        }
+    }
+
     /// Closes the stream for the author and hands back the sender for the end.
     pub(crate) async fn close(&self) -> (Option<mpsc::Sender<Result<T, Status>>>, bool) {
         let tx = self.tx.lock().await.take();
@@ -269,6 +340,19 @@ impl Events {
         self.send(proto::resource_event::Event::Progress(proto::Progress {
             percent: percent.min(100),
             message: message.into(),
+        }))
+        .await;
+    }
+
+    /// Says the step is still going, with nothing for Corbel to record: a
+    /// progress event with an empty message. A step that may stay silent
+    /// longer than Corbel's `call_timeout_ms` (a job running to its end)
+    /// sends one every few seconds, since Corbel gives up on a stream that
+    /// long silent.
+    pub async fn keep_alive(&self) {
+        self.send(proto::resource_event::Event::Progress(proto::Progress {
+            percent: 0,
+            message: String::new(),
         }))
         .await;
     }
@@ -297,5 +381,24 @@ pub struct InventorySink {
 impl InventorySink {
     pub async fn send(&self, entry: proto::InventoryEntry) {
         self.sink.send(entry).await;
+    }
+}
+
+/// Where `watch_resources` sends statuses.
+#[derive(Clone)]
+pub struct StatusSink {
+    pub(crate) sink: Arc<Sink<proto::ResourceStatus>>,
+}
+
+impl StatusSink {
+    /// Sends one status; false once Corbel hung up (stop watching then).
+    pub async fn send(&self, status: proto::ResourceStatus) -> bool {
+        self.sink.send(status).await;
+        !self.sink.is_closed().await
+    }
+
+    /// Resolves when Corbel hung up.
+    pub async fn closed(&self) {
+        self.sink.closed().await;
     }
 }

@@ -14,9 +14,13 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
+use crate::exec::ExecOutputs;
+use crate::files::FilesSink;
 use crate::proto;
 use crate::proto::resource_event::Event;
-use crate::provider::{Events, Failure, InventorySink, Provider, Sink, StepError, StepResult};
+use crate::provider::{
+    Events, Failure, InventorySink, Provider, Sink, StatusSink, StepError, StepResult,
+};
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
@@ -109,6 +113,8 @@ async fn wait_turn(turn: impl Future<Output = Option<Turn>>, events: &Events) ->
     events
         .log("waiting for the call before it on this resource to end")
         .await;
+    // No keep-alive while waiting: a step before this one that hangs must
+    // make this one miss its deadline too, so the caller gives up on both.
     turn.await
 }
 
@@ -242,6 +248,97 @@ impl<P: Provider> proto::provider_server::Provider for ProviderService<P> {
         Ok(Response::new(
             self.provider.power(request.into_inner()).await?,
         ))
+    }
+
+    type WatchResourcesStream = BoxStream<proto::ResourceStatus>;
+
+    async fn watch_resources(
+        &self,
+        request: Request<proto::WatchResourcesRequest>,
+    ) -> Result<Response<Self::WatchResourcesStream>, Status> {
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let sink = Sink::new(tx);
+        let provider = self.provider.clone();
+        let author_sink = StatusSink { sink: sink.clone() };
+        let request = request.into_inner();
+        let work =
+            tokio::spawn(async move { provider.watch_resources(request, author_sink).await });
+        tokio::spawn(async move {
+            let result = work.await.unwrap_or_else(|_| {
+                Err(Status::internal("the provider panicked in WatchResources"))
+            });
+            let (tx, _) = sink.close().await;
+            if let (Some(tx), Err(status)) = (tx, result) {
+                let _ = tx.send(Err(status)).await;
+            }
+        });
+        open(rx).await.map(Response::new)
+    }
+
+    type ExecStream = BoxStream<proto::ExecOutput>;
+
+    async fn exec(
+        &self,
+        request: Request<tonic::Streaming<proto::ExecInput>>,
+    ) -> Result<Response<Self::ExecStream>, Status> {
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let sink = Sink::new(tx);
+        let outputs = ExecOutputs { sink: sink.clone() };
+        let (start, inputs) =
+            crate::exec::open_inputs(request.into_inner(), outputs.clone()).await?;
+        let provider = self.provider.clone();
+        let work = tokio::spawn(async move { provider.exec(start, inputs, outputs).await });
+        tokio::spawn(async move {
+            let result = work
+                .await
+                .unwrap_or_else(|_| Err(Status::internal("the provider panicked in Exec")));
+            let (tx, _) = sink.close().await;
+            if let Some(tx) = tx {
+                let last = result.map(|exit| proto::ExecOutput {
+                    output: Some(proto::exec_output::Output::Exit(exit)),
+                });
+                let _ = tx.send(last).await;
+            }
+        });
+        // At once, not at the first output: a command may print nothing
+        // until its stdin says something.
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn put_files(
+        &self,
+        request: Request<tonic::Streaming<proto::FilesInput>>,
+    ) -> Result<Response<proto::PutFilesResponse>, Status> {
+        let (target, archive) = crate::files::open_archive(request.into_inner()).await?;
+        let provider = self.provider.clone();
+        tokio::spawn(async move { provider.put_files(target, archive).await })
+            .await
+            .unwrap_or_else(|_| Err(Status::internal("the provider panicked in PutFiles")))
+            .map(Response::new)
+    }
+
+    type GetFilesStream = BoxStream<proto::FilesChunk>;
+
+    async fn get_files(
+        &self,
+        request: Request<proto::GetFilesRequest>,
+    ) -> Result<Response<Self::GetFilesStream>, Status> {
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let sink = Sink::new(tx);
+        let provider = self.provider.clone();
+        let author_sink = FilesSink { sink: sink.clone() };
+        let request = request.into_inner();
+        let work = tokio::spawn(async move { provider.get_files(request, author_sink).await });
+        tokio::spawn(async move {
+            let result = work
+                .await
+                .unwrap_or_else(|_| Err(Status::internal("the provider panicked in GetFiles")));
+            let (tx, _) = sink.close().await;
+            if let (Some(tx), Err(status)) = (tx, result) {
+                let _ = tx.send(Err(status)).await;
+            }
+        });
+        open(rx).await.map(Response::new)
     }
 
     type GetInventoryStream = BoxStream<proto::InventoryEntry>;

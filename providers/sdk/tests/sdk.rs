@@ -99,8 +99,9 @@ async fn registers_configures_and_deploys_with_exactly_one_done() {
     assert_eq!(registration.id, TEST_PROVIDER_ID);
     assert_eq!(registration.name, "echo");
     assert_eq!(registration.version, "1.2.3");
-    // The highest version both sides speak: 2, with UpdateResource.
-    assert_eq!(registration.protocol_version, 2);
+    // The highest version both sides speak: 3, with UpdateResource and
+    // WatchResources.
+    assert_eq!(registration.protocol_version, 3);
     assert_eq!(registration.features, ["deploy", "teleport"]);
     assert_eq!(registration.resource_types, ["echo.v1.thing"]);
     assert_eq!(
@@ -320,7 +321,10 @@ async fn a_registry_with_no_common_version_is_refused_naming_both_lists() {
     };
     assert_eq!(code, Code::FailedPrecondition);
     let text = error.to_string();
-    assert!(text.contains("[99]") && text.contains("[1, 2]"), "{text}");
+    assert!(
+        text.contains("[99]") && text.contains("[1, 2, 3]"),
+        "{text}"
+    );
     assert_eq!(error.exit_code(), 1);
     assert!(registry.registrations().is_empty());
 }

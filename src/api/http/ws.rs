@@ -1,11 +1,14 @@
-//! The websocket at `/graphql/ws`: the upgrade, then one task per connection
-//! that runs async-graphql's protocol handler with what it lacks of
-//! graphql-transport-ws (see [`serve_ws`]), until the client leaves or the
+//! The websocket at `/graphql/ws`: the upgrade (at most
+//! `ws_max_sockets_per_address` open per client address), then one task per
+//! connection that runs async-graphql's protocol handler with what it lacks of
+//! graphql-transport-ws (see [`run_protocol`]) and the bounds HTTP requests
+//! have (see `ws_executor`), until the client leaves, stops reading, or the
 //! server shuts down.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use async_graphql::Data;
 use async_graphql::http::{ALL_WEBSOCKET_PROTOCOLS, WebSocketProtocols, WsMessage};
@@ -19,8 +22,10 @@ use futures_util::{SinkExt, Stream, StreamExt};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::caller::{authenticate, caller_from_headers, client_of};
+use super::ws_executor::BoundedExecutor;
+use super::ws_sockets::{self, Full, Outbox, Queue, SocketSlot};
 use super::{HttpState, api_error_response, edge_error};
-use crate::api::{Caller, ClientAddress, ErrorCode};
+use crate::api::{ApiError, Caller, ClientAddress, ErrorCode};
 use crate::auth::Auth;
 
 pub async fn graphql_ws(
@@ -36,20 +41,68 @@ pub async fn graphql_ws(
             "Sec-WebSocket-Protocol must name graphql-transport-ws or graphql-ws",
         );
     };
+    let client = client_of(&parts, &state.trusted_proxies);
+    // Before anything else is spent on it: the token is checked below.
+    let slot = match socket_slot(&state, &client) {
+        Ok(slot) => slot,
+        Err(refused) => return *refused,
+    };
     let caller = match caller_from_headers(&state.auth, headers).await {
         Ok(caller) => caller,
         Err(e) => return api_error_response(StatusCode::INTERNAL_SERVER_ERROR, e),
     };
-    let client = client_of(&parts, &state.trusted_proxies);
     let tasks = state.ws_tasks.clone();
     let max_message = state.limits.max_body_bytes;
     upgrade
         .protocols(ALL_WEBSOCKET_PROTOCOLS)
+        .read_buffer_size(READ_BUFFER)
         .max_message_size(max_message)
         .max_frame_size(max_message)
         .on_upgrade(move |socket| {
-            tasks.track_future(serve_ws(state, socket, protocol, caller, client))
+            let connection = Connection {
+                state,
+                protocol,
+                from_headers: caller,
+                client,
+            };
+            tasks.track_future(serve_ws(connection, socket, slot))
         })
+}
+
+/// What a socket reads from the network at a time. tungstenite's default,
+/// 128 KiB, is zero-filled on every read, so it is resident for every open
+/// socket: 37 MiB for 300 of them (the abuse bench's never-reading sockets).
+/// A client's messages are small; a larger one is read in several pieces.
+const READ_BUFFER: usize = 16 * 1024;
+
+/// One of the websockets (`/graphql/ws`, `/exec`) the client's address may
+/// hold, or the 429 for one more.
+pub(super) fn socket_slot(
+    state: &HttpState,
+    client: &ClientAddress,
+) -> Result<Option<SocketSlot>, Box<Response>> {
+    let Some(address) = client.0 else {
+        return Ok(None);
+    };
+    let max = state.limits.ws_max_sockets_per_address;
+    match state.ws_sockets.take(address, max) {
+        Some(slot) => Ok(Some(slot)),
+        None => Err(Box::new(too_many_sockets(max))),
+    }
+}
+
+/// The refusal of one socket more than an address may hold.
+fn too_many_sockets(max: usize) -> Response {
+    let key = "graphql.ws_max_sockets_per_address";
+    let e = ApiError::limit(
+        key,
+        max,
+        format!(
+            "this address has {max} websockets open, the most it may (`{key}`): \
+             close one, or share one socket between subscriptions"
+        ),
+    );
+    api_error_response(StatusCode::TOO_MANY_REQUESTS, e)
 }
 
 /// The first GraphQL subprotocol the client offers that we speak.
@@ -71,65 +124,159 @@ mod close {
     pub const DUPLICATE_ID: u16 = 4409;
 }
 
-/// Runs one websocket connection until the client leaves or the server shuts
-/// down; then it says goodbye with a close frame rather than dropping the line.
-///
-/// async-graphql's `WebSocket` speaks both protocols; this adds what it lacks
-/// of graphql-transport-ws: the `connection_init` timeout (4408, for the legacy
+/// What one connection runs with.
+struct Connection {
+    state: HttpState,
+    protocol: WebSocketProtocols,
+    /// The caller the upgrade's headers named.
+    from_headers: Caller,
+    client: ClientAddress,
+}
+
+/// How [`run_protocol`] ended.
+enum Ended {
+    /// With a close frame queued, last.
+    Closing,
+    /// The client went away.
+    ClientGone,
+    /// The client let more than `ws_send_queue_bytes` pile up unread, or
+    /// more than its share of `ws_send_queue_total_bytes` once all sockets
+    /// together hold that.
+    QueueFull,
+}
+
+/// How long what is queued may take to go out once the connection is over.
+const DRAIN_GRACE: Duration = Duration::from_secs(5);
+/// How long a close frame may take to reach a client that does not read.
+const CUT_GRACE: Duration = Duration::from_millis(500);
+
+/// Runs one websocket connection until the client leaves, stops reading, or
+/// the server shuts down. Its messages go out through a queue bounded by
+/// `ws_send_queue_bytes` (and the server's `ws_send_queue_total_bytes`, see
+/// [`ws_sockets::SendQueues`]) and written by [`write_out`]: the protocol runs on
+/// while the client reads slowly, and a client that lets the queue fill is
+/// cut off with 1008 rather than holding answers in memory.
+async fn serve_ws(connection: Connection, socket: WebSocket, _slot: Option<SocketSlot>) {
+    let (mut sink, stream) = socket.split();
+    let limits = &connection.state.limits;
+    let (outbox, queue) = ws_sockets::outbox(
+        limits.ws_send_queue_bytes,
+        limits.ws_send_queue_total_bytes,
+        &connection.state.ws_queues,
+    );
+    let mut write = Box::pin(write_out(&mut sink, queue));
+    let ended = tokio::select! {
+        ended = run_protocol(&connection, stream, outbox) => ended,
+        () = &mut write => return,
+    };
+    match ended {
+        Ended::Closing => {
+            let _ = tokio::time::timeout(DRAIN_GRACE, write).await;
+        }
+        Ended::ClientGone => {}
+        Ended::QueueFull => {
+            drop(write);
+            tracing::info!(
+                client.address = ?connection.client.0,
+                "websocket cut off: the client does not read what it is sent"
+            );
+            let frame = CloseFrame {
+                code: axum::extract::ws::close_code::POLICY,
+                reason: "send queue full: the client does not read what it is sent".into(),
+            };
+            let _ = tokio::time::timeout(CUT_GRACE, sink.send(Message::Close(Some(frame)))).await;
+        }
+    }
+}
+
+/// Sends what is queued until a close frame is sent, the client is gone, or
+/// every producer is.
+async fn write_out(sink: &mut Sink, mut queue: Queue) {
+    while let Some((message, charge)) = queue.next().await {
+        let close = matches!(message, Message::Close(_));
+        let sent = sink.send(message).await;
+        drop(charge);
+        if sent.is_err() || close {
+            return;
+        }
+    }
+}
+
+/// async-graphql's protocol handler, with what it lacks of
+/// graphql-transport-ws: the `connection_init` timeout (4408, for the legacy
 /// protocol too), a duplicate subscription id (4409), and the protocol's close
 /// codes where it uses generic ones: a malformed message is 4400 (not 1002), a
 /// refused `connection_init` 4403 (not 1002), `subscribe` before the ack 4401
-/// (not 1011). A second `connection_init` is 4429 already.
-async fn serve_ws(
-    state: HttpState,
-    socket: WebSocket,
-    protocol: WebSocketProtocols,
-    from_headers: Caller,
-    client: ClientAddress,
-) {
-    let (mut sink, stream) = socket.split();
+/// (not 1011). A second `connection_init` is 4429 already. Operations run
+/// under the caller's bounds ([`BoundedExecutor`]), at most
+/// `ws_max_subscriptions` of them live at once.
+async fn run_protocol(
+    connection: &Connection,
+    stream: SplitStream<WebSocket>,
+    outbox: Outbox,
+) -> Ended {
+    let Connection {
+        state, protocol, ..
+    } = connection;
+    let protocol = *protocol;
     let tracked = Tracked::default();
     let (violation, mut violations) = tokio::sync::mpsc::unbounded_channel::<(u16, String)>();
-    let input = client_messages(stream, tracked.clone(), violation, protocol);
+    let bound = OperationBound {
+        outbox: outbox.clone(),
+        max: state.limits.ws_max_subscriptions,
+    };
+    let input = client_messages(stream, tracked.clone(), violation, protocol, bound);
     let auth = state.auth.clone();
     let refused = tracked.init_refused.clone();
-    let connection = async_graphql::http::WebSocket::new(state.schema.clone(), input, protocol)
+    let (from_headers, client) = (connection.from_headers.clone(), connection.client);
+    let executor = BoundedExecutor::new(state.clone());
+    let protocol_handler = async_graphql::http::WebSocket::new(executor, input, protocol)
         .on_connection_init(move |payload| init_data(auth, refused, from_headers, client, payload));
-    let mut connection = std::pin::pin!(connection);
+    let mut protocol_handler = std::pin::pin!(protocol_handler);
     let init_deadline = tokio::time::sleep(state.limits.ws_init_timeout);
     let mut init_deadline = std::pin::pin!(init_deadline);
     let mut closing = false;
     loop {
+        if outbox.full.is_cancelled() {
+            return Ended::QueueFull;
+        }
         if closing && tracked.open().is_empty() {
             break;
         }
         let message = tokio::select! {
-            message = connection.next() => message,
+            message = protocol_handler.next() => message,
             Some((code, reason)) = violations.recv() => Some(WsMessage::Close(code, reason)),
             _ = &mut init_deadline, if !tracked.init_seen.load(Ordering::SeqCst) => {
                 if tracked.init_seen.load(Ordering::SeqCst) {
                     continue;
                 }
-                Some(init_timeout(&mut sink, protocol).await)
+                Some(init_timeout(&outbox, protocol))
             }
             _ = state.ws_close.cancelled(), if !closing => {
                 closing = true;
                 continue;
             }
+            () = outbox.full.cancelled() => return Ended::QueueFull,
         };
         let Some(message) = message else {
-            // The client went away.
-            return;
+            return Ended::ClientGone;
         };
-        if !forward(&mut sink, message, protocol, &tracked).await {
-            return;
+        match forward(&outbox, message, protocol, &tracked) {
+            // Each answer may have cost an operation's whole run: let other
+            // tasks (`/healthz`, other sockets) have the worker before the next.
+            Ok(true) => tokio::task::yield_now().await,
+            Ok(false) => return Ended::Closing,
+            Err(Full) => return Ended::QueueFull,
         }
     }
     let frame = CloseFrame {
         code: axum::extract::ws::close_code::AWAY,
         reason: "server shutting down".into(),
     };
-    let _ = sink.send(Message::Close(Some(frame))).await;
+    match outbox.push(Message::Close(Some(frame))) {
+        Ok(()) => Ended::Closing,
+        Err(Full) => Ended::QueueFull,
+    }
 }
 
 /// The server's half of the socket.
@@ -155,15 +302,25 @@ impl Tracked {
     }
 }
 
+/// The most operations a connection may have live, and where to tell the
+/// client that a `subscribe` past it is refused.
+struct OperationBound {
+    outbox: Outbox,
+    max: usize,
+}
+
 /// The client's messages as async-graphql reads them, noting `connection_init`
 /// and the subscriptions opened and ended on the way. A subscription id
 /// already open is a violation of graphql-transport-ws: the message is
-/// dropped and the violation sent to `violation`.
+/// dropped and the violation sent to `violation`. A `subscribe` past
+/// `bound.max` live operations is dropped and answered with an `error` for its
+/// id; the socket stays open.
 fn client_messages(
     stream: SplitStream<WebSocket>,
     tracked: Tracked,
     violation: UnboundedSender<(u16, String)>,
     protocol: WebSocketProtocols,
+    bound: OperationBound,
 ) -> impl Stream<Item = Bytes> + Send + 'static {
     stream
         .take_while(|message| std::future::ready(message.is_ok()))
@@ -179,17 +336,25 @@ fn client_messages(
                 Some(Envelope { kind, .. }) if kind == "connection_init" => {
                     tracked.init_seen.store(true, Ordering::SeqCst);
                 }
-                // A subscription id already open is a violation of graphql-transport-ws.
-                Some(Envelope { kind, id: Some(id) })
-                    if (kind == "subscribe" || kind == "start")
-                        && !open.insert(id.clone())
-                        && protocol == WebSocketProtocols::GraphQLWS =>
-                {
-                    let _ = violation.send((
-                        close::DUPLICATE_ID,
-                        format!("Subscriber for {id} already exists"),
-                    ));
-                    return std::future::ready(None);
+                Some(Envelope { kind, id: Some(id) }) if kind == "subscribe" || kind == "start" => {
+                    if open.contains(&id) {
+                        // A subscription id already open is a violation of
+                        // graphql-transport-ws (the legacy protocol replaces it).
+                        if protocol == WebSocketProtocols::GraphQLWS {
+                            let _ = violation.send((
+                                close::DUPLICATE_ID,
+                                format!("Subscriber for {id} already exists"),
+                            ));
+                            return std::future::ready(None);
+                        }
+                    } else if open.len() >= bound.max {
+                        let refusal = too_many_operations(&id, bound.max, protocol);
+                        // A full queue cuts the socket off; nothing more to do here.
+                        let _ = bound.outbox.push(Message::Text(refusal.into()));
+                        return std::future::ready(None);
+                    } else {
+                        open.insert(id);
+                    }
                 }
                 Some(Envelope { kind, id: Some(id) }) if kind == "complete" || kind == "stop" => {
                     open.remove(&id);
@@ -198,6 +363,24 @@ fn client_messages(
             }
             std::future::ready(Some(bytes))
         })
+}
+
+/// The `error` answering a `subscribe` past `ws_max_subscriptions`.
+fn too_many_operations(id: &str, max: usize, protocol: WebSocketProtocols) -> String {
+    let key = "graphql.ws_max_subscriptions";
+    let error = crate::api::cost::to_server_error(ApiError::limit(
+        key,
+        max,
+        format!(
+            "this socket has {max} operations live, the most it may (`{key}`): \
+             complete one before starting another"
+        ),
+    ));
+    let payload = match protocol {
+        WebSocketProtocols::GraphQLWS => serde_json::json!([error]),
+        WebSocketProtocols::SubscriptionsTransportWS => serde_json::json!(error),
+    };
+    serde_json::json!({"id": id, "type": "error", "payload": payload}).to_string()
 }
 
 /// The request data of a connection once `connection_init` came: the caller
@@ -232,35 +415,41 @@ async fn init_data(
 
 /// The close for a client that sent no `connection_init` in time; the legacy
 /// protocol is first told why in a `connection_error`.
-async fn init_timeout(sink: &mut Sink, protocol: WebSocketProtocols) -> WsMessage {
+fn init_timeout(outbox: &Outbox, protocol: WebSocketProtocols) -> WsMessage {
     let reason = "Connection initialisation timeout";
     if protocol == WebSocketProtocols::SubscriptionsTransportWS {
         let error = serde_json::json!({
             "type": "connection_error",
             "payload": {"message": reason},
         });
-        let _ = sink.send(Message::Text(error.to_string().into())).await;
+        // A full queue cuts the socket off before the close is sent.
+        let _ = outbox.push(Message::Text(error.to_string().into()));
     }
     WsMessage::Close(close::INIT_TIMEOUT, reason.to_owned())
 }
 
-/// Sends one of async-graphql's messages to the client, in the protocol's
-/// close codes; `false` once the connection is over (a close sent, or the
-/// client gone).
-async fn forward(
-    sink: &mut Sink,
+/// Queues one of async-graphql's messages for the client, in the protocol's
+/// close codes; `Ok(false)` once the connection is over (a close queued).
+fn forward(
+    outbox: &Outbox,
     message: WsMessage,
     protocol: WebSocketProtocols,
     tracked: &Tracked,
-) -> bool {
-    let sent = match message {
+) -> Result<bool, Full> {
+    match message {
         WsMessage::Text(text) => {
-            if let Some(Envelope { kind, id: Some(id) }) = Envelope::read(text.as_bytes())
+            // async-graphql writes `type` first: only an ending is read
+            // whole, never a (possibly large) `next`.
+            let ending =
+                text.starts_with(r#"{"type":"complete""#) || text.starts_with(r#"{"type":"error""#);
+            if ending
+                && let Some(Envelope { kind, id: Some(id) }) = Envelope::read(text.as_bytes())
                 && (kind == "complete" || kind == "error")
             {
                 tracked.open().remove(&id);
             }
-            sink.send(Message::Text(text.into())).await
+            outbox.push(Message::Text(text.into()))?;
+            Ok(true)
         }
         WsMessage::Close(code, reason) => {
             let (code, reason) = match protocol {
@@ -273,11 +462,10 @@ async fn forward(
                 code,
                 reason: close_reason(reason).into(),
             };
-            let _ = sink.send(Message::Close(Some(frame))).await;
-            return false;
+            outbox.push(Message::Close(Some(frame)))?;
+            Ok(false)
         }
-    };
-    sent.is_ok()
+    }
 }
 
 /// A close frame's reason fits in 123 bytes; a longer one (serde's list of

@@ -7,16 +7,43 @@
 use serde_json::Value as Json;
 use serde_yaml_ng::{Mapping, Value as Yaml};
 
-use super::{Problem, join};
+use super::Problem;
 use crate::deploy::template::{MAX_DEPTH, snippet};
 
 /// YAML (at `path`, `depth` levels down) into JSON.
 pub(super) fn yaml_to_json(value: &Yaml, path: &str, depth: usize) -> Result<Json, Problem> {
+    to_json(value, &mut path.to_owned(), depth)
+}
+
+/// JSON into ordered YAML, so one walker serves both entry points.
+pub(super) fn json_to_yaml(value: &Json, path: &str, depth: usize) -> Result<Yaml, Problem> {
+    to_yaml(value, &mut path.to_owned(), depth)
+}
+
+/// Appends `.key` (or `key` at the root) to `path`, for one child.
+fn push_key(path: &mut String, key: &str) {
+    if !path.is_empty() {
+        path.push('.');
+    }
+    path.push_str(key);
+}
+
+/// Appends `[i]` to `path`.
+fn push_index(path: &mut String, i: usize) {
+    use std::fmt::Write;
+    let _ = write!(path, "[{i}]");
+}
+
+fn too_deep(path: &str) -> Problem {
+    Problem::new(path, format!("nested deeper than {MAX_DEPTH} levels"))
+}
+
+// The path is one buffer, grown by a segment on the way down and cut back on
+// the way up: building each node's path anew would cost its depth times its
+// keys' length, quadratic for long keys nested deep.
+fn to_json(value: &Yaml, path: &mut String, depth: usize) -> Result<Json, Problem> {
     if depth > MAX_DEPTH {
-        return Err(Problem::new(
-            path,
-            format!("nested deeper than {MAX_DEPTH} levels"),
-        ));
+        return Err(too_deep(path));
     }
     Ok(match value {
         Yaml::Null => Json::Null,
@@ -29,47 +56,52 @@ pub(super) fn yaml_to_json(value: &Yaml, path: &str, depth: usize) -> Result<Jso
             } else if let Some(f) = n.as_f64().and_then(serde_json::Number::from_f64) {
                 Json::Number(f)
             } else {
-                return Err(Problem::new(path, format!("{n} is not a finite number")));
+                return Err(Problem::new(
+                    path.as_str(),
+                    format!("{n} is not a finite number"),
+                ));
             }
         }
         Yaml::String(s) => Json::String(s.clone()),
         Yaml::Sequence(items) => {
             let mut out = Vec::with_capacity(items.len());
+            let len = path.len();
             for (i, item) in items.iter().enumerate() {
-                out.push(yaml_to_json(item, &format!("{path}[{i}]"), depth + 1)?);
+                push_index(path, i);
+                out.push(to_json(item, path, depth + 1)?);
+                path.truncate(len);
             }
             Json::Array(out)
         }
         Yaml::Mapping(map) => {
             let mut out = serde_json::Map::new();
+            let len = path.len();
             for (key, item) in map {
                 let Some(key) = key_text(key) else {
                     return Err(Problem::new(
-                        path,
+                        path.as_str(),
                         format!("keys must be text, not {}", kind(key)),
                     ));
                 };
-                let item = yaml_to_json(item, &join(path, &key), depth + 1)?;
+                push_key(path, &key);
+                let item = to_json(item, path, depth + 1)?;
+                path.truncate(len);
                 out.insert(key, item);
             }
             Json::Object(out)
         }
         Yaml::Tagged(tagged) => {
             return Err(Problem::new(
-                path,
+                path.as_str(),
                 format!("YAML tags are not supported (found {})", tagged.tag),
             ));
         }
     })
 }
 
-/// JSON into ordered YAML, so one walker serves both entry points.
-pub(super) fn json_to_yaml(value: &Json, path: &str, depth: usize) -> Result<Yaml, Problem> {
+fn to_yaml(value: &Json, path: &mut String, depth: usize) -> Result<Yaml, Problem> {
     if depth > MAX_DEPTH {
-        return Err(Problem::new(
-            path,
-            format!("nested deeper than {MAX_DEPTH} levels"),
-        ));
+        return Err(too_deep(path));
     }
     Ok(match value {
         Json::Null => Yaml::Null,
@@ -81,17 +113,23 @@ pub(super) fn json_to_yaml(value: &Json, path: &str, depth: usize) -> Result<Yam
             (None, None, None) => Yaml::String(n.to_string()),
         },
         Json::String(s) => Yaml::String(s.clone()),
-        Json::Array(items) => Yaml::Sequence(
-            items
-                .iter()
-                .enumerate()
-                .map(|(i, item)| json_to_yaml(item, &format!("{path}[{i}]"), depth + 1))
-                .collect::<Result<_, _>>()?,
-        ),
+        Json::Array(items) => {
+            let mut out = Vec::with_capacity(items.len());
+            let len = path.len();
+            for (i, item) in items.iter().enumerate() {
+                push_index(path, i);
+                out.push(to_yaml(item, path, depth + 1)?);
+                path.truncate(len);
+            }
+            Yaml::Sequence(out)
+        }
         Json::Object(map) => {
             let mut out = Mapping::with_capacity(map.len());
+            let len = path.len();
             for (key, item) in map {
-                let item = json_to_yaml(item, &join(path, key), depth + 1)?;
+                push_key(path, key);
+                let item = to_yaml(item, path, depth + 1)?;
+                path.truncate(len);
                 out.insert(Yaml::String(key.clone()), item);
             }
             Yaml::Mapping(out)

@@ -6,7 +6,9 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
+use super::parse::Listed;
 use super::{Blueprint, Problem, Problems};
+use crate::deploy::template::snippet;
 
 /// Resources by declaration index; edges point from a resource to what it
 /// depends on, deduplicated, known keys only, self-edges left out.
@@ -29,10 +31,11 @@ impl<'b> Graph<'b> {
             .enumerate()
             .map(|(i, r)| {
                 let mut out: Vec<usize> = Vec::new();
+                let mut seen = std::collections::HashSet::new();
                 for dep in &r.depends_on {
                     if let Some(&j) = index.get(dep.as_str())
                         && j != i
-                        && !out.contains(&j)
+                        && seen.insert(j)
                     {
                         out.push(j);
                     }
@@ -43,16 +46,57 @@ impl<'b> Graph<'b> {
         Graph { keys, index, edges }
     }
 
-    /// `closure[j]` is true when resource `from` depends on `j`, directly or not.
-    pub(super) fn dependencies_of(&self, from: usize) -> Vec<bool> {
-        let mut seen = vec![false; self.keys.len()];
-        let mut stack = self.edges.get(from).cloned().unwrap_or_default();
-        while let Some(j) = stack.pop() {
-            if !std::mem::replace(&mut seen[j], true) {
-                stack.extend(&self.edges[j]);
+    /// Whether `from` depends on `to`, directly or not, for each pair of
+    /// `pairs`, in one pass: a row of bits per strongly connected component
+    /// (sinks first, each the union of what its edges reach), one column per
+    /// distinct `to`. That is edges × targets / 64 words of work, where a
+    /// walk per pair would be resources × pairs.
+    pub(super) fn depends(&self, pairs: &[(usize, usize)]) -> Vec<bool> {
+        let mut column = HashMap::new();
+        for &(_, to) in pairs {
+            let next = column.len();
+            column.entry(to).or_insert(next);
+        }
+        let words = column.len().div_ceil(64);
+        let bit = |row: &mut [u64], v: usize| {
+            if let Some(&c) = column.get(&v) {
+                row[c / 64] |= 1 << (c % 64);
+            }
+        };
+        let components = components(&self.edges);
+        let mut component_of = vec![0; self.keys.len()];
+        for (c, members) in components.iter().enumerate() {
+            for &v in members {
+                component_of[v] = c;
             }
         }
-        seen
+        let mut rows = vec![0u64; components.len() * words];
+        for (c, members) in components.iter().enumerate() {
+            // Components come sinks first: every row read here is complete.
+            let (done, rest) = rows.split_at_mut(c * words);
+            let row = &mut rest[..words];
+            for &v in members {
+                if members.len() > 1 {
+                    bit(row, v);
+                }
+                for &w in &self.edges[v] {
+                    bit(row, w);
+                    let d = component_of[w];
+                    if d != c {
+                        for (mine, theirs) in row.iter_mut().zip(&done[d * words..][..words]) {
+                            *mine |= theirs;
+                        }
+                    }
+                }
+            }
+        }
+        pairs
+            .iter()
+            .map(|&(from, to)| {
+                let c = column[&to];
+                rows[component_of[from] * words + c / 64] & (1 << (c % 64)) != 0
+            })
+            .collect()
     }
 
     /// One cycle per strongly connected component of more than one resource,
@@ -168,23 +212,38 @@ fn components(edges: &[Vec<usize>]) -> Vec<Vec<usize>> {
 
 /// Problems with `depends_on`: unknown keys, self, repeats, and cycles.
 pub(super) fn dependency_problems(bp: &Blueprint) -> Vec<Problem> {
+    let mut listed = Listed::default();
+    dependency_problems_into(bp, &mut listed);
+    listed.into_vec()
+}
+
+/// [`dependency_problems`] into `listed`; a path is built only for a
+/// problem that is listed.
+pub(super) fn dependency_problems_into(bp: &Blueprint, listed: &mut Listed) {
     let graph = Graph::new(bp);
-    let mut problems = Vec::new();
     for r in &bp.resources {
+        let mut seen = std::collections::HashSet::new();
         for (i, dep) in r.depends_on.iter().enumerate() {
-            let path = format!("resources.{}.depends_on[{i}]", r.key);
-            if *dep == r.key {
-                problems.push(Problem::new(path, format!("`{dep}` depends on itself")));
+            let message = if *dep == r.key {
+                format!("`{}` depends on itself", snippet(dep))
             } else if !graph.index.contains_key(dep.as_str()) {
-                let message = format!("`{dep}` is not a resource in this blueprint");
-                problems.push(Problem::new(path, message));
-            } else if r.depends_on[..i].contains(dep) {
-                problems.push(Problem::new(path, format!("`{dep}` is listed twice")));
-            }
+                format!("`{}` is not a resource in this blueprint", snippet(dep))
+            } else if !seen.insert(dep.as_str()) {
+                format!("`{}` is listed twice", snippet(dep))
+            } else {
+                continue;
+            };
+            listed.add(|| {
+                Problem::new(
+                    format!("resources.{}.depends_on[{i}]", snippet(&r.key)),
+                    message,
+                )
+            });
         }
     }
-    problems.extend(graph.cycles().iter().map(|c| graph.cycle_problem(c)));
-    problems
+    for cycle in graph.cycles() {
+        listed.add(|| graph.cycle_problem(&cycle));
+    }
 }
 
 /// Resource keys with every resource after all it depends on; ties go to the
@@ -277,27 +336,34 @@ pub fn with_extra_dependencies(
 ) -> Result<Blueprint, Problems> {
     let mut out = bp.clone();
     let mut problems = Vec::new();
+    let mut index: HashMap<&str, usize> = HashMap::with_capacity(bp.resources.len());
+    for (i, r) in bp.resources.iter().enumerate() {
+        index.entry(r.key.as_str()).or_insert(i);
+    }
+    let mut listed: Vec<Option<std::collections::HashSet<String>>> = vec![None; bp.resources.len()];
     for (key, deps) in extra {
         let path = format!("resources.{key}.depends_on");
-        if bp.resource(key).is_none() {
+        let Some(&i) = index.get(key.as_str()) else {
             let message =
                 format!("a provider described `{key}`, which is not a resource in this blueprint");
             problems.push(Problem::new(format!("resources.{key}"), message));
             continue;
-        }
+        };
         for dep in deps {
             if dep == key {
                 let message = format!("a provider made `{key}` depend on itself");
                 problems.push(Problem::new(&path, message));
-            } else if bp.resource(dep).is_none() {
+            } else if !index.contains_key(dep.as_str()) {
                 let message = format!(
                     "a provider added a dependency on `{dep}`, which is not a resource in this blueprint"
                 );
                 problems.push(Problem::new(&path, message));
-            } else if let Some(r) = out.resources.iter_mut().find(|r| r.key == *key)
-                && !r.depends_on.contains(dep)
-            {
-                r.depends_on.push(dep.clone());
+            } else {
+                let r = &mut out.resources[i];
+                let has = listed[i].get_or_insert_with(|| r.depends_on.iter().cloned().collect());
+                if has.insert(dep.clone()) {
+                    r.depends_on.push(dep.clone());
+                }
             }
         }
     }

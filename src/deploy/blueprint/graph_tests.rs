@@ -23,6 +23,7 @@ pub(super) fn graph(resources: Resources<'_>) -> Blueprint {
                 depends_on: deps.iter().map(|d| (*d).to_owned()).collect(),
                 replicas: Replicas::Fixed(1),
                 strategy: Strategy::Auto,
+                restart: Restart::default(),
                 config: json!({}),
             })
             .collect(),

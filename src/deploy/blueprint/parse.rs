@@ -3,18 +3,34 @@
 //! order survives (the YAML mapping is ordered), every unknown key and wrong
 //! type is reported with its path, and all problems come back at once.
 
+use std::sync::atomic::AtomicBool;
+
 use serde_json::Value as Json;
 use serde_yaml_ng::{Mapping, Value as Yaml};
 
 use super::convert::{describe, json_to_yaml, key_text, kind, yaml_to_json};
+use super::restart::{self, DURATION_FORM, MAX_ATTEMPTS};
 use super::{
-    Blueprint, DataSource, Problem, Problems, Replicas, Resource, Strategy, VERSION, VarType,
-    Variable, join,
+    Blueprint, DataSource, Problem, Problems, Replicas, Resource, Restart, RestartPolicy, Strategy,
+    VERSION, VarType, Variable, join,
 };
+use crate::cpu::{NEVER, stopped};
 use crate::deploy::template::snippet;
 
 /// Blueprint text over this size is refused before parsing.
 pub const MAX_BYTES: usize = 1 << 20;
+
+/// At most this many problems are listed (by the parser, and again by
+/// `check`); the rest are counted in one last problem. An author fixes the
+/// first ones first, and a list of 15,000 would cost more than the document.
+pub const MAX_PROBLEMS: usize = 100;
+
+/// At most this many unknown keys of one mapping are listed; the rest are
+/// counted in one problem at the mapping.
+pub const MAX_UNKNOWN_KEYS: usize = 10;
+
+/// What a parse or a check stopped by its caller answers.
+pub(super) const STOPPED: &str = "stopped before the end: its time ran out";
 
 const TOP_KEYS: &[&str] = &["version", "variables", "resources", "data"];
 const VARIABLE_KEYS: &[&str] = &["type", "default", "description"];
@@ -24,6 +40,7 @@ const RESOURCE_KEYS: &[&str] = &[
     "depends_on",
     "replicas",
     "strategy",
+    "restart",
     "config",
 ];
 const DATA_KEYS: &[&str] = &["type", "provider", "config"];
@@ -33,6 +50,13 @@ const DATA_KEYS: &[&str] = &["type", "provider", "config"];
 /// keys are applied, and
 /// unknown keys are errors everywhere but inside `config`.
 pub fn parse(yaml: &str) -> Result<Blueprint, Problems> {
+    parse_until(yaml, &NEVER)
+}
+
+/// [`parse`], giving up once `stop` is set (its caller stopped waiting):
+/// the flag is read as the text and each entry are read. Linear in the
+/// text: every step reads each node a bounded number of times.
+pub fn parse_until(yaml: &str, stop: &AtomicBool) -> Result<Blueprint, Problems> {
     if yaml.len() > MAX_BYTES {
         return Err(Problem::new(
             "",
@@ -43,20 +67,20 @@ pub fn parse(yaml: &str) -> Result<Blueprint, Problems> {
         )
         .into());
     }
-    let mut doc: Yaml =
-        crate::yaml::from_str(yaml, "blueprint").map_err(|e| Problem::new("", e.to_string()))?;
+    let mut doc: Yaml = crate::yaml::from_str_until(yaml, "blueprint", stop)
+        .map_err(|e| Problem::new("", e.to_string()))?;
     doc.apply_merge()
         .map_err(|e| Problem::new("", format!("bad YAML merge key (<<): {e}")))?;
-    let mut reader = Reader::default();
+    let mut reader = Reader::new(stop);
     let blueprint = reader.blueprint(&doc);
-    Problems::check(reader.problems, blueprint)
+    reader.finish(blueprint)
 }
 
 /// Parses the `resources` mapping of an element manifest: a blueprint with no
 /// variables or data. Declaration order is the map's iteration order (sorted by
 /// key unless serde_json's `preserve_order` is on). Paths start at `resources`.
 pub fn parse_resources(value: &Json) -> Result<Blueprint, Problems> {
-    let mut reader = Reader::default();
+    let mut reader = Reader::new(&NEVER);
     let yaml = reader.reported(json_to_yaml(value, "resources", 0));
     let resources = match yaml {
         Some(yaml) => reader.resources(Some(&yaml)),
@@ -68,12 +92,47 @@ pub fn parse_resources(value: &Json) -> Result<Blueprint, Problems> {
         resources,
         data: Vec::new(),
     };
-    Problems::check(reader.problems, blueprint)
+    reader.finish(blueprint)
 }
 
+/// Problems, at most [`MAX_PROBLEMS`] of them listed and the rest counted.
 #[derive(Default)]
-struct Reader {
-    problems: Vec<Problem>,
+pub(super) struct Listed {
+    pub(super) problems: Vec<Problem>,
+    pub(super) more: usize,
+}
+
+impl Listed {
+    pub(super) fn push(&mut self, problem: Problem) {
+        self.add(|| problem);
+    }
+
+    /// Lists the problem `make` makes, or only counts it when the list is
+    /// full (so a long path is never built for a problem not shown).
+    pub(super) fn add(&mut self, make: impl FnOnce() -> Problem) {
+        if self.problems.len() < MAX_PROBLEMS {
+            self.problems.push(make());
+        } else {
+            self.more += 1;
+        }
+    }
+
+    /// The listed problems, and one that counts the others.
+    pub(super) fn into_vec(mut self) -> Vec<Problem> {
+        if self.more > 0 {
+            let message = format!(
+                "{} more problems are not listed (the first {MAX_PROBLEMS} are)",
+                self.more
+            );
+            self.problems.push(Problem::new("", message));
+        }
+        self.problems
+    }
+}
+
+struct Reader<'s> {
+    listed: Listed,
+    stop: &'s AtomicBool,
 }
 
 /// The known keys of one mapping, in the order of the `allowed` list.
@@ -89,14 +148,29 @@ impl<'a> Fields<'a> {
     }
 }
 
-impl Reader {
+impl<'s> Reader<'s> {
+    fn new(stop: &'s AtomicBool) -> Reader<'s> {
+        Reader {
+            listed: Listed::default(),
+            stop,
+        }
+    }
+
     fn problem(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.problems.push(Problem::new(path, message));
+        self.listed.push(Problem::new(path, message));
     }
 
     /// A conversion's value; its problem, if it has one, is reported.
     fn reported<T>(&mut self, converted: Result<T, Problem>) -> Option<T> {
-        converted.map_err(|p| self.problems.push(p)).ok()
+        converted.map_err(|p| self.listed.push(p)).ok()
+    }
+
+    /// `value` if nothing was wrong (and the reading was not stopped).
+    fn finish<T>(self, value: T) -> Result<T, Problems> {
+        if stopped(self.stop) {
+            return Err(Problem::new("", STOPPED).into());
+        }
+        Problems::check(self.listed.into_vec(), value)
     }
 
     fn blueprint(&mut self, doc: &Yaml) -> Blueprint {
@@ -177,6 +251,7 @@ impl Reader {
             let depends_on = self.depends_on(fields.get("depends_on"), &join(&path, "depends_on"));
             let replicas = self.replicas(fields.get("replicas"), &join(&path, "replicas"));
             let strategy = self.strategy(fields.get("strategy"), &join(&path, "strategy"));
+            let restart = self.restart(fields.get("restart"), &join(&path, "restart"));
             let config = self.config(fields.get("config"), &join(&path, "config"));
             out.push(Resource {
                 key,
@@ -185,6 +260,7 @@ impl Reader {
                 depends_on,
                 replicas,
                 strategy,
+                restart,
                 config,
             });
         }
@@ -224,6 +300,9 @@ impl Reader {
         };
         let mut out = Vec::new();
         for (key, item) in map {
+            if stopped(self.stop) {
+                break;
+            }
             let Some(key) = key_text(key) else {
                 self.problem(
                     section,
@@ -251,14 +330,22 @@ impl Reader {
         }
     }
 
-    /// Picks the `allowed` keys out of `map`; any other key is a problem.
+    /// Picks the `allowed` keys out of `map`; any other key is a problem,
+    /// the first [`MAX_UNKNOWN_KEYS`] named and the rest counted.
     fn fields<'a>(&mut self, map: &'a Mapping, path: &str, allowed: &[&'static str]) -> Fields<'a> {
         let mut fields = Vec::new();
+        let mut unknown = 0usize;
         for (key, value) in map {
-            let text = key_text(key);
-            match allowed.iter().find(|a| Some(**a) == text.as_deref()) {
+            let known = match key {
+                Yaml::String(text) => allowed.iter().find(|a| **a == text.as_str()),
+                _ => None,
+            };
+            match known {
                 Some(name) => fields.push((*name, value)),
+                None if unknown >= MAX_UNKNOWN_KEYS => unknown += 1,
                 None => {
+                    unknown += 1;
+                    let text = key_text(key);
                     let shown = text.unwrap_or_else(|| kind(key).to_owned());
                     let shown = snippet(&shown);
                     self.problem(
@@ -270,6 +357,16 @@ impl Reader {
                     );
                 }
             }
+        }
+        if unknown > MAX_UNKNOWN_KEYS {
+            self.problem(
+                path,
+                format!(
+                    "{} more unknown keys are not listed (the first {MAX_UNKNOWN_KEYS} are); expected one of: {}",
+                    unknown - MAX_UNKNOWN_KEYS,
+                    allowed.join(", ")
+                ),
+            );
         }
         Fields(fields)
     }
@@ -356,6 +453,79 @@ impl Reader {
                 Strategy::Auto
             }
         }
+    }
+
+    /// A `restart:` mapping; null or absent is the default (never restart).
+    /// Each key left out keeps its default.
+    fn restart(&mut self, value: Option<&Yaml>, path: &str) -> Restart {
+        let mut restart = Restart::default();
+        let Some(value) = value else {
+            return restart;
+        };
+        let what = "a mapping of policy, attempts, window, delay and max_delay";
+        let Some(map) = self.mapping(value, path, what) else {
+            return restart;
+        };
+        let fields = self.fields(map, path, restart::KEYS);
+        if let Some(policy) = self.policy(fields.get("policy"), &join(path, "policy")) {
+            restart.policy = policy;
+        }
+        if let Some(value) = fields.get("attempts") {
+            let count = match value {
+                Yaml::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
+                _ => None,
+            };
+            match count {
+                Some(count) => restart.attempts = count,
+                None => self.problem(
+                    join(path, "attempts"),
+                    format!(
+                        "must be an integer from 1 to {MAX_ATTEMPTS}, not {}",
+                        describe(value)
+                    ),
+                ),
+            }
+        }
+        for (key, slot) in [
+            ("window", &mut restart.window),
+            ("delay", &mut restart.delay),
+            ("max_delay", &mut restart.max_delay),
+        ] {
+            if let Some(value) = fields.get(key) {
+                let read = match value {
+                    Yaml::String(text) => restart::parse_duration(text),
+                    Yaml::Number(n) if n.as_u64().is_some() => {
+                        restart::parse_duration(&n.to_string())
+                    }
+                    other => Err(format!(
+                        "must be a duration, {DURATION_FORM}; not {}",
+                        describe(other)
+                    )),
+                };
+                match read {
+                    Ok(duration) => *slot = duration,
+                    Err(message) => self.problem(join(path, key), message),
+                }
+            }
+        }
+        restart
+    }
+
+    fn policy(&mut self, value: Option<&Yaml>, path: &str) -> Option<RestartPolicy> {
+        let names = || RestartPolicy::ALL.map(RestartPolicy::as_str).join(", ");
+        let message = match value? {
+            Yaml::String(s) => match s.parse::<RestartPolicy>() {
+                Ok(policy) => return Some(policy),
+                Err(_) => format!(
+                    "unknown policy `{}`; expected one of {}",
+                    snippet(s),
+                    names()
+                ),
+            },
+            other => format!("must be one of {}, not {}", names(), kind(other)),
+        };
+        self.problem(path, message);
+        None
     }
 
     /// A `config` mapping as JSON; null or absent is `{}`.

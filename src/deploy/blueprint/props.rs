@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use crate::deploy::template::{Context, render};
 
 use super::{
-    Blueprint, Replicas, Resource, Strategy, VERSION, bind, check, dependents, order, parse,
-    parse_resources, replicas, with_extra_dependencies,
+    Blueprint, Replicas, Resource, Restart, Strategy, VERSION, bind, check, dependents, order,
+    parse, parse_resources, replicas, with_extra_dependencies,
 };
 
 /// Keys a blueprint uses, so random documents reach deep into the parser.
@@ -25,6 +25,11 @@ const WORDS: &[&str] = &[
     "depends_on",
     "replicas",
     "strategy",
+    "restart",
+    "policy",
+    "on-failure",
+    "delay",
+    "10m",
     "config",
     "default",
     "description",
@@ -87,6 +92,17 @@ fn blueprint_doc() -> impl Gen<Value = Value> {
         ]
         .prop_map(|r| ("replicas", r)),
         prop::sample::select(&["AUTO", "EACH", "x"][..]).prop_map(|s| ("strategy", json!(s))),
+        (
+            prop::sample::select(&["never", "always", "on-failure", "x"][..]),
+            prop::sample::select(&["0s", "1s", "500ms", "10m", "1h", "2", "x"][..]),
+            prop::sample::select(&["1s", "5m", "200h", "30"][..]),
+            0u32..3,
+        )
+            .prop_map(|(policy, delay, max_delay, attempts)| {
+                let block = json!({"policy": policy, "delay": delay, "max_delay": max_delay,
+                                   "attempts": attempts});
+                ("restart", block)
+            }),
         document().prop_map(|d| ("config", d)),
         (word(), document()).prop_map(|(_, d)| ("provider", d)),
     ];
@@ -156,6 +172,7 @@ fn graph_blueprint(n: usize, edges: &[bool]) -> Blueprint {
                 .collect(),
             replicas: Replicas::Fixed(1),
             strategy: Strategy::Auto,
+            restart: Restart::default(),
             config: json!({}),
         })
         .collect();

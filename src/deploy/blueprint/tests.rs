@@ -305,6 +305,7 @@ fn replicas_render_from_variables() {
         depends_on: Vec::new(),
         replicas,
         strategy: Strategy::Auto,
+        restart: Restart::default(),
         config: json!({}),
     };
     let vars: BTreeMap<String, Value> =

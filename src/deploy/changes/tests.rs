@@ -15,7 +15,7 @@ fn node(key: &str, replica: i32, config: Value, outputs: Value) -> NodeView {
         provider_id: Some(Uuid::nil()),
         node: Some("n1".into()),
         deployed: true,
-        state: "COMPLETE".into(),
+        state: NodeState::Complete,
         config: Some(config),
         outputs: Some(outputs),
     }
@@ -283,7 +283,7 @@ resources:
     let nodes = vec![node("db", 0, json!({"password": "one"}), json!({}))];
     let mut failed = nodes.clone();
     failed[0].deployed = false;
-    failed[0].state = "FAILED".into();
+    failed[0].state = NodeState::Failed;
     let variables = blueprint::bind(&old, json!({"pw": "two"}).as_object().unwrap()).unwrap();
     let capabilities = caps(&["db"], Some(&["password"]));
     let input = |nodes| Input {
@@ -302,4 +302,38 @@ resources:
     let draft = compute(&input(&failed)).unwrap();
     assert_eq!(draft.changes[0].action, "CREATE");
     assert_eq!(draft.changes[0].node_id, Some(failed[0].id));
+}
+
+#[test]
+fn a_change_of_only_restart_keeps_everything() {
+    let old = bp(OLD);
+    let healed = OLD.replace(
+        "    type: t.v1.x\n    config: {label",
+        "    type: t.v1.x\n    restart: {policy: always, attempts: 3, delay: 2s}\n    config: {label",
+    );
+    let new = bp(&healed);
+    assert_ne!(
+        new.resource("db").unwrap().restart,
+        old.resource("db").unwrap().restart
+    );
+    let (nodes, variables) = (running(), vars(json!({})));
+    for updatable in [Some(&["label"][..]), None] {
+        let capabilities = caps(&["db", "web"], updatable);
+        let draft = compute(&Input {
+            old: &old,
+            new: &new,
+            variables: &variables,
+            nodes: &nodes,
+            capabilities: &capabilities,
+        })
+        .unwrap();
+        assert_eq!(
+            actions(&draft),
+            vec![
+                ("db".into(), 0, "KEEP".into()),
+                ("web".into(), 0, "KEEP".into())
+            ]
+        );
+        assert!(draft.changes.iter().all(|c| c.config.is_empty()));
+    }
 }

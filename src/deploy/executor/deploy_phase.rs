@@ -106,7 +106,7 @@ impl<'a> DeployPhase<'a> {
         nodes: &[NodeRow],
     ) -> Result<Self, Stopped> {
         let graph = Graph::new(bp, nodes);
-        let states = node_states(nodes)?;
+        let states = node_states(nodes);
         let pending = graph.group(
             nodes
                 .iter()
@@ -302,9 +302,8 @@ impl<'a> DeployPhase<'a> {
         let because = &self.graph.keys[because];
         for node in nodes {
             let change = NodeChange {
-                state: NodeState::Tainted.as_str().to_owned(),
                 error: Some(Some(format!("`{because}` failed"))),
-                ..NodeChange::default()
+                ..NodeChange::to(NodeState::Tainted)
             };
             if let Err(e) = rows::change_node(&self.deployments.inner.db, node.id, change).await {
                 tracing::error!(deployment.id = %node.deployment_id, error = %e, "cannot taint a node");
@@ -318,7 +317,7 @@ impl<'a> DeployPhase<'a> {
                     node.deployment_id,
                     EventKind::Node,
                     Some(&format!("{key}[{}]", node.replica)),
-                    Some(NodeState::Tainted.as_str()),
+                    Some(NodeState::Tainted.into()),
                     format!("not deployed: `{because}`, which it depends on, failed"),
                 )
                 .await;
@@ -340,5 +339,5 @@ impl<'a> DeployPhase<'a> {
 
 /// Whether a pending node is to be updated in place (an apply's).
 fn is_update(node: &NodeRow) -> bool {
-    node.state == NodeState::ToUpdate.as_str() || node.state == NodeState::Updating.as_str()
+    node.state == NodeState::ToUpdate || node.state == NodeState::Updating
 }

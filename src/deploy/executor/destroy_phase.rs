@@ -41,7 +41,7 @@ impl Executor<'_> {
             .await
             .map_err(|e| Stopped::Failed(e.to_string()))?;
         let graph = Graph::new(bp, &nodes);
-        let states = node_states(&nodes)?;
+        let states = node_states(&nodes);
         let chosen = graph.group(
             nodes
                 .iter()

@@ -5,22 +5,14 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::Stopped;
+use crate::deploy::NodeState;
 use crate::deploy::blueprint::{self, Blueprint};
 use crate::deploy::schedule::Schedule;
-use crate::deploy::{DeployError, NodeState};
 use crate::store::deployments::NodeRow;
 
-/// Each node's state, typed: unknown text is a corrupt row.
-pub(super) fn node_states(nodes: &[NodeRow]) -> Result<Vec<NodeState>, Stopped> {
-    nodes
-        .iter()
-        .map(|n| n.state.parse::<NodeState>().map_err(corrupt))
-        .collect()
-}
-
-/// A stored text no enum knows: the run fails with `DeployError::Corrupt`.
-pub(super) fn corrupt(e: crate::text::UnknownText) -> Stopped {
-    Stopped::Failed(DeployError::from(e).to_string())
+/// Each node's state.
+pub(super) fn node_states(nodes: &[NodeRow]) -> Vec<NodeState> {
+    nodes.iter().map(|n| n.state).collect()
 }
 
 /// How a phase is going: its first failure, and whether a step stopped for

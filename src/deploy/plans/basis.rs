@@ -24,7 +24,7 @@ impl Basis {
     pub(super) fn of(deployment: &DeploymentRow, nodes: &[NodeRow]) -> Basis {
         Basis {
             operation: deployment.operation_id,
-            state: deployment.state.clone(),
+            state: deployment.state.as_str().to_owned(),
             nodes: nodes
                 .iter()
                 .filter(|n| !is_gone(n))
@@ -110,5 +110,5 @@ fn state_of(label: &str) -> &str {
 
 /// Rows that hold nothing and never will: destroyed or retired.
 pub(super) fn is_gone(node: &NodeRow) -> bool {
-    node.state == NodeState::Destroyed.as_str() || node.state == NodeState::Retired.as_str()
+    node.state == NodeState::Destroyed || node.state == NodeState::Retired
 }

@@ -210,6 +210,15 @@ impl Check {
         sample: &serde_json::Value,
         node: &str,
     ) {
+        if sample.get("sandbox").and_then(|s| s.as_str()) == Some("none") {
+            self.report.add(
+                format!("sandbox {kind}"),
+                Outcome::Warn,
+                "the sample opts out of its sandbox (`sandbox: none`): such a workload \
+                 may touch all its provider can"
+                    .to_owned(),
+            );
+        }
         let id = Uuid::new_v4().to_string();
         let res = resource("check", kind, sample, &id, node);
         (self.say)(&format!("deploying a {kind}"));

@@ -127,6 +127,34 @@ fn check_updates_name_a_sampled_type_and_a_mapping() {
 }
 
 #[test]
+fn check_kill_names_a_sampled_type_and_a_command() {
+    let with = |check: &str| {
+        format!(
+            "name: p\nversion: '1'\nruntime: shell\nshell: {{run: x}}\n\
+             resource_types: [a.v1.x, a.v1.y]\ncheck:\n{check}"
+        )
+    };
+    let parsed = parse(&with(
+        "  resources: {a.v1.x: {n: 1}}\n  kill: {a.v1.x: 'rm \"$CORBEL_OUTPUT_PATH\"'}\n",
+    ))
+    .unwrap();
+    assert_eq!(parsed.check.kill["a.v1.x"], "rm \"$CORBEL_OUTPUT_PATH\"");
+    for (check, expected) in [
+        (
+            "  resources: {a.v1.x: {}}\n  kill: {a.v1.y: 'kill 1'}\n",
+            "check.kill.a.v1.y: has no sample under check.resources",
+        ),
+        (
+            "  resources: {a.v1.x: {}}\n  kill: {a.v1.x: ' '}\n",
+            "check.kill.a.v1.x: is empty",
+        ),
+    ] {
+        let message = error(&with(check));
+        assert!(message.contains(expected), "{check}: {message}");
+    }
+}
+
+#[test]
 fn docker_limits_are_checked() {
     let with = |limits: &str| {
         format!("name: d\nversion: '1'\nruntime: docker\ndocker:\n  limits: {limits}\n")

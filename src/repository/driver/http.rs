@@ -15,9 +15,9 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use futures_util::{StreamExt, TryStreamExt};
 use tokio::sync::mpsc;
 
+use super::pace::Pace;
 use super::{ByteStream, Driver, FetchedElement, Found, Listed};
 use crate::redact;
 use crate::repository::invalid::entry_path;
@@ -40,6 +40,10 @@ pub struct HttpDriver {
     deadline: Duration,
     max_inventory_bytes: u64,
     max_manifest_bytes: usize,
+    /// The pace every body must keep (`min_bytes_per_second` over
+    /// `stall_timeout`).
+    min_bytes_per_second: u64,
+    stall_timeout: Duration,
 }
 
 pub fn validate_url(url: &str) -> Result<(), RepositoryError> {
@@ -88,7 +92,18 @@ impl HttpDriver {
             deadline: settings.sync_deadline,
             max_inventory_bytes: settings.max_inventory_bytes,
             max_manifest_bytes: settings.max_manifest_bytes,
+            min_bytes_per_second: settings.min_bytes_per_second,
+            stall_timeout: settings.stall_timeout,
         })
+    }
+
+    fn pace(&self) -> Pace {
+        Pace::new(self.min_bytes_per_second, self.stall_timeout)
+    }
+
+    /// Why a body stopped: too slow a pace, named with its URL.
+    fn too_slow(&self, url: &str, reason: String) -> RepositoryError {
+        RepositoryError::Source(format!("GET {}: {reason}", self.shown(url)))
     }
 
     /// `{base}/{path}{query}`.
@@ -142,7 +157,12 @@ impl HttpDriver {
         let started = Instant::now();
         let mut body = Vec::new();
         let mut stream = response.bytes_stream();
-        while let Some(chunk) = stream.next().await {
+        let mut pace = self.pace();
+        while let Some(chunk) = pace
+            .next(&mut stream)
+            .await
+            .map_err(|reason| self.too_slow(url, reason))?
+        {
             let chunk = chunk.map_err(|e| self.describe(url, &e, started))?;
             if body.len() + chunk.len() > limit {
                 return Err(RepositoryError::Manifest(format!(
@@ -168,7 +188,12 @@ impl HttpDriver {
         let mut writer = std::io::BufWriter::new(spool);
         let mut received: u64 = 0;
         let mut stream = response.bytes_stream();
-        while let Some(chunk) = stream.next().await {
+        let mut pace = self.pace();
+        while let Some(chunk) = pace
+            .next(&mut stream)
+            .await
+            .map_err(|reason| self.too_slow(&url, reason))?
+        {
             let chunk = chunk.map_err(|e| self.describe(&url, &e, started))?;
             received += chunk.len() as u64;
             if received > self.max_inventory_bytes {
@@ -392,9 +417,35 @@ impl Driver for HttpDriver {
             RepositoryError::NotFound(format!("GET {}: not found", self.shown(&url)))
         })?;
         let given = self.given.clone();
-        Ok(Box::pin(response.bytes_stream().map_err(move |e| {
-            std::io::Error::other(redact::message(&e.to_string(), &given))
-        })))
+        let shown = self.shown(&url);
+        let body = Box::pin(response.bytes_stream());
+        let paced = futures_util::stream::unfold(
+            (body, self.pace(), false),
+            move |(mut body, mut pace, done)| {
+                let (given, shown) = (given.clone(), shown.clone());
+                async move {
+                    if done {
+                        return None;
+                    }
+                    match pace.next(&mut body).await {
+                        Ok(None) => None,
+                        Ok(Some(Ok(chunk))) => Some((Ok(chunk), (body, pace, false))),
+                        Ok(Some(Err(e))) => Some((
+                            Err(std::io::Error::other(redact::message(
+                                &e.to_string(),
+                                &given,
+                            ))),
+                            (body, pace, true),
+                        )),
+                        Err(reason) => Some((
+                            Err(std::io::Error::other(format!("GET {shown}: {reason}"))),
+                            (body, pace, true),
+                        )),
+                    }
+                }
+            },
+        );
+        Ok(Box::pin(paced))
     }
 
     async fn upload(&self, _manifest: &Manifest, _yaml: &str) -> Result<(), RepositoryError> {

@@ -5,6 +5,7 @@
 mod http;
 mod local;
 mod migration;
+mod pace;
 mod provider;
 
 pub use provider::{ProviderSource, ProviderSources, SourcedEntry};

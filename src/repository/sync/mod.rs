@@ -36,8 +36,8 @@ pub async fn run(repos: &Repositories, id: Uuid, refetch: bool) -> Result<(), Re
     let Some(row) = rows::find_repository(db, id).await? else {
         return Ok(());
     };
-    let repository = super::to_repository(row)?;
-    rows::set_repository_status(db, id, RepositoryStatus::Syncing.as_str(), None).await?;
+    let repository = repos.to_repository(row)?;
+    rows::set_repository_status(db, id, RepositoryStatus::Syncing, None).await?;
     rows::set_repository_progress(db, id, 0, 0).await?;
     publish(repos, id, RepositoryStatus::Syncing, None, (0, 0, 0));
     tracing::info!(repository.id = %id, repository.name = %repository.name, "sync started");
@@ -94,7 +94,7 @@ async fn finished(
     rows::finish_sync(
         &repos.db,
         id,
-        RepositoryStatus::Active.as_str(),
+        RepositoryStatus::Active,
         message.clone(),
         Some(Utc::now()),
         next,
@@ -146,7 +146,7 @@ async fn failed(
     rows::finish_sync(
         &repos.db,
         id,
-        RepositoryStatus::Error.as_str(),
+        RepositoryStatus::Error,
         Some(message.clone()),
         None,
         next,

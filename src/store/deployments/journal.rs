@@ -15,6 +15,7 @@ use uuid::Uuid;
 use super::nodes::{NodeChange, apply_all};
 use crate::store::cluster::{Fence, check_fence, fenced_out};
 use crate::store::entities::{deployment_event, journal};
+use crate::store::states::EventState;
 
 pub use deployment_event::Model as EventRow;
 pub use journal::Model as JournalRow;
@@ -24,7 +25,7 @@ pub use journal::Model as JournalRow;
 pub struct NewEvent {
     pub kind: String,
     pub node_key: Option<String>,
-    pub state: Option<String>,
+    pub state: Option<EventState>,
     pub message: String,
 }
 

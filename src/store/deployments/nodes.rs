@@ -14,6 +14,7 @@ use sea_orm::{
 use uuid::Uuid;
 
 use crate::store::entities::{deployment, deployment_node};
+use crate::store::states::{DeploymentState, NodeState};
 
 pub use deployment_node::Model as NodeRow;
 
@@ -32,8 +33,8 @@ pub async fn insert_nodes(
     db: &DatabaseConnection,
     deployment_id: Uuid,
     nodes: Vec<NewNode>,
-    node_state: &str,
-    deployment_state: &str,
+    node_state: NodeState,
+    deployment_state: DeploymentState,
 ) -> Result<(), DbErr> {
     let txn = db.begin().await?;
     let now = Utc::now();
@@ -46,7 +47,7 @@ pub async fn insert_nodes(
             resource_type: Set(n.resource_type.clone()),
             provider_id: Set(n.provider_id),
             node: Set(n.node.clone()),
-            state: Set(node_state.to_owned()),
+            state: Set(node_state),
             config: Set(None),
             outputs: Set(None),
             error: Set(None),
@@ -81,11 +82,16 @@ pub async fn find_node(db: &DatabaseConnection, id: Uuid) -> Result<Option<NodeR
     deployment_node::Entity::find_by_id(id).one(db).await
 }
 
+/// The nodes of these ids that exist, in no particular order.
+pub async fn find_nodes(db: &DatabaseConnection, ids: &[Uuid]) -> Result<Vec<NodeRow>, DbErr> {
+    crate::store::find_in::<deployment_node::Entity, _>(db, deployment_node::Column::Id, ids).await
+}
+
 /// What is deployed or in flight on each node of a provider, for placement.
 pub async fn placement_counts(
     db: &DatabaseConnection,
     provider_id: Uuid,
-    live_states: &[&str],
+    live_states: &[NodeState],
 ) -> Result<HashMap<String, i64>, DbErr> {
     let rows: Vec<(Option<String>, i64)> = deployment_node::Entity::find()
         .select_only()
@@ -108,7 +114,7 @@ pub async fn placement_counts(
 pub async fn project_node_count(
     db: &DatabaseConnection,
     project_id: Uuid,
-    live_states: &[&str],
+    live_states: &[NodeState],
 ) -> Result<u64, DbErr> {
     let of_project = sea_orm::sea_query::Query::select()
         .column(deployment::Column::Id)
@@ -127,7 +133,7 @@ pub async fn project_node_count(
 pub async fn project_node_quotas(
     db: &DatabaseConnection,
     project_id: Uuid,
-    live_states: &[&str],
+    live_states: &[NodeState],
 ) -> Result<Vec<String>, DbErr> {
     let of_project = sea_orm::sea_query::Query::select()
         .column(deployment::Column::Id)
@@ -147,15 +153,15 @@ pub async fn project_node_quotas(
 
 /// Node states that hold, or may hold, a resource on their provider: a
 /// provider with such nodes cannot be deleted.
-pub const HOLDING_STATES: [&str; 8] = [
-    "TO_DEPLOY",
-    "WAITING",
-    "IN_PROGRESS",
-    "COMPLETE",
-    "SUSPENDED",
-    "FAILED",
-    "TO_DESTROY",
-    "DESTROYING",
+pub const HOLDING_STATES: [NodeState; 8] = [
+    NodeState::ToDeploy,
+    NodeState::Waiting,
+    NodeState::InProgress,
+    NodeState::Complete,
+    NodeState::Suspended,
+    NodeState::Failed,
+    NodeState::ToDestroy,
+    NodeState::Destroying,
 ];
 
 /// A deployment holding resources on one provider.
@@ -172,7 +178,7 @@ pub struct Holder {
 pub async fn provider_holders(
     db: &impl ConnectionTrait,
     provider_id: Uuid,
-    holding: &[&str],
+    holding: &[NodeState],
 ) -> Result<Vec<Holder>, DbErr> {
     let counts: Vec<(Uuid, i64)> = deployment_node::Entity::find()
         .select_only()
@@ -212,9 +218,9 @@ pub async fn provider_holders(
 }
 
 /// A node's new state, with what else changes with it.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct NodeChange {
-    pub state: String,
+    pub state: NodeState,
     pub config: Option<String>,
     pub outputs: Option<Option<String>>,
     pub error: Option<Option<String>>,
@@ -253,6 +259,17 @@ pub async fn change_node(
 }
 
 impl NodeChange {
+    /// The node moves to `state`; nothing else changes.
+    pub fn to(state: NodeState) -> NodeChange {
+        NodeChange {
+            state,
+            config: None,
+            outputs: None,
+            error: None,
+            run_id: None,
+        }
+    }
+
     /// This change, then `later`: what applying both in order leaves.
     pub(super) fn then(&mut self, later: NodeChange) {
         self.state = later.state;
@@ -291,7 +308,7 @@ pub(super) fn apply_all(
     }
     let (mut state, mut config, mut outputs, mut error, mut run) = (None, None, None, None, None);
     for (node, change) in changes {
-        set(&mut state, *node, change.state.clone());
+        set(&mut state, *node, change.state);
         if let Some(v) = &change.config {
             set(&mut config, *node, v.clone());
         }
@@ -327,8 +344,8 @@ pub async fn mark_nodes(
     db: &impl ConnectionTrait,
     deployment_id: Uuid,
     keys: &[String],
-    from: &[&str],
-    to: &str,
+    from: &[NodeState],
+    to: NodeState,
 ) -> Result<u64, DbErr> {
     Ok(deployment_node::Entity::update_many()
         .col_expr(deployment_node::Column::State, Expr::value(to))

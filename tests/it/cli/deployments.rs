@@ -1,6 +1,6 @@
 //! Deployments through the CLI: `deploy --wait`, `get`, `events` (followed
-//! or not), `destroy`; a failing deploy exits 1 with its error; and a
-//! provider's `logs`, followed live until Ctrl-C.
+//! or not), `destroy`; a failing deploy exits 1 with its error; a
+//! provider's `logs`, followed live until Ctrl-C; and health in `get`.
 
 use std::path::Path;
 
@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::{Cli, Running};
 use crate::support::data;
-use crate::support::deployments::{deployment, pids, with_process_provider};
+use crate::support::deployments::{deployment, destroy_and_wait, pids, with_process_provider};
 use crate::support::processes::all_gone;
 
 /// A database process that ignores SIGTERM, so each destroy of it waits out
@@ -98,7 +98,10 @@ async fn deploy_wait_get_events_and_destroy_through_the_cli() {
         .await
         .json();
     assert_eq!(process["status"], "CONNECTED");
-    assert_eq!(process["resourceTypes"], json!(["process.v1.service"]));
+    assert_eq!(
+        process["resourceTypes"],
+        json!(["process.v1.service", "process.v1.job"])
+    );
 
     let elements = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/tour/elements");
     data(&app.gql(
@@ -243,4 +246,124 @@ async fn a_failing_deploy_exits_1_and_provider_logs_follow() {
     // SAFETY: a signal to our own child process.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
     assert_eq!(follow.exit_code().await, 0);
+}
+
+/// Health through the CLI: a process killed behind Corbel's back makes its
+/// deployment DOWN in `get deployments` (a HEALTH column, `health` in JSON),
+/// and `get deployment NAME` names the resource, its reason and restarts.
+/// `db`, then `app`: two processes that run until killed.
+const PAIR: &str = r#"
+resources:
+  db:
+    type: process.v1.service
+    config: { command: sleep, args: ["300"] }
+  app:
+    type: process.v1.service
+    depends_on: [db]
+    config: { command: sleep, args: ["300"] }
+"#;
+
+#[tokio::test]
+async fn get_shows_health_and_a_resources_reason() {
+    use crate::health::support::{fast_health, node, until};
+    let (app, _, _repo) = with_process_provider(fast_health).await;
+    let cli = Cli::admin(format!("http://{}", app.addr));
+    let blueprint = cli.file("pair.yaml", PAIR);
+    cli.expect(
+        &[
+            "deploy",
+            "-f",
+            blueprint.to_str().unwrap(),
+            "--name",
+            "pair",
+            "--wait",
+        ],
+        0,
+    )
+    .await;
+    let listed = cli
+        .expect(&["-o", "json", "get", "deployments", "pair"], 0)
+        .await
+        .json();
+    let id = listed["id"].as_str().unwrap().to_owned();
+    let healthy = until(&app, &id, "HEALTHY", |d| d["health"] == "HEALTHY").await;
+    let table = cli.expect(&["get", "deployments"], 0).await;
+    let mut lines = table.stdout.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(&header[..3], ["NAME", "STATE", "HEALTH"], "{table:?}");
+    assert!(
+        lines.any(|l| l
+            .split_whitespace()
+            .take(3)
+            .eq(["pair", "COMPLETE", "HEALTHY"])),
+        "{table:?}"
+    );
+
+    let pid = node(&healthy, "db")["outputs"]["pid"].as_i64().unwrap() as i32;
+    crate::support::processes::signal(pid, libc::SIGKILL);
+    until(&app, &id, "DOWN", |d| d["health"] == "DOWN").await;
+    let listed = cli
+        .expect(&["-o", "json", "get", "deployments"], 0)
+        .await
+        .json();
+    let pair = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "pair")
+        .unwrap();
+    assert_eq!(pair["health"], "DOWN", "{pair}");
+    let db = pair["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["key"] == "db")
+        .unwrap();
+    assert_eq!(
+        (&db["health"], &db["restarts"]),
+        (&json!("DOWN"), &json!(0)),
+        "{db}"
+    );
+    assert!(
+        db["healthReason"].as_str().unwrap().contains("SIGKILL"),
+        "{db}"
+    );
+
+    let detail = cli.expect(&["get", "deployment", "pair"], 0).await;
+    assert!(
+        detail
+            .stdout
+            .lines()
+            .any(|l| l.starts_with("pair ") && l.contains("DOWN")),
+        "{detail:?}"
+    );
+    let resources: Vec<&str> = detail
+        .stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("RESOURCE"))
+        .collect();
+    let header: Vec<&str> = resources
+        .first()
+        .unwrap_or_else(|| panic!("{detail:?}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["RESOURCE", "STATE", "HEALTH", "RESTARTS", "ON", "REASON"]
+    );
+    let row = resources
+        .iter()
+        .find(|l| l.starts_with("db[0] "))
+        .unwrap_or_else(|| panic!("{detail:?}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&cells[..4], ["db[0]", "COMPLETE", "DOWN", "0"], "{row}");
+    assert!(row.contains("SIGKILL"), "{row}");
+    assert!(
+        resources.iter().any(|l| l
+            .split_whitespace()
+            .take(3)
+            .eq(["app[0]", "COMPLETE", "HEALTHY"])),
+        "{detail:?}"
+    );
+    destroy_and_wait(&app, &id, &pids(&deployment(&app, &id).await)).await;
 }

@@ -18,7 +18,9 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use crate::support::{ADMIN_TOKEN, corbel_bin};
 
 mod connection;
+mod cp;
 mod deployments;
+mod exec;
 mod plans;
 
 /// The longest any one command may take (a deploy with `--wait` included).

@@ -11,14 +11,19 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::plans::{actions, apply, plan};
+use crate::health::support::{fast_health, health_events, node, until};
 use crate::support::binary::{admin_gql, serve};
 use crate::support::deployments::{
-    create_blueprint, deploy, deployment, settled, with_docker_provider, with_process_provider,
+    create_blueprint, deploy, deployment, docker_provider_config, settled, with_docker_provider,
+    with_process_provider,
 };
 use crate::support::docker::{
     DeploymentCleanup, LABEL_DEPLOYMENT, busybox_image, container_state, containers, networks,
     volumes,
 };
+use crate::support::provider_repos::{ProviderRepo, docker_resources_metadata};
+use crate::support::providers::{create_provider, wait_status};
+use crate::support::settings::quick;
 use crate::support::types::Deployment;
 use crate::support::{ADMIN_TOKEN, TestApp, TestStore, at_path_as, data, error_code, eventually};
 
@@ -304,8 +309,9 @@ async fn the_server_killed_mid_deploy_leaves_exactly_the_recorded_containers() {
     assert_eq!(containers(&label), Vec::<String>::new());
 }
 
-/// Power and logs need the provider's `power` and `data` features; a provider
-/// without them is refused by name, and the resource stays as it was.
+/// Power needs the provider's `power` feature: a provider without it is
+/// refused by name, and the resource stays as it was; logs read through its
+/// `data` feature.
 #[tokio::test]
 async fn power_and_logs_need_the_providers_features() {
     let (app, _provider, _repo) = with_process_provider(|_| {}).await;
@@ -322,10 +328,10 @@ async fn power_and_logs_need_the_providers_features() {
     let refused = power(&app, &id, "svc", "STOP").await;
     assert_eq!(error_code(&refused), Some("VALIDATION"), "{refused}");
     assert!(refused.to_string().contains("`power` feature"), "{refused}");
+    // The process provider has the `data` feature (issue 37): its logs read.
     let node = done.node("svc").id.clone();
-    let refused = logs(&app, &node).await;
-    assert_eq!(error_code(&refused), Some("VALIDATION"), "{refused}");
-    assert!(refused.to_string().contains("`data` feature"), "{refused}");
+    let read = logs(&app, &node).await;
+    assert_eq!(error_code(&read), None, "{read}");
     let bad_tail = app
         .gql(
             "query($id: ID!) { resourceNode(id: $id) { logs(tail: 0) } }",
@@ -450,4 +456,99 @@ async fn limits_change_in_place_and_other_changes_replace_the_container() {
     );
     assert_eq!(inspected(&second, limits), "134217728 always");
     assert_eq!(inspected(&second, "{{.Name}}"), format!("/{name}"));
+}
+
+/// A container that heals itself: any death brings it back.
+const HEALING: &str = r#"
+resources:
+  box:
+    type: docker.v1.container
+    restart: { policy: always, delay: 100ms }
+    config:
+      image: IMAGE
+      command: "exec sleep 3600"
+"#;
+
+/// Ids of the running containers carrying `label` (`key=value`).
+fn running(label: &str) -> Vec<String> {
+    let listed = crate::support::docker::docker(&[
+        "ps",
+        "-q",
+        "--no-trunc",
+        "--filter",
+        &format!("label={label}"),
+        "--filter",
+        "status=running",
+    ]);
+    listed.lines().map(str::to_owned).collect()
+}
+
+/// Issue 37 with the docker provider (its watch follows the engine's
+/// events): a container killed behind Corbel's back (`docker kill`) is DOWN,
+/// saying how it died, and `restart: always` brings it back as a new
+/// container, HEALTHY, the only one carrying its labels.
+#[tokio::test]
+async fn a_killed_container_is_down_and_restarted_as_a_new_one() {
+    let image = busybox_image();
+    let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), |config| {
+        quick(config);
+        fast_health(config);
+    })
+    .await;
+    let repo = ProviderRepo::new(&docker_resources_metadata(), &[]);
+    let (provider, _) = create_provider(
+        &app,
+        json!({ "name": "docker", "gitUrl": repo.url(), "config": docker_provider_config() }),
+    )
+    .await;
+    wait_status(&app, &provider, "CONNECTED").await;
+    let blueprint = create_blueprint(&app, "healing", &HEALING.replace("IMAGE", image)).await;
+    let id = deploy(&app, &blueprint, "healing", json!({})).await;
+    let _cleanup = DeploymentCleanup(id.clone());
+    let done = settled(&app, &id, &["COMPLETE", "FAILED"]).await;
+    assert_eq!(done.state, "COMPLETE", "{done:?}");
+    let before = until(&app, &id, "the box HEALTHY", |d| {
+        node(d, "box")["health"] == "HEALTHY"
+    })
+    .await;
+    let first = node(&before, "box")["outputs"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The docker provider labels each container with its node's id.
+    let mine = format!(
+        "io.corbel.resource={}",
+        node(&before, "box")["id"].as_str().unwrap()
+    );
+    let theirs = format!("{LABEL_DEPLOYMENT}={id}");
+    assert_eq!(running(&mine), std::slice::from_ref(&first));
+
+    crate::support::docker::docker(&["kill", &first]);
+    let healed = until(&app, &id, "the box restarted and HEALTHY", |d| {
+        let b = node(d, "box");
+        d["state"] == "COMPLETE"
+            && b["restarts"] == 1
+            && b["health"] == "HEALTHY"
+            && b["outputs"]["id"].as_str().is_some_and(|c| c != first)
+    })
+    .await;
+    let second = node(&healed, "box")["outputs"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let events = health_events(&app, &id).await;
+    let died = events
+        .iter()
+        .find(|(key, state, _)| key.as_deref() == Some("box[0]") && state == "DOWN")
+        .unwrap_or_else(|| panic!("no DOWN event for the box: {events:?}"));
+    assert!(
+        died.2.contains("137") && died.2.contains("SIGKILL"),
+        "the reason names the status and the signal: {died:?}"
+    );
+    assert_eq!(running(&mine), std::slice::from_ref(&second));
+    assert_eq!(
+        containers(&theirs),
+        std::slice::from_ref(&second),
+        "the killed container is gone: only the new one is left"
+    );
 }

@@ -4,6 +4,7 @@
 //! nothing.
 
 use corbel::store::deployments::{self as rows, CallStart, GroupWrite, NewEvent, NodeChange};
+use corbel::store::states::{DeploymentState, NodeState};
 use uuid::Uuid;
 
 use corbel::store::direct::Direct;
@@ -28,10 +29,9 @@ fn begin(deployment: Uuid, node: Uuid, provider: Uuid, message: &str) -> (Uuid, 
         provider_id: provider,
         intent: "DEPLOY".into(),
         change: NodeChange {
-            state: "IN_PROGRESS".into(),
             config: Some(format!("{{\"for\":\"{message}\"}}")),
             run_id: Some(Some(Uuid::now_v7())),
-            ..NodeChange::default()
+            ..NodeChange::to(NodeState::InProgress)
         },
     };
     (
@@ -102,7 +102,7 @@ async fn a_group_leaves_what_its_writes_in_order_leave(through_direct: bool) {
             expires_at: None,
             created_by: None,
         },
-        "IN_PROGRESS",
+        DeploymentState::InProgress,
         "DEPLOY",
     )
     .await
@@ -120,8 +120,8 @@ async fn a_group_leaves_what_its_writes_in_order_leave(through_direct: bool) {
         &db,
         deployment,
         vec![new_node("a"), new_node("b"), new_node("c")],
-        "TO_DEPLOY",
-        "IN_PROGRESS",
+        NodeState::ToDeploy,
+        DeploymentState::InProgress,
     )
     .await
     .unwrap();
@@ -157,10 +157,9 @@ async fn a_group_leaves_what_its_writes_in_order_leave(through_direct: bool) {
         node: a,
         entry: a1,
         change: NodeChange {
-            state: "DEPLOYED".into(),
             outputs: Some(Some("{\"pid\":1}".into())),
             error: Some(None),
-            ..NodeChange::default()
+            ..NodeChange::to(NodeState::Complete)
         },
         event: Some(event("a deployed")),
     };
@@ -173,10 +172,9 @@ async fn a_group_leaves_what_its_writes_in_order_leave(through_direct: bool) {
         node: a,
         entry: a2,
         change: NodeChange {
-            state: "FAILED".into(),
             error: Some(Some("gone".into())),
             run_id: Some(None),
-            ..NodeChange::default()
+            ..NodeChange::to(NodeState::Failed)
         },
         event: None,
     };
@@ -255,7 +253,7 @@ async fn a_group_leaves_what_its_writes_in_order_leave(through_direct: bool) {
     // Each node as its changes in order leave it.
     let nodes = rows::nodes_of(&db, deployment).await.unwrap();
     let node = |id: Uuid| nodes.iter().find(|n| n.id == id).unwrap();
-    assert_eq!(node(a).state, "FAILED");
+    assert_eq!(node(a).state, NodeState::Failed);
     assert_eq!(node(a).outputs.as_deref(), Some("{\"pid\":1}"));
     assert_eq!(node(a).error.as_deref(), Some("gone"));
     assert_eq!(node(a).run_id, None);
@@ -263,7 +261,7 @@ async fn a_group_leaves_what_its_writes_in_order_leave(through_direct: bool) {
         node(a).config.as_deref(),
         Some("{\"for\":\"a begins again\"}")
     );
-    assert_eq!(node(b).state, "IN_PROGRESS");
+    assert_eq!(node(b).state, NodeState::InProgress);
     assert_eq!(
         node(b).config.as_deref(),
         Some("{\"for\":\"b begins again\"}")
@@ -285,10 +283,7 @@ async fn a_group_leaves_what_its_writes_in_order_leave(through_direct: bool) {
         deployment,
         node: b,
         entry: b2,
-        change: NodeChange {
-            state: "DEPLOYED".into(),
-            ..NodeChange::default()
-        },
+        change: NodeChange::to(NodeState::Complete),
         event: Some(event("b deployed")),
     };
     let orphan = GroupWrite::Event {
@@ -309,7 +304,7 @@ async fn a_group_leaves_what_its_writes_in_order_leave(through_direct: bool) {
     );
     assert_eq!(
         rows::find_node(&db, b).await.unwrap().unwrap().state,
-        "IN_PROGRESS"
+        NodeState::InProgress
     );
     assert_eq!(rows::journal_of(&db, deployment).await.unwrap().len(), 2);
 }

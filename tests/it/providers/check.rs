@@ -6,8 +6,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::support::corbel_bin;
 use crate::support::provider_repos::{ProviderRepo, fixture_metadata, workspace_bin};
+use crate::support::{corbel_bin, joined, sandbox_read, sandbox_write};
 
 struct Checked {
     success: bool,
@@ -40,6 +40,8 @@ fn check(flags: &[&str], args: &[&str]) -> Checked {
         .args(["provider", "check"])
         .args(args)
         .env_remove("CORBEL_CONFIG")
+        .env("CORBEL_PROVIDER_SANDBOX_READ", joined(&sandbox_read()))
+        .env("CORBEL_PROVIDER_SANDBOX_WRITE", joined(&sandbox_write()))
         .output()
         .expect("corbel runs");
     Checked {
@@ -120,6 +122,13 @@ fn the_shipped_process_provider_passes_and_leaves_nothing_running() {
         "Inspect process.v1.service after destroy",
         "destroy process.v1.service again (already gone)",
         "lost deploy of process.v1.service: Inspect, retry",
+        "deploy process.v1.job",
+        "deploy process.v1.job again (same resource_id)",
+        "Inspect process.v1.job",
+        "destroy process.v1.job",
+        "Inspect process.v1.job after destroy",
+        "watch: first report",
+        "watch: DOWN when killed",
         "survives an expired deadline",
         "exits 0 on SIGTERM",
         "Unregister on SIGTERM",
@@ -133,6 +142,33 @@ fn the_shipped_process_provider_passes_and_leaves_nothing_running() {
         checked.table
     );
     assert!(checked.progress.contains("deploying a process.v1.service"));
+    // Killed by the pid its outputs name; the stream said so.
+    let killed = checked.row("watch: DOWN when killed");
+    assert!(
+        killed.contains("after SIGKILL to pid") && killed.contains("DOWN \""),
+        "{killed}"
+    );
+    assert_eq!(processes_running(&["sleep", &arg]), Vec::<i32>::new());
+}
+
+/// A sample that opts out of its sandbox is a warning, not a failure.
+#[test]
+fn a_sample_with_sandbox_none_is_a_warning() {
+    let arg = format!("{}.{}", 301 + std::process::id() % 1000, std::process::id());
+    let metadata = shipped_process_metadata(&arg).replace(
+        &format!("args: [\"{arg}\"] }}"),
+        &format!("args: [\"{arg}\"], sandbox: none }}"),
+    );
+    assert!(metadata.contains("sandbox: none"), "{metadata}");
+    let repo = ProviderRepo::new(&metadata, &[]);
+    let checked = check(&[], &[&repo.url()]);
+    assert!(checked.success, "{}\n{}", checked.table, checked.progress);
+    let row = checked.row("sandbox process.v1.service");
+    assert!(
+        row.contains("WARN") && row.contains("sandbox: none"),
+        "{}",
+        checked.table
+    );
     assert_eq!(processes_running(&["sleep", &arg]), Vec::<i32>::new());
 }
 
@@ -213,6 +249,12 @@ fn a_provider_in_a_subdirectory_is_pointed_at_and_checked_with_path() {
         "{}",
         checked.table
     );
+    // The fixture does not register "watch": Corbel polls it with Inspect.
+    let watch = checked.row("watch");
+    assert!(
+        watch.contains("SKIP") && watch.contains("does not register `watch`"),
+        "{watch}"
+    );
 }
 
 #[test]
@@ -258,6 +300,8 @@ fn the_python_example_provider_passes() {
         "Configure refuses bad JSON",
         "deploy example.v1.file",
         "lost deploy of example.v1.file: Inspect, retry",
+        "watch: first report",
+        "watch: DOWN when killed",
         "exits 0 on SIGTERM",
         "exits when the host goes away",
     ] {
@@ -268,6 +312,36 @@ fn the_python_example_provider_passes() {
         "{}",
         checked.table
     );
+}
+
+/// A provider that registers `watch` but whose sample the check cannot kill
+/// (its outputs name no `pid` nor a container `id`, and no `check.kill`
+/// command is given): a warning naming why, not a failure.
+#[test]
+fn a_watch_whose_sample_cannot_be_killed_is_a_warning_naming_why() {
+    let repo = super::python::example_repo_edited(
+        |metadata| {
+            let edited = metadata.replace(
+                "  kill:\n    example.v1.file: rm \"$CORBEL_OUTPUT_PATH\"\n",
+                "",
+            );
+            assert_ne!(edited, metadata, "the example's check.kill changed");
+            edited
+        },
+        None,
+        &[],
+    );
+    let checked = check(&[], &[&repo.url()]);
+    assert!(checked.success, "{}\n{}", checked.table, checked.progress);
+    let row = checked.row("watch");
+    assert!(
+        row.contains("WARN")
+            && row.contains("example.v1.file: its outputs name no `pid` nor a container `id`")
+            && row.contains("check.kill"),
+        "{}",
+        checked.table
+    );
+    assert_eq!(checked.outcome("watch: DOWN when killed"), None);
 }
 
 /// Protocol version 2: a sample updated in place to its `check.updates`

@@ -58,7 +58,9 @@ async fn process_provider(app: &TestApp, secret: &str) -> (String, ProviderRepo)
 
 /// One `process.v1.service` running `sh -c script` with `env`.
 fn blueprint(script: &str, env: serde_json::Value) -> String {
-    let config = json!({ "command": "/bin/sh", "args": ["-c", script], "env": env, "port": true });
+    // Unconfined: these services write their findings where the test reads
+    // them (what a confined one may touch is `containment.rs`'s).
+    let config = json!({ "command": "/bin/sh", "args": ["-c", script], "env": env, "port": true, "sandbox": "none" });
     format!(
         "version: \"1\"\nresources:\n  svc:\n    type: process.v1.service\n    config: {config}\n"
     )

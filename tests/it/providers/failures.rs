@@ -67,7 +67,7 @@ async fn broken_providers_fail_with_the_reason() {
     let (failed, _) = fails(&app, "old-protocol", &old.url(), "").await;
     let message = failed.status_message.as_deref().unwrap();
     assert!(
-        message.contains("[1, 2]") && message.contains("[99]"),
+        message.contains("[1, 2, 3]") && message.contains("[99]"),
         "both version lists are named: {message}"
     );
 

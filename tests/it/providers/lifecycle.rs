@@ -39,7 +39,10 @@ async fn a_provider_loads_from_git_registers_and_unloads() {
     let metadata = connected.metadata.as_ref().expect("metadata");
     assert_eq!(metadata.name, "process");
     assert_eq!(metadata.runtime, "shell");
-    assert_eq!(connected.resource_types, ["process.v1.service"]);
+    assert_eq!(
+        connected.resource_types,
+        ["process.v1.service", "process.v1.job"]
+    );
     assert_eq!(connected.secret_config_keys, ["password"]);
     assert_eq!(connected.config, json!({"capacity": 7}));
     assert!(connected.last_seen_at.is_some());

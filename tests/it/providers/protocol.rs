@@ -1,5 +1,5 @@
 //! Protocol version 2 and the providers that predate it: the fixture registers
-//! with version 2, or with version 1 when it offers only that
+//! with version 3 (the SDK's newest), or with version 1 when it offers only that
 //! (`FIXTURE_PROTOCOL=1`), and a version 1 provider still deploys and destroys.
 
 use std::path::Path;
@@ -55,13 +55,13 @@ resources:
 "#;
 
 #[tokio::test]
-async fn the_fixture_registers_with_version_2() {
+async fn the_fixture_registers_with_version_3() {
     let app = spawn_quick().await;
     let dir = tempfile::tempdir().unwrap();
     let call_log = dir.path().join("calls.jsonl");
     let (id, _repo) = loaded(&app, "", &call_log).await;
     let log = logs(&app, &id).await;
-    assert!(log.contains("(protocol 2)"), "{log}");
+    assert!(log.contains("(protocol 3)"), "{log}");
     app.stop().await;
 }
 

@@ -7,6 +7,9 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
+use corbel_proto::v1 as proto;
+use corbel_proto::v1::provider_client::ProviderClient;
+use corbel_proto::v1::resource_event::Event;
 use serde_json::json;
 
 use crate::support::deployments::{create_blueprint, deploy, settled};
@@ -78,9 +81,9 @@ async fn a_grpcio_client_calls_the_registry_with_its_default_authority() {
     let out = tokio::task::spawn_blocking(move || python(RAW_CALLS, &[&socket_text, &provider]))
         .await
         .unwrap();
-    // HandshakeResponse { chosen_version: 1, server_versions: [1, 2] }: a
+    // HandshakeResponse { chosen_version: 1, server_versions: [1, 2, 3] }: a
     // client offering only version 1 keeps it.
-    assert_eq!(line(&out, "handshake:"), "ok 080112020102", "{out}");
+    assert_eq!(line(&out, "handshake:"), "ok 08011203010203", "{out}");
     // HealthCheckResponse { status: SERVING }.
     assert_eq!(line(&out, "health:"), "ok 0801", "{out}");
     // A provider without a registration cannot unregister it.
@@ -91,12 +94,21 @@ async fn a_grpcio_client_calls_the_registry_with_its_default_authority() {
 /// `.proto` at `proto/` (the example reads it at `../../../proto` when loaded
 /// from Corbel's repository). `run` replaces its run command.
 fn example_repo(run: Option<&str>, extra: &[(&str, &str)]) -> ProviderRepo {
+    example_repo_edited(|metadata| metadata, run, extra)
+}
+
+/// [`example_repo`] with its `corbel-provider.yaml` changed by `edit`.
+pub(super) fn example_repo_edited(
+    edit: impl Fn(String) -> String,
+    run: Option<&str>,
+    extra: &[(&str, &str)],
+) -> ProviderRepo {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let example = root.join("providers/examples/python");
     let read =
         |p: PathBuf| std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     let mut metadata =
-        read(example.join("corbel-provider.yaml")).replace("../../../proto", "proto");
+        edit(read(example.join("corbel-provider.yaml")).replace("../../../proto", "proto"));
     if let Some(run) = run {
         metadata = metadata.replace("run: exec python3 provider.py", &format!("run: {run}"));
     }
@@ -413,4 +425,99 @@ async fn the_python_provider_exits_when_its_server_is_killed() {
     let store = app.stop().await;
 
     provider_exits_when_its_server_is_killed(&store, &id, &[]).await;
+}
+
+/// The next status of a watch, within `within`.
+async fn next_status(
+    stream: &mut tonic::Streaming<proto::ResourceStatus>,
+    within: Duration,
+) -> proto::ResourceStatus {
+    tokio::time::timeout(within, stream.message())
+        .await
+        .expect("a status in time")
+        .expect("the watch goes on")
+        .expect("the watch is open")
+}
+
+/// Version 3, driven straight on the provider's socket once the server has
+/// loaded it: the watch reports a file HEALTHY, then `synced`, then DOWN
+/// "file removed" once the test deletes it; Inspect says the same.
+#[tokio::test]
+async fn the_python_example_watches_its_files() {
+    let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), quick).await;
+    let repo = example_repo(None, &[]);
+    let (id, _) = create_provider(
+        &app,
+        json!({ "name": "example-python", "gitUrl": repo.url() }),
+    )
+    .await;
+    wait_status(&app, &id, "CONNECTED").await;
+    let socket = app
+        .store
+        .data_dir()
+        .join("sockets")
+        .join(format!("{id}.sock"));
+    let channel = tonic::transport::Endpoint::from_shared(format!("unix://{}", socket.display()))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = ProviderClient::new(channel);
+    let file = proto::Resource {
+        key: "note".into(),
+        r#type: "example.v1.file".into(),
+        config_json: json!({ "content": "watched" }).to_string(),
+        resource_id: uuid::Uuid::new_v4().to_string(),
+        ..Default::default()
+    };
+    let request = proto::DeployResourceRequest {
+        resource: Some(file.clone()),
+        ..Default::default()
+    };
+    let mut events = client.deploy_resource(request).await.unwrap().into_inner();
+    let mut outputs = None;
+    while let Some(event) = events.message().await.unwrap() {
+        if let Some(Event::Done(done)) = event.event {
+            outputs = Some(serde_json::from_str::<serde_json::Value>(&done.outputs_json).unwrap());
+        }
+    }
+    let path = outputs.expect("done")["path"].as_str().unwrap().to_owned();
+
+    let request = proto::WatchResourcesRequest {
+        resources: vec![file.clone()],
+    };
+    let mut watch = client.watch_resources(request).await.unwrap().into_inner();
+    let within = Duration::from_secs(10);
+    let first = next_status(&mut watch, within).await;
+    assert_eq!(first.resource_id, file.resource_id, "{first:?}");
+    assert_eq!(first.health(), proto::Health::Healthy, "{first:?}");
+    assert!(next_status(&mut watch, within).await.synced);
+
+    std::fs::remove_file(&path).unwrap();
+    let down = next_status(&mut watch, within).await;
+    assert_eq!(
+        (
+            down.resource_id.as_str(),
+            down.health(),
+            down.reason.as_str()
+        ),
+        (
+            file.resource_id.as_str(),
+            proto::Health::Down,
+            "file removed"
+        )
+    );
+    assert_eq!(down.exit_code, None);
+    let inspected = client
+        .inspect(proto::InspectRequest {
+            resource: Some(file.clone()),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!inspected.present);
+    assert_eq!(
+        (inspected.health(), inspected.reason.as_str()),
+        (proto::Health::Down, "file removed")
+    );
 }

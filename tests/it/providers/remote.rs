@@ -269,12 +269,22 @@ async fn a_remote_provider_registers_over_mutual_tls_and_runs_a_deployment() {
     // The link is lost (the provider killed): Corbel waits for it again, and
     // it comes back.
     drop(remote);
-    let lost = wait_status(&app, &id, "DISCONNECTED").await;
-    assert!(
-        lost.status_message
-            .unwrap_or_default()
-            .contains("waiting for it to register again"),
-    );
+    // The health check may say so first ("health check failed"); the
+    // supervisor's word follows.
+    eventually(
+        Duration::from_secs(30),
+        "waiting for it to register again",
+        || async {
+            let lost = provider(&app, &id).await;
+            (lost.status == "DISCONNECTED"
+                && lost
+                    .status_message
+                    .unwrap_or_default()
+                    .contains("waiting for it to register again"))
+            .then_some(())
+        },
+    )
+    .await;
     let env = remote_env(dir.path(), &id, &token, &issued, &registry, free_port());
     let again = Remote::start(dir.path(), &env);
     wait_status(&app, &id, "CONNECTED").await;

@@ -256,6 +256,14 @@ async fn the_secret_key_rotates_and_an_interrupted_rotation_finishes() {
         }),
     )
     .await;
+    // A repository's credentials rotate with the secretConfigs.
+    let body = app
+        .gql(
+            "mutation { createRepository(input: { name: \"creds\", driver: { http: { url: \"http://u:hunter2@127.0.0.1:9/\" } } }) { id } }",
+            json!({}),
+        )
+        .await;
+    data(&body);
     let old = SecretKey::load(&key_file(&app.store)).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let new_path = dir.path().join("new.key");
@@ -296,6 +304,11 @@ async fn the_secret_key_rotates_and_an_interrupted_rotation_finishes() {
         "{raw}"
     );
     assert!(!raw.contains("rotate-me"));
+    let creds = crate::repositories::credentials::raw_spec(&store, "creds").await;
+    assert!(
+        creds.starts_with(&format!("sealed:v1:{}:", new.id())) && !creds.contains("hunter2"),
+        "{creds}"
+    );
 
     // A rotation interrupted after its commit, before the key was installed:
     // the rows are under the next key, the key file still holds the current.
@@ -325,6 +338,10 @@ async fn the_secret_key_rotates_and_an_interrupted_rotation_finishes() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("1 already under the new key"), "{stdout}");
+    assert!(
+        stdout.contains("1 repository credential(s) sealed again"),
+        "{stdout}"
+    );
     assert_eq!(SecretKey::load(&key_file(&store)).unwrap().id(), next.id());
 
     // The provider still gets its secret values.

@@ -256,3 +256,55 @@ async fn a_silent_source_times_out() {
         "{repo:?}"
     );
 }
+
+#[tokio::test]
+async fn a_source_that_trickles_fails_at_the_end_of_its_window() {
+    // Answers, then sends a byte every 100 ms: never idle long enough for
+    // the idle deadline, far under the pace. A fault we can cause for real.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for stream in listener.incoming().take(4) {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request);
+                let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n";
+                if stream.write_all(head.as_bytes()).is_err() {
+                    return;
+                }
+                for _ in 0..1000 {
+                    std::thread::sleep(Duration::from_millis(100));
+                    if stream.write_all(b" ").is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let store = std::sync::Arc::new(TestStore::fresh().await);
+    let app = TestApp::spawn_with(store, |c| {
+        c.repository.http_timeout = Duration::from_secs(5);
+        c.repository.stall_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let id = create_id(
+        &app,
+        json!({"name": "trickle", "driver": {"http": {"url": format!("http://127.0.0.1:{port}")}}}),
+    )
+    .await;
+    let repo = settled(&app, &id, "ERROR").await;
+    let message = repo.status_message.as_deref().unwrap();
+    assert!(
+        message.contains("under the 1024 bytes a second it must keep"),
+        "{repo:?}"
+    );
+    // One window (1 s), not the idle deadline (5 s) nor the total one.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -1,6 +1,7 @@
-//! The abusive requests of issue 11, shared by the tests (`limits.rs`) and the
-//! `abuse` benchmark (which includes this file by path): nothing here may use
-//! the rest of the test support.
+//! The abusive requests of issues 11 and 38, shared by the tests
+//! (`limits.rs`, `parsing.rs`, `ws_limits.rs`) and the `abuse` benchmark
+//! (which includes this file by path): nothing here may use the rest of the
+//! test support.
 
 /// `levels` fragments, each spreading the next twice: 2^levels fields
 /// once expanded, from about 40 bytes a level.
@@ -28,3 +29,21 @@ pub const INTROSPECTION: &str = "query Introspection { __schema { queryType { na
     fragment InputValue on __InputValue { name description type { ...TypeRef } defaultValue } \
     fragment TypeRef on __Type { kind name ofType { kind name ofType { kind name ofType { kind name \
     ofType { kind name ofType { kind name ofType { kind name ofType { kind name } } } } } } } }";
+
+/// About 190 KB of blueprint: 15,000 top-level keys no blueprint has, as in
+/// issue 38 (it held `/healthz` for 95 s when parsing was quadratic).
+pub fn unknown_keys() -> String {
+    let mut source = String::from("version: \"1\"\nresources: {}\n");
+    for i in 0..15_000 {
+        source.push_str(&format!("k{i:05}: {i}\n"));
+    }
+    source
+}
+
+/// A small document with a large answer: the mutations described, four
+/// times over (tens of KB an answer), for a client that does not read them.
+pub fn large_answer() -> String {
+    let mutations =
+        "__type(name: \"Mutation\") { fields { name description args { name description } } }";
+    format!("{{ a: {mutations} b: {mutations} c: {mutations} d: {mutations} }}")
+}

@@ -35,6 +35,14 @@ pub fn serve_command(store: &TestStore, extra_env: &[(&str, &str)]) -> Command {
         .env("CORBEL_LISTEN", "127.0.0.1:0")
         .env("CORBEL_DATA_DIR", store.data_dir())
         .env("CORBEL_LOG_FORMAT", "json")
+        .env(
+            "CORBEL_PROVIDER_SANDBOX_READ",
+            super::joined(&super::sandbox_read()),
+        )
+        .env(
+            "CORBEL_PROVIDER_SANDBOX_WRITE",
+            super::joined(&super::sandbox_write()),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let Some(url) = &store.database_url {

@@ -69,12 +69,45 @@ impl TestStore {
         // deadlines themselves are tested with their own values (`limits.rs`).
         config.graphql.request_timeout = Duration::from_secs(120);
         config.graphql.anonymous_request_timeout = Duration::from_secs(120);
+        config.provider.sandbox_read = sandbox_read();
+        config.provider.sandbox_write = sandbox_write();
         config
     }
 
     pub fn is_postgres(&self) -> bool {
         self.database_url.is_some()
     }
+}
+
+/// What the suite's providers may read beyond the system's directories: the
+/// workspace's built binaries their run commands start (beside the `corbel`
+/// binary, which a server run as that binary grants by itself, but not one
+/// run in this test binary), and a Python installed under the home directory
+/// (pyenv), for the Python provider.
+pub fn sandbox_read() -> Vec<PathBuf> {
+    let mut read = vec![corbel_bin().parent().unwrap().to_owned()];
+    read.extend(
+        std::env::var_os("HOME")
+            .map(|home| PathBuf::from(home).join(".pyenv"))
+            .filter(|pyenv| pyenv.is_dir()),
+    );
+    read
+}
+
+/// What the suite's providers may write beyond their own directories: the
+/// temporary directory, where each test keeps its data directory, its
+/// call logs and what its run commands note (`provider.pid` in the
+/// checkout). So the suite's providers are confined, yet reach their test's
+/// files; what the default confinement keeps out is `containment.rs`'s, whose
+/// servers run without this.
+pub fn sandbox_write() -> Vec<PathBuf> {
+    vec![std::env::temp_dir()]
+}
+
+/// Paths as a comma-separated list (a `CORBEL_PROVIDER_SANDBOX_*` value).
+pub fn joined(paths: &[PathBuf]) -> String {
+    let paths: Vec<_> = paths.iter().map(|p| p.display().to_string()).collect();
+    paths.join(",")
 }
 
 /// Creates `corbel_t_<random>` on the server and returns its URL.

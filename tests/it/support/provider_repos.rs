@@ -121,13 +121,14 @@ fn typed_metadata(name: &str, build: &str, run: &str, resource_type: &str) -> St
 }
 
 pub fn process_metadata() -> String {
-    shell_metadata(
+    typed_metadata(
         "process",
         "echo building the process provider",
         &format!(
             "echo $$ > provider.pid; exec {}",
             workspace_bin("corbel-provider-process").display()
         ),
+        "process.v1.service, process.v1.job",
     )
 }
 
@@ -136,8 +137,8 @@ pub fn docker_resources_metadata() -> String {
     format!(
         "name: docker\nversion: 0.1.0\ndescription: containers as resources\nruntime: shell\n\
          shell:\n  build: echo prebuilt\n  run: echo $$ > provider.pid; exec {}\n\
-         features: [deploy, destroy, inspect, nodes, data, power]\n\
-         resource_types: [docker.v1.container, docker.v1.network, docker.v1.volume]\n",
+         features: [deploy, destroy, inspect, nodes, data, power, exec, files]\n\
+         resource_types: [docker.v1.container, docker.v1.network, docker.v1.volume, docker.v1.job]\n",
         workspace_bin("corbel-provider-docker").display()
     )
 }

@@ -107,36 +107,36 @@ async fn raw_db(store: &TestStore) -> sea_orm::DatabaseConnection {
         .expect("the test database")
 }
 
-/// The `secret_config` column of provider `name`, as stored.
-pub async fn raw_secret_config(store: &TestStore, name: &str) -> String {
+/// Column `column` of the row of `table` named `name`, as stored.
+pub async fn raw_column(store: &TestStore, table: &str, column: &str, name: &str) -> String {
     use sea_orm::{ConnectionTrait, Statement};
     let db = raw_db(store).await;
     let backend = db.get_database_backend();
-    let sql = match backend {
-        sea_orm::DatabaseBackend::Postgres => "SELECT secret_config FROM providers WHERE name = $1",
-        _ => "SELECT secret_config FROM providers WHERE name = ?",
+    let placeholder = match backend {
+        sea_orm::DatabaseBackend::Postgres => "$1",
+        _ => "?",
     };
+    let sql = format!("SELECT {column} FROM {table} WHERE name = {placeholder}");
     let row = db
         .query_one_raw(Statement::from_sql_and_values(backend, sql, [name.into()]))
         .await
-        .expect("the providers table")
-        .unwrap_or_else(|| panic!("no provider named {name}"));
+        .unwrap_or_else(|e| panic!("the {table} table: {e}"))
+        .unwrap_or_else(|| panic!("no row of {table} named {name}"));
     db.close().await.ok();
-    row.try_get("", "secret_config").expect("secret_config")
+    row.try_get("", column).expect(column)
 }
 
-/// Writes provider `name`'s `secret_config` column directly (a server must
-/// not be running on the store).
-pub async fn set_raw_secret_config(store: &TestStore, name: &str, value: &str) {
+/// Writes column `column` of the row of `table` named `name` directly, as an
+/// earlier version stored it (a server must not be running on the store).
+pub async fn set_raw_column(store: &TestStore, table: &str, column: &str, name: &str, value: &str) {
     use sea_orm::{ConnectionTrait, Statement};
     let db = raw_db(store).await;
     let backend = db.get_database_backend();
-    let sql = match backend {
-        sea_orm::DatabaseBackend::Postgres => {
-            "UPDATE providers SET secret_config = $1 WHERE name = $2"
-        }
-        _ => "UPDATE providers SET secret_config = ? WHERE name = ?",
+    let (first, second) = match backend {
+        sea_orm::DatabaseBackend::Postgres => ("$1", "$2"),
+        _ => ("?", "?"),
     };
+    let sql = format!("UPDATE {table} SET {column} = {first} WHERE name = {second}");
     let done = db
         .execute_raw(Statement::from_sql_and_values(
             backend,
@@ -145,6 +145,17 @@ pub async fn set_raw_secret_config(store: &TestStore, name: &str, value: &str) {
         ))
         .await
         .expect("the update");
-    assert_eq!(done.rows_affected(), 1, "provider {name}");
+    assert_eq!(done.rows_affected(), 1, "{table} {name}");
     db.close().await.ok();
+}
+
+/// The `secret_config` column of provider `name`, as stored.
+pub async fn raw_secret_config(store: &TestStore, name: &str) -> String {
+    raw_column(store, "providers", "secret_config", name).await
+}
+
+/// Writes provider `name`'s `secret_config` column directly (a server must
+/// not be running on the store).
+pub async fn set_raw_secret_config(store: &TestStore, name: &str, value: &str) {
+    set_raw_column(store, "providers", "secret_config", name, value).await
 }

@@ -7,6 +7,8 @@ use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
+// The admin token of whoever includes this file: the tests' support, or the
+// `abuse` bench (which includes it by path).
 use super::ADMIN_TOKEN;
 
 pub type Ws =
@@ -100,4 +102,34 @@ pub async fn close_code(ws: &mut Ws) -> Option<(u16, String)> {
             _ => continue,
         }
     }
+}
+
+/// A `graphql-transport-ws` socket from `from` (any loopback address reaches a
+/// server on 127.0.0.1), signed in as the admin, whose client reads nothing
+/// after the ack, through a small receive buffer.
+pub async fn never_reading(
+    addr: std::net::SocketAddr,
+    from: std::net::IpAddr,
+) -> tokio_tungstenite::WebSocketStream<tokio::net::TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket.bind((from, 0).into()).unwrap();
+    let stream = socket.connect(addr).await.unwrap();
+    let mut request = format!("ws://{addr}/graphql/ws")
+        .into_client_request()
+        .unwrap();
+    request.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        "graphql-transport-ws".parse().unwrap(),
+    );
+    let (mut ws, _) = tokio_tungstenite::client_async(request, stream)
+        .await
+        .unwrap();
+    let init = json!({"type": "connection_init", "payload": {"token": ADMIN_TOKEN}});
+    ws.send(Message::Text(init.to_string().into()))
+        .await
+        .unwrap();
+    let ack = ws.next().await.unwrap().unwrap();
+    assert!(ack.to_text().unwrap().contains("connection_ack"), "{ack:?}");
+    ws
 }

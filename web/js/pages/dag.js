@@ -1,8 +1,8 @@
 // A deployment's resources as a layered graph (SVG): each resource key one
 // layer after the longest chain of its dependencies, ordered in its layer by
 // the barycentre of its neighbours (fewer crossings), its replicas stacked in
-// a group, edges from dependency to dependent. A node's state is written in
-// its box as well as coloured.
+// a group, edges from dependency to dependent. A node's state, and a deployed
+// one's health, are written in its box as well as coloured.
 
 import { svg } from "../dom.js";
 
@@ -61,7 +61,7 @@ const short = (text, max) => (text.length > max ? `${text.slice(0, max - 1)}…`
 /**
  * The graph as an `<svg>`: `resources` give the keys, types and edges,
  * `nodes` the boxes; `onSelect(label)` runs on click, Enter or Space.
- * Returns `{ el, set(label or key, state) → drawn?, select(label) }`.
+ * Returns `{ el, set(label or key, state, health?) → drawn?, select(label) }`.
  */
 export function drawDag(resources, nodes, onSelect) {
   const { layers: byLayer, deps } = layers(resources, nodes);
@@ -121,7 +121,8 @@ export function drawDag(resources, nodes, onSelect) {
         svg("rect", { class: "accent", width: 6, height: H, rx: 3 }),
         svg("text", { class: "k", x: 16, y: 19 }, short(name, 22)),
         svg("text", { class: "t", x: 16, y: 35 }, short(type, 26)),
-        svg("text", { class: "s", x: 16, y: 52 }));
+        svg("text", { class: "s", x: 16, y: 52 }),
+        svg("text", { class: "hl", x: W - 8, y: 52, "text-anchor": "end" }));
       g.addEventListener("click", () => onSelect(name));
       g.addEventListener("keydown", (event) => {
         if (event.key === "Enter" || event.key === " ") {
@@ -131,14 +132,14 @@ export function drawDag(resources, nodes, onSelect) {
       });
       drawn.set(name, g);
       root.append(g);
-      paint(g, n.state);
+      paint(g, n.state, n.health);
     });
   }
   return {
     el: root,
-    set(name, state) {
+    set(name, state, health) {
       const targets = drawn.has(name) ? [drawn.get(name)] : [...drawn.values()].filter((g) => g.dataset.resource === name);
-      for (const g of targets) paint(g, state);
+      for (const g of targets) paint(g, state, health ?? g.dataset.health);
       return targets.length > 0;
     },
     select(name) {
@@ -149,8 +150,13 @@ export function drawDag(resources, nodes, onSelect) {
   };
 }
 
-function paint(g, state) {
+// Health counts for a deployed node only (COMPLETE); it is written, not
+// only coloured.
+function paint(g, state, health = "UNKNOWN") {
+  const shown = state === "COMPLETE" ? health : "";
   g.dataset.state = state;
+  g.dataset.health = health;
   g.querySelector(".s").textContent = state.replace(/_/g, " ");
-  g.setAttribute("aria-label", `${g.dataset.key}: ${state}`);
+  g.querySelector(".hl").textContent = shown;
+  g.setAttribute("aria-label", `${g.dataset.key}: ${state}${shown ? `, ${shown}` : ""}`);
 }

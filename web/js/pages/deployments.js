@@ -5,9 +5,10 @@ import { gql } from "../api.js";
 import { allows, navigate, projectLink, projectsFor, roleIn } from "../app.js";
 import {
   badge, bars, busy, empty, errorBox, errorSlot, facts, field, fill, h, invalid, json, jsonArea, later, link, liveList, note,
-  parseJson, replace, sending, table, time, typedConfirm,
+  parseJson, replace, sending, status, table, time, typedConfirm,
 } from "../dom.js";
 import { drawDag, label } from "./dag.js";
+import { commandRunner } from "./exec.js";
 
 export const styles = "/ui/css/deployments.css";
 
@@ -18,7 +19,7 @@ const option = (value, text, selected) => h("option", { value, selected }, text)
 const BLUEPRINTS = "query { blueprints(first: 500) { nodes { id name projectId } } }";
 
 const LIST = `query Deployments($filter: DeploymentFilter!) { deployments(filter: $filter, first: 200) {
-  totalCount nodes { id name projectId state phase blueprintId elementId createdAt expiresAt }
+  totalCount nodes { id name projectId state health phase blueprintId elementId createdAt expiresAt }
 } }`;
 
 export async function list(view, { query }, scope) {
@@ -55,17 +56,17 @@ export async function list(view, { query }, scope) {
     if (nodes.length) {
       return [
         note(`${n} deployment${n === 1 ? "" : "s"}${n > nodes.length ? ` (the newest ${nodes.length} shown)` : ""}`),
-        table(["Name", "Project", "State", "Phase", "Blueprint", "Created", "Lease"], nodes.map((d) => row(d, names)), { id: "deployment-list" }),
+        table(["Name", "Project", "State", "Health", "Phase", "Blueprint", "Created", "Lease"], nodes.map((d) => row(d, names)), { id: "deployment-list" }),
       ];
     }
     return filter.states || filter.blueprintId || filter.search
       ? empty("No deployment matches these filters.")
       : empty("No deployments yet: deploy one of the", link("/blueprints", "blueprints"), ".");
   });
-  await liveList(scope, CHANGES, load, (e) => (e.__typename === "DeploymentChanged" ? false : undefined));
+  await liveList(scope, CHANGES, load, (e) => (e.__typename.startsWith("Deployment") ? false : undefined));
 }
 
-const CHANGES = `subscription DeploymentChanges { serverEvents { __typename ... on DeploymentChanged { deploymentId } } }`;
+const CHANGES = `subscription DeploymentChanges { serverEvents { __typename ... on DeploymentChanged { deploymentId } ... on DeploymentHealthChanged { health } } }`;
 
 const origin = (d, blueprint) =>
   d.blueprintId ? link(`/blueprints/${d.blueprintId}`, blueprint) : d.elementId ? link(`/elements/${d.elementId}`, "an element's install") : "—";
@@ -76,6 +77,7 @@ function row(d, names) {
     h("td", link(`/deployments/${d.id}`, d.name)),
     cell("Project", projectLink(d.projectId)),
     h("td", badge(d.state)),
+    cell("Health", badge(d.health)),
     cell("Phase", d.phase ? words(d.phase) : "—"),
     cell("From", origin(d, names.get(d.blueprintId) ?? "(deleted)")),
     cell("Created", time(d.createdAt)),
@@ -213,8 +215,8 @@ function capacityPreview(section, blueprint, variables) {
     result);
 }
 
-const FIELDS = `id name projectId blueprintId elementId state phase onFailure error expiresAt createdAt updatedAt variables
-  nodes { id key replica type node state outputs error updatedAt provider { id name features } }
+const FIELDS = `id name projectId blueprintId elementId state health healthChangedAt phase onFailure error expiresAt createdAt updatedAt variables
+  nodes { id key replica type node state outputs error updatedAt health healthReason healthChangedAt restarts drift provider { id name features } }
   revisions { number kind outcome createdBy createdAt }`;
 const DEPLOYMENT = `query Deployment($id: ID!) { deployment(id: $id) { ${FIELDS} } }`;
 const FIRST = `query Deployment($id: ID!) { deployment(id: $id) { ${FIELDS} resources { key type dependsOn } } }`;
@@ -262,6 +264,8 @@ export async function detail(view, { id }, scope) {
     state = next;
     destroy.hidden = s === "DESTROYED" || !mayAct;
   };
+  const health = h("span#deployment-health");
+  const setHealth = (x) => replace(health, "health ", badge(x));
   const confirm = typedConfirm(destroy, () => d.name, "destroy its resources", h("button#destroy-confirm.danger", "Destroy every resource"), async () => {
     await gql("mutation Destroy($id: ID!) { destroyDeployment(id: $id) { id } }", { id });
     confirm.hidden = true;
@@ -270,6 +274,7 @@ export async function detail(view, { id }, scope) {
   const summary = h("div#deployment-summary");
   const drawSummary = () => {
     setState(d.state);
+    setHealth(d.health);
     replace(summary, failure(d.error, "deployment-error"), facts([
       ["Project", projectLink(d.projectId), "project"],
       ["Phase", h("span#deployment-phase", d.phase ? words(d.phase) : "settled")],
@@ -298,9 +303,11 @@ export async function detail(view, { id }, scope) {
   const panel = h("aside#node-panel.card", { "aria-live": "polite" });
   let selected = null;
   let dag = null;
+  const runCommand = commandRunner(scope);
   const drawPanel = () => {
     const n = d.nodes.find((x) => label(x) === selected);
     if (!n) return replace(panel, note("Choose a node in the graph to see its state, outputs and error."));
+    const focused = panel.contains(document.activeElement) ? document.activeElement : null; // kept if drawn again (a command's form)
     replace(panel,
       h("h2", label(n)),
       facts([
@@ -311,10 +318,13 @@ export async function detail(view, { id }, scope) {
         ["Updated", time(n.updatedAt)],
       ]),
       failure(n.error),
+      healthSection(n),
       powerControls(n),
       h("h3", "Outputs"),
       n.outputs && Object.keys(n.outputs).length ? json(n.outputs) : note("None yet."),
-      logsSection(n));
+      logsSection(n),
+      runCommand(n, roleIn(d.projectId)));
+    if (focused?.isConnected) focused.focus();
   };
 
   // The new state comes as an event.
@@ -334,6 +344,20 @@ export async function detail(view, { id }, scope) {
       return button;
     });
     return h("div.power", h("h3", "Power"), h("div.actions", buttons), powerSlot);
+  };
+
+  // A restart is a run: its progress comes as events.
+  const restartSlot = errorSlot();
+  const RESTART = "mutation Restart($id: ID!, $k: String!, $r: Int!) { restartResource(deploymentId: $id, key: $k, replica: $r) { id } }";
+  const healthSection = (n) => {
+    const restart = mayAct && n.state === "COMPLETE" &&
+      h("button#restart-node.secondary", { type: "button", onclick: () => busy(restart, restartSlot, () => gql(RESTART, { id, k: n.key, r: n.replica })) }, "Restart");
+    return h("div#node-health", facts([
+      ["Health", status(n.health, n.healthReason), "health"],
+      ["Since", time(n.healthChangedAt)],
+      ["Restarts", n.restarts, "restarts"],
+      n.drift.length > 0 && ["Drift", n.drift.join(", "), "drift"],
+    ]), restart, restartSlot);
   };
 
   const LOGS = "query NodeLogs($id: ID!) { resourceNode(id: $id) { logs(tail: 200) } }";
@@ -449,7 +473,7 @@ export async function detail(view, { id }, scope) {
   };
 
   replace(view,
-    h("div.toolbar", h("div.grow.title", h("h1", d.name), state), destroy),
+    h("div.toolbar", h("div.grow.title", h("h1", d.name), state, health), destroy),
     confirm,
     summary,
     h("div.dag-layout", dagBox, panel),
@@ -476,6 +500,16 @@ export async function detail(view, { id }, scope) {
     return e?.state ?? n.state;
   };
   const deploymentState = () => (fresh(latest.get(""), d.updatedAt) ? latest.get("").state : d.state);
+  // A node's (or the deployment's) health: its colour now, the rest read again (a replay's burst once).
+  const onHealth = (e) => {
+    const x = e.nodeKey ? d.nodes.find((n) => label(n) === e.nodeKey) : d;
+    if (x && fresh(e, x.healthChangedAt)) {
+      x.health = e.state;
+      if (x === d) setHealth(e.state);
+      else dag.set(e.nodeKey, x.state, e.state);
+    }
+    refetch();
+  };
 
   let reading = false;
   let again = false;
@@ -496,7 +530,7 @@ export async function detail(view, { id }, scope) {
         drawGraph();
         drawPicks();
       } else {
-        for (const n of d.nodes) dag.set(label(n), n.state);
+        for (const n of d.nodes) dag.set(label(n), n.state, n.health);
         drawPanel();
       }
     } catch (error) {
@@ -521,6 +555,7 @@ export async function detail(view, { id }, scope) {
       liveSlot.clear();
       queued.push(e);
       flushing ??= setTimeout(flush, 30);
+      if (e.kind === "HEALTH") return onHealth(e);
       if (e.kind === "STATE") {
         if (!fresh(e, d.updatedAt)) return; // what was read has it already
         if (e.state) latest.set("", e);

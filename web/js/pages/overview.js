@@ -1,5 +1,6 @@
-// The overview: counts and what needs attention, read again when a provider,
-// repository or deployment changes (never polled).
+// The overview: counts and what needs attention (down or degraded resources
+// among them), read again when a provider, repository, deployment or a
+// deployment's health changes (never polled).
 
 import { gql } from "../api.js";
 import { isAdmin } from "../app.js";
@@ -14,6 +15,9 @@ const QUERY = `query Overview {
   troubled: deployments(filter: { states: [FAILED, IN_PROGRESS, DESTROYING, PENDING] }, first: 50) {
     totalCount nodes { id name state error }
   }
+  sick: deployments(health: [DOWN, DEGRADED], first: 50) {
+    nodes { id name nodes { key replica health healthReason } }
+  }
 }`;
 
 const EVENTS = `subscription { serverEvents {
@@ -21,9 +25,11 @@ const EVENTS = `subscription { serverEvents {
   ... on ProviderStatusChanged { providerId }
   ... on RepositorySync { repositoryId status }
   ... on DeploymentChanged { deploymentId }
+  ... on DeploymentHealthChanged { deploymentId }
 } }`;
 
-const REREAD = new Set(["ProviderStatusChanged", "RepositorySync", "DeploymentChanged"]);
+const REREAD = new Set(["ProviderStatusChanged", "RepositorySync", "DeploymentChanged", "DeploymentHealthChanged"]);
+const SICK = /DOWN|DEGRADED/;
 
 export async function render(view, _params, scope) {
   const body = h("div#overview");
@@ -47,6 +53,8 @@ function draw(data) {
       .map((p) => row(`/providers/${p.id}`, "Provider", p.name, p.status, p.statusMessage)),
     ...data.repositories.nodes.filter((r) => r.status === "ERROR").map((r) => row(`/repositories/${r.id}`, "Repository", r.name, r.status, r.statusMessage)),
     ...data.troubled.nodes.map((d) => row(`/deployments/${d.id}`, "Deployment", d.name, d.state, d.error)),
+    ...data.sick.nodes.flatMap((d) => d.nodes.filter((n) => SICK.test(n.health))
+      .map((n) => row(`/deployments/${d.id}`, "Resource", `${d.name} · ${n.key}[${n.replica}]`, n.health, n.healthReason))),
   ];
   return [
     h("ul.counts", { "aria-label": "Counts" },
@@ -54,7 +62,7 @@ function draw(data) {
     h("h2", "Needs attention"),
     attention.length
       ? table(["Kind", "Name", "State"], attention, { id: "attention" })
-      : empty("Nothing needs attention: every provider is connected, every repository synced, and no deployment failed or is running."),
+      : empty("Nothing needs attention: every provider is connected, every repository synced, and no deployment failed, is running or is down."),
     data.providers.totalCount || !isAdmin() ? null : empty("No providers yet.", link("/providers/new", "Add a provider"), "to deploy resources."),
   ];
 }

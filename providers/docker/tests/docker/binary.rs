@@ -33,10 +33,13 @@ async fn the_binary_registers_and_stops_on_sigterm() {
         [
             "docker.v1.container",
             "docker.v1.network",
-            "docker.v1.volume"
+            "docker.v1.volume",
+            "docker.v1.job"
         ]
     );
-    for feature in ["deploy", "destroy", "inspect", "nodes", "data", "power"] {
+    for feature in [
+        "deploy", "destroy", "inspect", "nodes", "data", "power", "watch",
+    ] {
         assert!(request.features.iter().any(|f| f == feature), "{feature}");
     }
 

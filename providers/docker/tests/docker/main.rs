@@ -24,6 +24,7 @@ mod data;
 mod networks_and_volumes;
 mod power;
 mod updates;
+mod watch;
 
 const IMAGE: &str = "corbel-test-busybox:1";
 

@@ -2,6 +2,7 @@
 //! naming the field, and the one node with its configured capacity.
 
 use corbel_provider_process::RESOURCE_TYPE;
+use corbel_provider_process::job::JOB_TYPE;
 use corbel_provider_process::procfs;
 use corbel_provider_sdk::Code;
 use corbel_provider_sdk::serde_json::json;
@@ -35,6 +36,14 @@ async fn bad_configuration_is_refused_naming_the_field() {
         "{}",
         refused.message()
     );
+    for (config, key) in [
+        (json!({ "log_max_bytes": 100 }), "log_max_bytes"),
+        (json!({ "log_files": "two" }), "log_files"),
+    ] {
+        let refused = host.configure(config).await.unwrap_err();
+        assert_eq!(refused.code(), Code::InvalidArgument);
+        assert!(refused.message().starts_with(key), "{}", refused.message());
+    }
 }
 
 #[tokio::test]
@@ -45,6 +54,7 @@ async fn one_node_named_after_the_host_with_the_configured_capacity() {
     assert_eq!(nodes.len(), 1);
     assert_eq!(nodes[0].name, procfs::hostname());
     assert_eq!(nodes[0].capacity[RESOURCE_TYPE], 100);
+    assert_eq!(nodes[0].capacity[JOB_TYPE], 100, "jobs, as many");
     assert_eq!(nodes[0].labels["os"], "linux");
     host.configure(json!({ "capacity": 5, "unknown": true }))
         .await
@@ -56,7 +66,9 @@ async fn one_node_named_after_the_host_with_the_configured_capacity() {
     let registration = host.registration();
     assert_eq!(
         registration.features,
-        ["deploy", "destroy", "inspect", "nodes"]
+        [
+            "deploy", "destroy", "inspect", "nodes", "watch", "data", "exec", "files"
+        ]
     );
-    assert_eq!(registration.resource_types, [RESOURCE_TYPE]);
+    assert_eq!(registration.resource_types, [RESOURCE_TYPE, JOB_TYPE]);
 }

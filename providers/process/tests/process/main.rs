@@ -9,16 +9,33 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use corbel_provider_process::ProcessProvider;
 use corbel_provider_process::lifecycle::TAG;
 use corbel_provider_process::procfs;
+use corbel_provider_sdk::Status;
 use corbel_provider_sdk::proto;
 use corbel_provider_sdk::serde_json::Value;
-use corbel_provider_sdk::testing::TestHost;
+use corbel_provider_sdk::testing::{DEADLINE, TestHost};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+/// The next status of a watch (`TestHost::watch`'s stream), within a
+/// deadline. A macro (defined before the modules that use it): the SDK does
+/// not name the stream's type.
+macro_rules! next_status {
+    ($stream:expr) => {
+        tokio::time::timeout(std::time::Duration::from_secs(10), $stream.message())
+            .await
+            .expect("a status within 10 s")
+            .expect("the watch stream does not fail")
+            .expect("the watch stream does not end")
+    };
+}
+
 mod binary;
 mod configuration;
+mod jobs;
 mod killed_mid_start;
+mod output;
 mod services;
+mod watch;
 
 async fn host_in(state: &Path) -> TestHost {
     TestHost::start(ProcessProvider::new(Some(state.to_path_buf()))).await
@@ -67,6 +84,24 @@ fn pid_of(outputs: &Value) -> i32 {
 
 fn running(pid: i32) -> bool {
     procfs::stat(pid).is_some_and(|s| s.state != 'Z')
+}
+
+/// `RetrieveData` of `kind` on `resource`, its answer parsed.
+async fn data(
+    host: &TestHost,
+    resource: &proto::Resource,
+    kind: &str,
+    config: Value,
+) -> Result<Value, Status> {
+    let request = proto::RetrieveDataRequest {
+        r#type: kind.to_string(),
+        config_json: config.to_string(),
+        resource: Some(resource.clone()),
+    };
+    let answer = tokio::time::timeout(DEADLINE, host.client().retrieve_data(request))
+        .await
+        .expect("RetrieveData answers within the deadline")?;
+    Ok(serde_json::from_str(&answer.into_inner().data_json).expect("data is JSON"))
 }
 
 /// Waits, with a deadline, for `check` to hold.

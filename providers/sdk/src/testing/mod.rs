@@ -200,6 +200,16 @@ impl TestHost {
         Ok(response.nodes)
     }
 
+    /// Opens `WatchResources` on `resources`: the stream, to read with
+    /// `message().await` (no deadline: it lasts until dropped).
+    pub async fn watch(
+        &self,
+        resources: Vec<proto::Resource>,
+    ) -> Result<tonic::Streaming<proto::ResourceStatus>, Status> {
+        let message = proto::WatchResourcesRequest { resources };
+        call(DEADLINE, self.client().watch_resources(message)).await
+    }
+
     pub async fn inventory(&self) -> Result<Vec<proto::InventoryEntry>, Status> {
         let message = proto::GetInventoryRequest {};
         let stream = call(

@@ -153,7 +153,8 @@ async fn every_root_field_answers_every_caller_as_the_policy_says() {
     }
     tokens.insert(Caller::ProjectAdmin, Some(owner.clone()));
     let outsider = user(&app, "outsider", "USER").await;
-    project(&app, &outsider, "beta").await;
+    let beta = project(&app, &outsider, "beta").await;
+    let foreign_blueprint = svc_blueprint(&app, &outsider, &beta).await;
     tokens.insert(Caller::Outsider, Some(outsider));
     tokens.insert(Caller::ServerAdmin, Some(ADMIN_TOKEN.to_owned()));
     tokens.insert(Caller::Anonymous, None);
@@ -248,6 +249,17 @@ async fn every_root_field_answers_every_caller_as_the_policy_says() {
                     if allowed { "allowed" } else { "refused" }
                 ));
             }
+            // An id of a project the caller is not in does not exist for
+            // them: never FORBIDDEN or VALIDATION naming it.
+            if caller == Caller::Outsider
+                && matches!(need, Need::Project(_))
+                && !list
+                && error_code(&body) != Some("NOT_FOUND")
+            {
+                wrong.push(format!(
+                    "{field} as {caller:?}: expected NOT_FOUND, got {body}"
+                ));
+            }
             // Lists show a caller only their projects' things.
             if list && !is_refused {
                 let listed = body.to_string();
@@ -260,10 +272,55 @@ async fn every_root_field_answers_every_caller_as_the_policy_says() {
             }
         }
     }
+    wrong.extend(foreign_ids_and_sources(&app, &tokens, &fixture, &foreign_blueprint).await);
     assert!(
         wrong.is_empty(),
         "{} answers break the policy:\n{}",
         wrong.len(),
         wrong.join("\n")
     );
+}
+
+/// The arguments the matrix's one-id-per-field cannot reach: an id of
+/// another project beside one of the caller's own (NOT_FOUND, naming it), and
+/// a blueprint source of the caller's own, which changes what a deployment
+/// runs (DEVELOPER, as editing its blueprint). What breaks the policy.
+async fn foreign_ids_and_sources(
+    app: &TestApp,
+    tokens: &BTreeMap<Caller, Option<String>>,
+    fixture: &Fixture,
+    foreign_blueprint: &str,
+) -> Vec<String> {
+    let mut wrong = Vec::new();
+    let plan = "mutation($d: ID!, $b: ID, $s: String) {
+        planDeployment(input: { deploymentId: $d, blueprintId: $b, blueprintSource: $s }) { id } }";
+    let owner = tokens[&Caller::ProjectAdmin].as_deref();
+    let body = app
+        .gql_as(
+            owner,
+            plan,
+            json!({ "d": fixture.deployment, "b": foreign_blueprint }),
+        )
+        .await;
+    let message = body["errors"][0]["message"].as_str().unwrap_or_default();
+    if error_code(&body) != Some("NOT_FOUND") || !message.contains(foreign_blueprint) {
+        wrong.push(format!(
+            "planDeployment with another project's blueprintId: expected NOT_FOUND naming it, got {body}"
+        ));
+    }
+    let source = json!({ "d": fixture.deployment, "s": super::ONE_SERVICE });
+    for caller in [Caller::Deployer, Caller::Developer] {
+        let body = app
+            .gql_as(tokens[&caller].as_deref(), plan, source.clone())
+            .await;
+        let allowed = caller.allowed(Need::Project(ProjectRole::Developer));
+        let refused = error_code(&body) == Some("FORBIDDEN");
+        if allowed == refused {
+            wrong.push(format!(
+                "planDeployment with blueprintSource as {caller:?}: expected {}, got {body}",
+                if allowed { "allowed" } else { "FORBIDDEN" }
+            ));
+        }
+    }
+    wrong
 }

@@ -331,6 +331,16 @@ pub(super) fn operations(f: &Fixture) -> Vec<(&'static str, String, Value)> {
             json!({ "id": d }),
         ),
         (
+            "restartResource",
+            "mutation($id: ID!) { restartResource(deploymentId: $id, key: \"no-such-resource\") { state } }",
+            json!({ "id": d }),
+        ),
+        (
+            "execResource",
+            "mutation($id: ID!) { execResource(nodeId: $id, command: [\"true\"]) { exitCode } }",
+            json!({ "id": f.node }),
+        ),
+        (
             "plan",
             "query($id: ID!) { plan(id: $id) { state } }",
             json!({ "id": f.plan }),

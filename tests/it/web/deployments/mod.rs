@@ -1,9 +1,14 @@
 //! The deployments pages in real Chromium: a deployment's whole life on
 //! its pages, a change planned, applied and rolled back, and a container's
-//! power and logs from its node's panel. This module holds what they share:
+//! power and logs from its node's panel, and a node's live health (red once
+//! its process is killed, restarted from its panel, listed on the overview),
+//! and a command run from a node's panel.
+//! This module holds what they share:
 //! the mark that tells a reload, and a node's box in the drawn DAG.
 
 mod changes;
+mod exec;
+mod health;
 mod lifecycle;
 mod power;
 
