@@ -147,6 +147,31 @@ pub async fn set_restart_book(
     Ok(())
 }
 
+/// Clears the node's next look, unless its row says DOWN for the node as
+/// written at `node_updated_at`: a DOWN recorded after the caller read the
+/// row (which a booking that read it before could have missed), so the look
+/// stays due. Answers whether it was cleared.
+pub async fn clear_look_unless_down(
+    db: &DatabaseConnection,
+    node_id: Uuid,
+    node_updated_at: DateTime<Utc>,
+) -> Result<bool, DbErr> {
+    use sea_orm::sea_query::Condition;
+    let down_now = Condition::all()
+        .add(resource_health::Column::Health.eq("DOWN"))
+        .add(resource_health::Column::NodeUpdatedAt.gte(node_updated_at));
+    let done = resource_health::Entity::update_many()
+        .col_expr(
+            resource_health::Column::NextRestartAt,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
+        .filter(resource_health::Column::NodeId.eq(node_id))
+        .filter(down_now.not())
+        .exec(db)
+        .await?;
+    Ok(done.rows_affected > 0)
+}
+
 /// The health rows of a deployment's nodes.
 pub async fn health_of(
     db: &DatabaseConnection,

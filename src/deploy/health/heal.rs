@@ -60,16 +60,29 @@ impl Healer<'_> {
         Ok(policy(&bp, node).cloned())
     }
 
-    /// Nodes are DOWN (each with its exit status and its book as stored):
-    /// books the restart of each whose policy asks for one and has none
-    /// booked yet. Each deployment's blueprint is read once.
+    /// Nodes are DOWN (each with its exit status), their DOWN stored: books
+    /// the restart of each whose policy asks for one and has none booked
+    /// yet. The books are read now, after the DOWN was stored: a look that
+    /// cleared one before is seen, and one clearing it after refuses to (see
+    /// [`stored::clear_look_unless_down`]). Each deployment's blueprint is
+    /// read once.
     pub(super) async fn on_down_all(
         &self,
-        downs: &[(&NodeRow, Option<i32>, RestartBook)],
+        downs: &[(&NodeRow, Option<i32>)],
     ) -> Result<(), DeployError> {
+        if downs.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<Uuid> = downs.iter().map(|(node, _)| node.id).collect();
+        let books: HashMap<Uuid, RestartBook> = stored::health_of_nodes(&self.0.inner.db, &ids)
+            .await?
+            .iter()
+            .map(|row| (row.node_id, RestartBook::of(row)))
+            .collect();
         let mut policies: HashMap<Uuid, Arc<Blueprint>> = HashMap::new();
         let mut booked = false;
-        for (node, exit_code, book) in downs {
+        for (node, exit_code) in downs {
+            let book = books.get(&node.id).cloned().unwrap_or_default();
             if book.gave_up || book.next_restart_at.is_some() {
                 continue;
             }
@@ -87,7 +100,7 @@ impl Healer<'_> {
             if restart.policy == RestartPolicy::OnFailure && *exit_code == Some(0) {
                 continue;
             }
-            let mut book = book.clone();
+            let mut book = book;
             let now = Utc::now();
             open_window(&mut book, restart, now);
             book.next_restart_at = Some(now + chrono_of(backoff(restart, book.window_restarts)));
@@ -157,8 +170,10 @@ impl Healer<'_> {
             RESTARTED_BADLY.contains(&node.state) || (node.state == NodeState::Complete && down);
         let policy = self.policy(&node).await?;
         let (true, Some(restart)) = (needs, policy) else {
-            book.next_restart_at = None; // it runs again, or is not ours to heal
-            return Ok(stored::set_restart_book(db, node.id, &book).await?);
+            // It runs again, or is not ours to heal: no more looks, unless
+            // it went DOWN since it was read (then the look stays due).
+            stored::clear_look_unless_down(db, node.id, node.updated_at).await?;
+            return Ok(());
         };
         let now = Utc::now();
         open_window(&mut book, &restart, now);
@@ -277,9 +292,12 @@ impl Healer<'_> {
     ) -> Result<(), DeployError> {
         let id = node.deployment_id;
         let deployment = self.0.queries().get(id).await?;
-        if matches!(
+        // Only a settled deployment is restarted: one IN_PROGRESS has a run
+        // under way, or one a crash cut short that recovery is to resume
+        // (it holds no lock here until it is resumed).
+        if !matches!(
             deployment.state,
-            super::super::DeploymentState::Destroyed | super::super::DeploymentState::Destroying
+            super::super::DeploymentState::Complete | super::super::DeploymentState::Failed
         ) {
             return Err(DeployError::Conflict(format!(
                 "deployment `{}` is {}",

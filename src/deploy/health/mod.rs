@@ -22,7 +22,7 @@ use uuid::Uuid;
 use super::{DeployError, Deployments, EventKind, EventState, NodeState};
 use crate::provider::{Observation, Seen};
 use crate::store::deployments::{self as rows, NodeRow};
-use crate::store::health::{self as stored, HealthRow, Observed, RestartBook};
+use crate::store::health::{self as stored, HealthRow, Observed};
 use crate::text::text_enum;
 
 pub(super) use heal::Healer;
@@ -276,8 +276,7 @@ impl Health<'_> {
                 }
             }
             if s.health == ResourceHealth::Down {
-                let book = rows.get(&node.id).map(RestartBook::of).unwrap_or_default();
-                downs.push((node, s.exit_code, book));
+                downs.push((node, s.exit_code));
             }
         }
         let moved = events.len();

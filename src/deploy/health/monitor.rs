@@ -7,7 +7,7 @@
 //! core Corbel learns from). The roll-ups and the healer are singletons of
 //! their own (`Health::run_rollups`, `Health::run_healer`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::super::step::resource_call;
-use super::super::{EventKind, NodeState};
+use super::super::{DeploymentState, EventKind, NodeState};
 use super::{Health, ResourceHealth, Sighting};
 use crate::events::Delivery;
 use crate::provider::{Observation, ProviderError, Watched};
@@ -29,6 +29,8 @@ use crate::store::health as stored;
 const TICK: Duration = Duration::from_secs(1);
 /// Inspect calls in flight at once, per provider.
 const POLL_CONCURRENCY: usize = 16;
+/// The longest a look at what a run deployed waits for its answer.
+const LOOK_ONCE_LIMIT: Duration = Duration::from_secs(30);
 /// Observations of a watch applied together, at most.
 const WATCH_BATCH: usize = 1_000;
 
@@ -55,13 +57,18 @@ struct Watching {
     /// Each deployment's worst deployed health at the last scan: one that
     /// moved is rolled up again (a safety net under the events).
     worst: HashMap<Uuid, ResourceHealth>,
+    /// Deployments whose run ended since the last tick: what they deployed
+    /// is looked at once (see [`Health::look_once`]).
+    settled: BTreeSet<Uuid>,
+    /// Those looks under way.
+    looks: Vec<JoinHandle<()>>,
 }
 
 /// The monitor's tasks end with it: at shutdown, and when a replica stops
 /// leading and its singletons are aborted (dropping this).
 impl Drop for Watching {
     fn drop(&mut self) {
-        for task in self.polls.values() {
+        for task in self.polls.values().chain(&self.looks) {
             task.abort();
         }
         for watcher in self.watchers.values() {
@@ -101,6 +108,13 @@ impl Health<'_> {
             Delivery::Event(e) if e.kind == EventKind::State && e.state.is_some() => {
                 self.mark_dirty(e.deployment_id);
                 w.rescan = true;
+                let ended = e.state.and_then(|s| s.deployment_state());
+                if matches!(
+                    ended,
+                    Some(DeploymentState::Complete | DeploymentState::Failed)
+                ) {
+                    w.settled.insert(e.deployment_id);
+                }
             }
             Delivery::Event(_) => {}
             Delivery::Lagged(_) => w.rescan = true,
@@ -121,6 +135,38 @@ impl Health<'_> {
         let providers: Vec<Uuid> = w.nodes.keys().copied().collect();
         for provider in providers {
             self.look_at(w, provider).await;
+        }
+        if !w.settled.is_empty() {
+            self.look_at_settled(w).await;
+        }
+    }
+
+    /// The deployed nodes of the deployments that settled, by watchable
+    /// provider, each provider's looked at once. (A polled provider's are
+    /// asked at its next poll anyway.)
+    async fn look_at_settled(&self, w: &mut Watching) {
+        w.looks.retain(|task| !task.is_finished());
+        let mut by_provider: HashMap<Uuid, Vec<Uuid>> = HashMap::new();
+        for deployment in std::mem::take(&mut w.settled) {
+            let nodes = match rows::nodes_of(&self.0.inner.db, deployment).await {
+                Ok(nodes) => nodes,
+                Err(e) => {
+                    tracing::warn!(deployment.id = %deployment, error = %e, "cannot read a settled deployment's nodes for their health");
+                    continue;
+                }
+            };
+            for node in nodes.into_iter().filter(|n| n.state == NodeState::Complete) {
+                if let Some(provider) = node.provider_id
+                    && w.watchable.get(&provider) == Some(&true)
+                {
+                    by_provider.entry(provider).or_default().push(node.id);
+                }
+            }
+        }
+        for (provider, ids) in by_provider {
+            let this = self.0.clone();
+            let task = tokio::spawn(async move { this.health().look_once(provider, ids).await });
+            w.looks.push(task);
         }
     }
 
@@ -292,6 +338,38 @@ impl Health<'_> {
             }
         }
         true
+    }
+
+    /// What the provider knows of `ids` now: a watch opened for them and
+    /// closed at its `synced`. A watch reports each change once, and a
+    /// change that came while its node was still being deployed (a process
+    /// that died before its run marked it deployed) was not recorded then:
+    /// so what a run deployed is looked at once when the run ends.
+    async fn look_once(&self, provider: Uuid, ids: Vec<Uuid>) {
+        let nodes = self.deployed(provider, &ids).await;
+        let calls: Vec<_> = nodes.iter().map(resource_call).collect();
+        let watch = match self.0.inner.providers.watch(provider, &calls).await {
+            Ok(watch) => watch,
+            Err(e) => {
+                tracing::debug!(provider.id = %provider, error = %e, "cannot look at what a run deployed");
+                return;
+            }
+        };
+        let mut stream = Box::pin(watch.into_stream());
+        let mut seen = Vec::with_capacity(calls.len());
+        let read = async {
+            while let Some(item) = stream.next().await {
+                match item {
+                    Ok(Watched::Status(observation)) => seen.push(observation),
+                    Ok(Watched::Synced) => return true,
+                    Err(_) => return false,
+                }
+            }
+            false
+        };
+        if matches!(tokio::time::timeout(LOOK_ONCE_LIMIT, read).await, Ok(true)) {
+            self.apply(provider, &seen).await;
+        }
     }
 
     /// Asks the provider about each node with `Inspect`, a few at a time.
