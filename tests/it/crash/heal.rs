@@ -23,7 +23,7 @@ use crate::support::processes::{alive, signal};
 use crate::support::provider_repos::{ProviderRepo, process_metadata};
 use crate::support::providers::{create_provider, wait_status};
 use crate::support::settings::quick;
-use crate::support::{TestApp, TestStore, eventually};
+use crate::support::{TestApp, TestStore, eventually, until_seen};
 
 /// Health looked at every 200 ms (the process provider watches anyway);
 /// short leases, so that on PostgreSQL the restarted server does not wait
@@ -60,7 +60,10 @@ resources:
 }
 
 const VIEW: &str = "query($id: ID!) { deployment(id: $id) { state phase health
-  nodes { id key state health restarts outputs } events(first: 10000) { message } } }";
+  nodes { id key state health restarts outputs } events(first: 10000) { at message } } }";
+
+/// What a strike waits for, light enough to poll often under load.
+const PHASES: &str = "query($id: ID!) { deployment(id: $id) { state phase nodes { key state } } }";
 
 async fn view(api: &Api, id: &str) -> Option<Value> {
     let data = api.gql(VIEW, json!({ "id": id })).await.ok()?;
@@ -102,20 +105,19 @@ impl Strike {
 /// records: one process per node, the one its outputs name, and no other
 /// process with the mark.
 async fn healed(api: &Api, id: &str, mark: &str, restarts: i64) -> Value {
-    let d = eventually(
+    let d = until_seen(
         Duration::from_secs(120),
         &format!("healed {restarts} times, COMPLETE and HEALTHY"),
-        || async {
-            let d = view(api, id).await?;
-            let nodes = d["nodes"].as_array()?;
-            let settled = d["state"] == "COMPLETE"
+        || view(api, id),
+        |d| {
+            let nodes = d["nodes"].as_array().cloned().unwrap_or_default();
+            d["state"] == "COMPLETE"
                 && d["phase"].is_null()
                 && d["health"] == "HEALTHY"
-                && node(&d, "db")["restarts"] == restarts
+                && node(d, "db")["restarts"] == restarts
                 && nodes
                     .iter()
-                    .all(|n| n["state"] == "COMPLETE" && n["health"] == "HEALTHY");
-            settled.then_some(d)
+                    .all(|n| n["state"] == "COMPLETE" && n["health"] == "HEALTHY")
         },
     )
     .await;
@@ -172,7 +174,10 @@ async fn a_restart_cut_short_by_a_crash_is_resumed_and_made_once() {
         eventually(
             Duration::from_secs(30),
             &format!("the RESTART run at {strike:?}"),
-            || async { view(&api, &id).await.filter(|d| strike.reached(d)) },
+            || async {
+                let data = api.gql(PHASES, json!({ "id": id })).await.ok()?;
+                Some(data["deployment"].clone()).filter(|d| strike.reached(d))
+            },
         )
         .await;
         server.kill();

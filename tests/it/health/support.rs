@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{TestApp, data, eventually};
+use crate::support::{TestApp, data, until_seen};
 
 /// Health looked at every 200 ms; a provider away 500 ms is UNKNOWN.
 pub fn fast_health(config: &mut corbel::config::Config) {
@@ -38,10 +38,12 @@ pub fn node<'a>(deployment: &'a Value, key: &str) -> &'a Value {
 
 /// Waits until `check` holds of the deployment's health answer.
 pub async fn until(app: &TestApp, id: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-    eventually(Duration::from_secs(30), what, || async {
-        let d = health(app, id).await;
-        check(&d).then_some(d)
-    })
+    until_seen(
+        Duration::from_secs(30),
+        what,
+        || async { Some(health(app, id).await) },
+        check,
+    )
     .await
 }
 

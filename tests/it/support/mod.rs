@@ -269,6 +269,39 @@ where
     }
 }
 
+/// Polls `look` until what it sees passes `check` or `limit` passes; the
+/// panic at the deadline shows the last thing seen, which is what tells a
+/// stall from a slow start.
+pub async fn until_seen<T, F, Fut>(
+    limit: Duration,
+    what: &str,
+    mut look: F,
+    check: impl Fn(&T) -> bool,
+) -> T
+where
+    T: std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    let mut last = None;
+    loop {
+        if let Some(seen) = look().await {
+            if check(&seen) {
+                return seen;
+            }
+            last = Some(seen);
+        }
+        if Instant::now() >= deadline {
+            match last {
+                Some(seen) => panic!("timed out waiting for {what}; last seen: {seen:#}"),
+                None => panic!("timed out waiting for {what}; nothing seen"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The built `corbel` binary.
 pub fn corbel_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_corbel"))

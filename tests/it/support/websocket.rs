@@ -31,9 +31,9 @@ pub async fn connect(addr: std::net::SocketAddr, protocol: &str) -> Ws {
 /// The next JSON message, skipping keep-alives; `None` once the socket closes.
 pub async fn next_json(ws: &mut Ws) -> Option<Value> {
     loop {
-        let message = tokio::time::timeout(Duration::from_secs(10), ws.next())
+        let message = tokio::time::timeout(Duration::from_secs(30), ws.next())
             .await
-            .expect("a message within 10s")?;
+            .expect("a message within 30s")?;
         match message.ok()? {
             Message::Text(text) => {
                 let value: Value = serde_json::from_str(&text).unwrap();
@@ -91,7 +91,7 @@ pub async fn subscribe_server_events(addr: std::net::SocketAddr) -> Ws {
 /// reason), skipping other messages; `None` if it ends without a close frame.
 pub async fn close_code(ws: &mut Ws) -> Option<(u16, String)> {
     loop {
-        let message = tokio::time::timeout(Duration::from_secs(10), ws.next())
+        let message = tokio::time::timeout(Duration::from_secs(30), ws.next())
             .await
             .expect("the server closes within 10s")?;
         match message.ok()? {
