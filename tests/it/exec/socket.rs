@@ -225,3 +225,60 @@ async fn a_viewer_and_an_outsider_are_refused_and_a_session_that_ends_ends_its_e
         );
     }
 }
+
+/// This test process's resident memory (the server runs in it), in KiB.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+#[tokio::test]
+async fn a_hundred_mib_of_output_streams_through_and_memory_stays_flat() {
+    const TOTAL: u64 = 100 << 20;
+    let cwd = tempfile::tempdir().unwrap();
+    let (app, node, _) = deployed_app(cwd.path()).await;
+    let mut ws = open(&app, ADMIN_TOKEN).await;
+    let size = TOTAL.to_string();
+    let command = ["head", "-c", size.as_str(), "/dev/zero"];
+    start(&mut ws, json!({ "nodeId": node, "command": command })).await;
+    // The server and this client discard as they go: what either held
+    // whole would show here. The baseline is taken once output flows.
+    let (mut stdout, mut baseline, mut peak, mut end) = (0u64, None, 0u64, Value::Null);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while end.is_null() {
+        let message = tokio::time::timeout_at(deadline, ws.next())
+            .await
+            .unwrap_or_else(|_| panic!("100 MiB within 120 s; {stdout} bytes so far"));
+        match message {
+            Some(Ok(Message::Binary(bytes))) => {
+                assert_eq!(bytes[0], 1, "stdout only");
+                stdout += bytes.len() as u64 - 1;
+                if stdout >= 4 << 20 {
+                    let now = rss_kib();
+                    baseline.get_or_insert(now);
+                    peak = peak.max(now);
+                }
+            }
+            Some(Ok(Message::Text(text))) => {
+                let value: Value = serde_json::from_str(&text).unwrap();
+                if value["type"] != "started" {
+                    end = value;
+                }
+            }
+            Some(Ok(_)) => {}
+            None | Some(Err(_)) => panic!("the socket closed after {stdout} bytes"),
+        }
+    }
+    assert_eq!(end["type"], "exit", "{end}");
+    assert_eq!(end["code"], 0, "{end}");
+    assert_eq!(stdout, TOTAL, "every byte");
+    let grew = peak - baseline.expect("output flowed");
+    assert!(
+        grew < 32 << 10,
+        "memory grew by {grew} KiB while 100 MiB streamed: something holds it"
+    );
+}
