@@ -168,6 +168,8 @@ pub struct Replica {
     pub host: String,
     pub pid: i32,
     pub version: String,
+    /// The id of the secret key it runs with.
+    pub key_id: Option<String>,
     pub started_at: DateTime<Utc>,
     pub heartbeat_at: DateTime<Utc>,
     pub lease_until: DateTime<Utc>,
@@ -185,6 +187,59 @@ fn at(ms: i64) -> DateTime<Utc> {
 pub enum ClusterError {
     #[error("database error: {0}")]
     Db(#[from] DbErr),
+    /// This replica does not share what it must with one alive.
+    #[error("{0}")]
+    Unshared(String),
+}
+
+/// What every replica of one database must share, checked as one joins:
+/// one that runs with another secret key cannot read what the others
+/// sealed, and one with another provider state directory loses what the
+/// providers recorded when it takes over.
+#[derive(Clone, Debug, Default)]
+pub struct Shared {
+    /// The id of the secret key it runs with.
+    pub key_id: String,
+    /// The root of the providers' state directories (absolute).
+    pub state_dir: String,
+}
+
+impl Shared {
+    /// Refuses `shared` when an alive replica (not `me`) records another
+    /// key or state directory, naming both.
+    async fn check(&self, db: &Db) -> Result<(), ClusterError> {
+        let (found, now) = rows::replicas(db).await?;
+        let alive = found
+            .iter()
+            .filter(|r| r.stopped_ms.is_none() && r.lease_until_ms > now);
+        for r in alive {
+            let facts = [
+                (
+                    "secret key",
+                    r.key_id.as_deref(),
+                    &self.key_id,
+                    "start it with the cluster's key file (--secret-key-file)",
+                ),
+                (
+                    "provider state directory",
+                    r.state_dir.as_deref(),
+                    &self.state_dir,
+                    "give every replica the same --provider-state-dir, a directory they share",
+                ),
+            ];
+            for (what, theirs, ours, fix) in facts {
+                if let Some(theirs) = theirs
+                    && theirs != ours
+                {
+                    return Err(ClusterError::Unshared(format!(
+                        "this replica's {what} is {ours}, but replica {} at {} (alive) runs with {theirs}: {fix}",
+                        r.id, r.advertise_url
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// This replica's membership and leadership.
@@ -205,13 +260,15 @@ struct Inner {
 }
 
 impl Cluster {
-    /// Joins as a new replica advertising `advertise_url`. `alone`: this
-    /// server holds the database's server lock, so no other replica is alive
+    /// Joins as a new replica advertising `advertise_url`, sharing `shared`
+    /// with the replicas alive (refused otherwise). `alone`: this server
+    /// holds the database's server lock, so no other replica is alive
     /// whatever the leases say; it takes the leader lease over at once.
     pub async fn join(
         db: Db,
         settings: ClusterSettings,
         advertise_url: String,
+        shared: Shared,
         alone: bool,
         stopping: CancellationToken,
     ) -> Result<Cluster, ClusterError> {
@@ -231,7 +288,12 @@ impl Cluster {
             heartbeat_ms: 0,
             lease_until_ms: 0,
             stopped_ms: None,
+            key_id: Some(shared.key_id.clone()),
+            state_dir: Some(shared.state_dir.clone()),
         };
+        if !alone {
+            shared.check(&db).await?;
+        }
         if alone {
             let lost = rows::end_leases(&db).await?;
             if lost > 0 {
@@ -346,6 +408,7 @@ impl Cluster {
                 host: r.host,
                 pid: r.pid,
                 version: r.version,
+                key_id: r.key_id,
                 started_at: at(r.started_ms),
                 heartbeat_at: at(r.heartbeat_ms),
                 lease_until: at(r.lease_until_ms),

@@ -273,6 +273,21 @@ impl Config {
         })
     }
 
+    /// What this server must share with the other replicas of its
+    /// database: its secret key's id (the key is read, or made at a first
+    /// start) and the providers' state root.
+    pub fn shared_with_replicas(&self) -> anyhow::Result<crate::cluster::Shared> {
+        let key = self.secret_key_file().load()?;
+        let state_dir = match &self.provider.state_dir {
+            Some(dir) => std::path::absolute(dir)?,
+            None => std::path::absolute(&self.data_dir)?.join("providers"),
+        };
+        Ok(crate::cluster::Shared {
+            key_id: key.id().to_owned(),
+            state_dir: state_dir.display().to_string(),
+        })
+    }
+
     /// The database this configuration points at.
     pub fn database(&self) -> Result<DatabaseLocation, InvalidDatabaseUrl> {
         match &self.database_url {

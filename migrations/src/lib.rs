@@ -17,6 +17,7 @@ mod m20261202_000010_plans_and_revisions;
 mod m20261203_000011_replicas;
 pub mod m20261206_000012_state_texts;
 mod m20261206_000013_resource_health;
+mod m20261206_000014_replica_identity;
 
 pub struct Migrator;
 
@@ -37,6 +38,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000011_replicas::Migration),
             Box::new(m20261206_000012_state_texts::Migration),
             Box::new(m20261206_000013_resource_health::Migration),
+            Box::new(m20261206_000014_replica_identity::Migration),
         ]
     }
 }

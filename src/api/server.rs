@@ -48,6 +48,9 @@ pub struct Replica {
     host: String,
     pid: i32,
     version: String,
+    /// The id of the secret key it runs with (every replica must share
+    /// one; a replica with another is refused at start).
+    key_id: Option<String>,
     started_at: DateTime<Utc>,
     /// Its last renewal.
     heartbeat_at: DateTime<Utc>,
@@ -98,6 +101,7 @@ impl ServerQuery {
                 host: r.host,
                 pid: r.pid,
                 version: r.version,
+                key_id: r.key_id,
                 started_at: r.started_at,
                 heartbeat_at: r.heartbeat_at,
                 lease_until: r.lease_until,

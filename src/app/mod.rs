@@ -309,6 +309,7 @@ async fn listen(
                 db.clone(),
                 config.cluster.clone(),
                 advertise_url,
+                config.shared_with_replicas()?,
                 true,
                 stopping.clone(),
             )

@@ -26,7 +26,7 @@ pub enum GetCommand {
     Replicas,
 }
 
-const REPLICA: &str = "id advertiseUrl host pid version state leader startedAt heartbeatAt";
+const REPLICA: &str = "id advertiseUrl host pid version keyId state leader startedAt heartbeatAt";
 
 pub async fn get(context: &Context, command: GetCommand) -> Result<(), ClientError> {
     let api = context.signed_in()?;
@@ -90,6 +90,8 @@ pub async fn get(context: &Context, command: GetCommand) -> Result<(), ClientErr
                 "ADVERTISE URL",
                 "HOST",
                 "PID",
+                "VERSION",
+                "KEY",
                 "HEARTBEAT",
             ],
             items.iter().map(replica_row).collect(),
@@ -178,6 +180,8 @@ fn replica_row(r: &Value) -> Vec<String> {
         cell(&r["advertiseUrl"]),
         cell(&r["host"]),
         cell(&r["pid"]),
+        cell(&r["version"]),
+        cell(&r["keyId"]),
         cell(&r["heartbeatAt"]),
     ]
 }

@@ -90,6 +90,7 @@ pub async fn serve(
         db,
         config.cluster.clone(),
         advertise_url,
+        config.shared_with_replicas()?,
         false,
         membership_stop.clone(),
     )

@@ -32,6 +32,10 @@ pub struct ReplicaRow {
     pub heartbeat_ms: i64,
     pub lease_until_ms: i64,
     pub stopped_ms: Option<i64>,
+    /// The id of the secret key it runs with (none before issue 40).
+    pub key_id: Option<String>,
+    /// The provider state directory it uses.
+    pub state_dir: Option<String>,
 }
 
 /// The database's clock, in milliseconds since the Unix epoch.
@@ -62,7 +66,8 @@ pub async fn join(
     db.execute_raw(statement(
         backend,
         "INSERT INTO replicas (id, advertise_url, host, pid, version, started_ms, heartbeat_ms, \
-         lease_until_ms, stopped_ms) VALUES ($1, $2, $3, $4, $5, NOW_MS, NOW_MS, NOW_MS + $6, NULL)",
+         lease_until_ms, stopped_ms, key_id, state_dir) \
+         VALUES ($1, $2, $3, $4, $5, NOW_MS, NOW_MS, NOW_MS + $6, NULL, $7, $8)",
         vec![
             row.id.into(),
             row.advertise_url.clone().into(),
@@ -70,6 +75,8 @@ pub async fn join(
             row.pid.into(),
             row.version.clone().into(),
             lease_ms.into(),
+            row.key_id.clone().into(),
+            row.state_dir.clone().into(),
         ],
     ))
     .await?;
@@ -106,7 +113,7 @@ pub async fn leave(db: &DatabaseConnection, id: Uuid) -> Result<(), DbErr> {
 }
 
 const REPLICA_COLUMNS: &str = "id, advertise_url, host, pid, version, started_ms, heartbeat_ms, \
-                               lease_until_ms, stopped_ms";
+                               lease_until_ms, stopped_ms, key_id, state_dir";
 
 fn replica_of(row: &sea_orm::QueryResult) -> Result<ReplicaRow, DbErr> {
     Ok(ReplicaRow {
@@ -119,6 +126,8 @@ fn replica_of(row: &sea_orm::QueryResult) -> Result<ReplicaRow, DbErr> {
         heartbeat_ms: row.try_get("", "heartbeat_ms")?,
         lease_until_ms: row.try_get("", "lease_until_ms")?,
         stopped_ms: row.try_get("", "stopped_ms")?,
+        key_id: row.try_get("", "key_id")?,
+        state_dir: row.try_get("", "state_dir")?,
     })
 }
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use corbel::cluster::{Cluster, ClusterSettings, Fenced, ReplicaState};
+use corbel::cluster::{Cluster, ClusterError, ClusterSettings, Fenced, ReplicaState, Shared};
 use sea_orm::{ConnectionTrait, Statement};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -65,6 +65,7 @@ async fn leadership_moves_only_when_the_lease_runs_out_and_a_stale_leader_is_fen
             db.clone(),
             settings.clone(),
             url.to_owned(),
+            Shared::default(),
             false,
             token.clone(),
         )
@@ -228,4 +229,66 @@ async fn each_start_is_a_replica_and_the_dead_are_told_from_the_stopped() {
     assert_eq!(replica(&seen, &first_id)["state"], "LOST");
     let third_id = seen["serverInfo"]["replicaId"].clone();
     assert_eq!(replica(&seen, &third_id)["leader"], true);
+}
+
+/// A replica that joins with another secret key, or another provider state
+/// directory, than one alive is refused, naming both, and leaves no row;
+/// one that shares them joins.
+#[tokio::test]
+async fn a_replica_that_does_not_share_the_key_or_the_state_directory_is_refused() {
+    let store = TestStore::fresh().await;
+    let db = database(&store).await;
+    let settings = ClusterSettings {
+        enabled: false,
+        advertise_url: None,
+        heartbeat: Duration::from_millis(100),
+        lease: Duration::from_secs(30),
+    };
+    let shared = |key: &str, dir: &str| Shared {
+        key_id: key.to_owned(),
+        state_dir: dir.to_owned(),
+    };
+    let stop = CancellationToken::new();
+    let join = |url: &'static str, with: Shared| {
+        Cluster::join(
+            db.clone(),
+            settings.clone(),
+            url.to_owned(),
+            with,
+            false,
+            stop.clone(),
+        )
+    };
+    let _first = join("http://a.example", shared("k1", "/srv/state"))
+        .await
+        .unwrap();
+    for (with, named) in [
+        (
+            shared("k2", "/srv/state"),
+            ["secret key is k2", "runs with k1"],
+        ),
+        (
+            shared("k1", "/elsewhere"),
+            [
+                "provider state directory is /elsewhere",
+                "runs with /srv/state",
+            ],
+        ),
+    ] {
+        match join("http://b.example", with).await {
+            Err(ClusterError::Unshared(message)) => {
+                for part in named {
+                    assert!(message.contains(part), "`{part}` not in: {message}");
+                }
+                assert!(message.contains("http://a.example"), "{message}");
+            }
+            Err(other) => panic!("refused for another reason: {other}"),
+            Ok(_) => panic!("joined without sharing"),
+        }
+    }
+    let (rows, _) = corbel::store::cluster::replicas(&db).await.unwrap();
+    assert_eq!(rows.len(), 1, "a refused replica leaves no row");
+    join("http://c.example", shared("k1", "/srv/state"))
+        .await
+        .unwrap();
 }

@@ -234,6 +234,45 @@ async fn a_leader_paused_mid_run_stops_without_acting_when_it_runs_again() {
     .await;
 }
 
+/// A fourth replica started with a key of its own (its data directory's,
+/// made at its start), or with another provider state directory, exits at
+/// start naming both values.
+fn refused_unshared(store: TestStore, key: &Path, state: &Path) {
+    let cluster_key = corbel::seal::SecretKey::load(key).unwrap();
+    let elsewhere = store.dir.path().join("elsewhere");
+    let (key, state_text) = (key.display().to_string(), state.display().to_string());
+    let elsewhere_text = elsewhere.display().to_string();
+    let tries: [(&[(&str, &str)], &str); 2] = [
+        (&[("CORBEL_PROVIDER_STATE_DIR", &state_text)], "secret key"),
+        (
+            &[
+                ("CORBEL_SECRET_KEY_FILE", &key),
+                ("CORBEL_PROVIDER_STATE_DIR", &elsewhere_text),
+            ],
+            "provider state directory",
+        ),
+    ];
+    for (extra, what) in tries {
+        let env: Vec<(&str, &str)> = CLUSTER_ENV.iter().chain(extra).copied().collect();
+        let out = serve_command(&store, &env).output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "joined with another {what}: {said}");
+        let (ours, theirs) = match what {
+            "secret key" => {
+                let made = corbel::seal::SecretKey::load(&store.data_dir().join("secret.key"));
+                (made.unwrap().id().to_owned(), cluster_key.id().to_owned())
+            }
+            _ => (elsewhere_text.clone(), state_text.clone()),
+        };
+        for part in [
+            format!("this replica's {what} is {ours}"),
+            format!("runs with {theirs}"),
+        ] {
+            assert!(said.contains(&part), "`{part}` not in: {said}");
+        }
+    }
+}
+
 async fn leader_struck_mid_run(test: &'static str, struck: Struck) {
     let first = TestStore::fresh().await;
     if !first.is_postgres() {
@@ -286,6 +325,10 @@ async fn leader_struck_mid_run(test: &'static str, struck: Struck) {
         .await;
         let leaders: Vec<u32> = seen.iter().filter(|m| m.2).map(|m| m.0).collect();
         assert_eq!(leaders, vec![leader], "one leader, the first: {seen:?}");
+    }
+
+    if matches!(struck, Struck::Killed) {
+        refused_unshared(other(), &key, &state);
     }
 
     // The run, asked through a standby and followed on the other.
