@@ -25,16 +25,5 @@ DB_NODE=$(gql 'query($id: ID!) { deployment(id: $id) { nodes { id key } } }' \
 gql 'mutation($node: ID!) { execResource(nodeId: $node,
        command: ["sh", "-c", "echo db sees PORT=${PORT:-none}; exit 3"]) { stdout exitCode } }' \
   "{\"node\": \"$DB_NODE\"}"
-# Copy a tree into db and out again: PUT and GET /files/{nodeId}?path=… take
-# and give a tar archive (what `corbel cp` speaks); a relative path is in db's
-# working directory (its `cwd`, which its sandbox lets it write).
-SITE=$(mktemp -d)
-mkdir "$SITE/corbel-tour" && echo "hello from the tour" > "$SITE/corbel-tour/index.html"
-tar -C "$SITE" -cf - corbel-tour | curl -sS -X PUT --data-binary @- \
-  -H "authorization: Bearer $TOKEN" "$CORBEL/files/$DB_NODE?path=."
-echo
-curl -sS -H "authorization: Bearer $TOKEN" "$CORBEL/files/$DB_NODE?path=corbel-tour" |
-  tar -xOf - corbel-tour/index.html
-rm -rf "$SITE"
 gql 'query($id: ID!) { deployment(id: $id) { events { kind nodeKey state message } } }' \
   "{\"id\": \"$DEPLOYMENT\"}" | jq -c '.deployment.events[] | select(.kind == "HEALTH")'

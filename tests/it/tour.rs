@@ -176,7 +176,6 @@ async fn the_readme_tour_runs_as_written() {
         "killed by SIGKILL",
         "HEALTHY after 1 restart",
         "\"exitCode\": 3",
-        "hello from the tour",
         ".deployment.state: DESTROYED",
         "refused, as expected: web depends on core",
         "\"key\": \"web\"",
