@@ -68,17 +68,20 @@ async fn run(bins: &Path, mark: &str) {
         &format!("exec {}", bins.join("corbel-provider-process").display()),
     );
     let data = root.path().join("data");
+    // The service works (and cp writes) in a directory of the bench's,
+    // which providers may write only when the operator says so.
+    let work = root.path().join("work");
+    std::fs::create_dir_all(&work).expect("the service's working directory");
     let server = common::serve(env!("CARGO_BIN_EXE_corbel"), &data, |command| {
         command
             .args(["--log-filter", "warn,corbel::cli=info"])
-            .env("CORBEL_ADMIN_TOKEN", TOKEN);
+            .env("CORBEL_ADMIN_TOKEN", TOKEN)
+            .env("CORBEL_PROVIDER_SANDBOX_WRITE", &work);
     });
     let api = Api::new(&server.addr).await;
     let provider = api.provider(&process).await;
     let provider_pid = child_of(server.child.id() as i32, "corbel-provider")
         .unwrap_or_else(|| panic!("no process provider ({provider}) under the server"));
-    let work = root.path().join("work");
-    std::fs::create_dir_all(&work).expect("the service's working directory");
     let node = api.deploy(mark, &work).await;
 
     // 1. Round trip of `true`.

@@ -69,7 +69,10 @@ impl Cluster {
             .env("CORBEL_LISTEN", "127.0.0.1:0")
             .env("CORBEL_DATA_DIR", dir.path())
             // Replicas share the providers' state (a replica with another is refused).
-            .env("CORBEL_PROVIDER_STATE_DIR", self.key.with_file_name("provider-state"))
+            .env(
+                "CORBEL_PROVIDER_STATE_DIR",
+                self.key.with_file_name("provider-state"),
+            )
             .env("CORBEL_DATABASE_URL", &self.database_url)
             .env("CORBEL_ADMIN_TOKEN", TOKEN)
             .env("CORBEL_LOG_FORMAT", "json")

@@ -108,9 +108,9 @@ impl Answers {
         calls: &[ResourceCall],
     ) -> Result<(), String> {
         let providers = &deployments.inner.providers;
-        deployments.steps().await_provider(provider).await?;
-        let described = providers
-            .describe(provider, calls)
+        let described = deployments
+            .steps()
+            .ask_provider(provider, || providers.describe(provider, calls))
             .await
             .map_err(|e| e.to_string())?;
         let has = providers.get(provider).await.map_err(|e| e.to_string())?;

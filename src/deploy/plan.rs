@@ -331,14 +331,12 @@ impl<'a> Placer<'a> {
         resource: &Resource,
     ) -> Result<Vec<NodeInput>, DeployError> {
         if !self.nodes.contains_key(&provider_id) {
-            self.deployments
+            let providers = &self.deployments.inner.providers;
+            let nodes = self
+                .deployments
                 .steps()
-                .await_provider(provider_id)
-                .await
-                .map_err(|e| {
-                    DeployError::Provider(crate::provider::ProviderError::Unavailable(e))
-                })?;
-            let nodes = self.deployments.inner.providers.nodes(provider_id).await?;
+                .ask_provider(provider_id, || providers.nodes(provider_id))
+                .await?;
             let counts =
                 rows::placement_counts(&self.deployments.inner.db, provider_id, &LIVE_NODE_STATES)
                     .await?;

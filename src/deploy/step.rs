@@ -276,6 +276,9 @@ impl Steps<'_> {
                     }
                     Err(lost) => {
                         crate::telemetry::record_deploy_step(intent.as_str(), "lost");
+                        // A dead link is dropped now: the next try waits
+                        // for the provider's next registration.
+                        self.0.inner.providers.check_after_loss(provider).await;
                         Ok(ControlFlow::Continue(format!(
                             "{} lost: {lost}",
                             call_name(intent)
@@ -583,6 +586,37 @@ impl Steps<'_> {
             ),
             coming,
         })
+    }
+
+    /// Asks a provider something a run needs before its steps (a
+    /// description, its nodes): waits for it as [`Self::await_provider`]
+    /// does, and when the call is lost (the link died under it) drops a dead
+    /// link at once and asks again once the provider is back, as a step
+    /// would, at most [`DEPLOY_ATTEMPTS`] times.
+    pub(super) async fn ask_provider<T, F, Fut>(
+        &self,
+        provider: Uuid,
+        ask: F,
+    ) -> Result<T, ProviderError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, ProviderError>>,
+    {
+        let mut attempt = 1;
+        loop {
+            self.await_provider(provider)
+                .await
+                .map_err(ProviderError::Unavailable)?;
+            match ask().await {
+                Err(ProviderError::Unavailable(_))
+                    if attempt < DEPLOY_ATTEMPTS && !self.0.inner.stopping.is_cancelled() =>
+                {
+                    self.0.inner.providers.check_after_loss(provider).await;
+                    attempt += 1;
+                }
+                answer => return answer,
+            }
+        }
     }
 
     /// Waits for a provider before a run asks it anything: as long as a step

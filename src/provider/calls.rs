@@ -124,6 +124,9 @@ pub enum ResourceProgress {
     Log(String),
 }
 
+/// How long the check after a lost call waits for the provider's answer.
+const LOSS_PROBE: Duration = Duration::from_secs(1);
+
 pub(super) struct Calls {
     slots: Arc<Slots>,
     catalog: Catalog,
@@ -155,6 +158,32 @@ impl Calls {
                 }
             })
             .collect())
+    }
+
+    /// A call to `id` was lost (no answer, a refused connection, a reset
+    /// stream): its link is checked at once, and one that fails the check is
+    /// dropped and the provider marked `DISCONNECTED` then, not two health
+    /// intervals later. So a retry waits for the provider's next
+    /// registration instead of failing again on a dead link at once.
+    pub async fn check_after_loss(&self, id: Uuid) {
+        let Some(slot) = self.slots.existing(id) else {
+            return;
+        };
+        let Some((link, session)) = slot.link_and_session() else {
+            return;
+        };
+        let Err(e) = link.check_health(Some(LOSS_PROBE)).await else {
+            return;
+        };
+        if slot.disconnect(Some(&session)).is_some() {
+            let message = format!("a call was lost and the health check failed: {e}");
+            self.slots.note(&slot, &message);
+            if slot.status() != ProviderStatus::Unloading {
+                self.slots
+                    .set_status(&slot, ProviderStatus::Disconnected, Some(message))
+                    .await;
+            }
+        }
     }
 
     /// The link of a connected provider, or why there is none.

@@ -538,6 +538,11 @@ impl Providers {
     pub async fn wait_connected(&self, id: Uuid, limit: Duration) -> bool {
         self.inner.calls.wait_connected(id, limit).await
     }
+
+    /// See [`calls::Calls::check_after_loss`].
+    pub async fn check_after_loss(&self, id: Uuid) {
+        self.inner.calls.check_after_loss(id).await
+    }
 }
 
 /// Whether the provider's last fetched metadata runs it in Docker (stored

@@ -131,6 +131,14 @@ impl Slot {
         self.state().connection.as_ref().map(|c| c.link.clone())
     }
 
+    /// The link and its registration's session, read together.
+    pub fn link_and_session(&self) -> Option<(Link, String)> {
+        self.state()
+            .connection
+            .as_ref()
+            .map(|c| (c.link.clone(), c.session.clone()))
+    }
+
     pub fn session(&self) -> Option<String> {
         self.state().connection.as_ref().map(|c| c.session.clone())
     }

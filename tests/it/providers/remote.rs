@@ -267,8 +267,18 @@ async fn a_remote_provider_registers_over_mutual_tls_and_runs_a_deployment() {
     }
 
     // The link is lost (the provider killed): Corbel waits for it again, and
-    // it comes back.
+    // it comes back. A deploy asked at once, while the dead link still looks
+    // connected, loses its call: the link is dropped then, and the deploy
+    // waits for the provider's next registration instead of spending its
+    // tries on the dead link.
     drop(remote);
+    let second = deploy(
+        &app,
+        &blueprint,
+        "far-app-2",
+        json!({ "onFailure": "KEEP" }),
+    )
+    .await;
     // The health check may say so first ("health check failed"); the
     // supervisor's word follows.
     eventually(
@@ -288,6 +298,9 @@ async fn a_remote_provider_registers_over_mutual_tls_and_runs_a_deployment() {
     let env = remote_env(dir.path(), &id, &token, &issued, &registry, free_port());
     let again = Remote::start(dir.path(), &env);
     wait_status(&app, &id, "CONNECTED").await;
+    let waited = settled(&app, &second, &["COMPLETE", "FAILED"]).await;
+    assert_eq!(waited.state, "COMPLETE", "{waited:?}");
+    destroy_and_wait(&app, &second, &pids(&waited)).await;
     destroy_and_wait(&app, &deployment, &running).await;
     assert!(again.said().contains("registered"), "{}", again.said());
 
