@@ -175,15 +175,8 @@ impl Calls {
         let Err(e) = link.check_health(Some(LOSS_PROBE)).await else {
             return;
         };
-        if slot.disconnect(Some(&session)).is_some() {
-            let message = format!("a call was lost and the health check failed: {e}");
-            self.slots.note(&slot, &message);
-            if slot.status() != ProviderStatus::Unloading {
-                self.slots
-                    .set_status(&slot, ProviderStatus::Disconnected, Some(message))
-                    .await;
-            }
-        }
+        let message = format!("a call was lost and the health check failed: {e}");
+        self.slots.drop_failed_link(&slot, &session, message).await;
     }
 
     /// The link of a connected provider, or why there is none.

@@ -357,6 +357,18 @@ impl Slots {
         }
     }
 
+    /// Drops `session`'s link as failed (unless another replaced it
+    /// meanwhile): noted, and the provider `DISCONNECTED` saying why.
+    pub async fn drop_failed_link(&self, slot: &Slot, session: &str, message: String) {
+        if slot.disconnect(Some(session)).is_some() {
+            self.note(slot, &message);
+            if slot.status() != ProviderStatus::Unloading {
+                self.set_status(slot, ProviderStatus::Disconnected, Some(message))
+                    .await;
+            }
+        }
+    }
+
     /// Updates the message alone (progress), in memory and on the bus.
     pub fn set_message(&self, slot: &Slot, message: String) {
         let status = slot.status();

@@ -203,15 +203,8 @@ impl Supervisor {
                     if failures < 2 {
                         continue;
                     }
-                    if slot.disconnect(Some(&session)).is_some() {
-                        let message = format!("health check failed: {e}");
-                        self.slots.note(&slot, &message);
-                        if slot.status() != ProviderStatus::Unloading {
-                            self.slots
-                                .set_status(&slot, ProviderStatus::Disconnected, Some(message))
-                                .await;
-                        }
-                    }
+                    let message = format!("health check failed: {e}");
+                    self.slots.drop_failed_link(&slot, &session, message).await;
                     return;
                 }
             }
