@@ -376,15 +376,25 @@ impl Recovery<'_> {
             // the node still holds the config it had.
             (Intent::Update, NodeState::Updating, _) => Some(NodeChange::to(NodeState::ToUpdate)),
             (Intent::Update, _, _) => None,
-            // A destroy that was cut short: finish it.
-            (Intent::Destroy, _, Some(outputs)) => {
-                providers
+            // A destroy that was cut short: finish it. Absent too, the
+            // provider is told (a destroy is idempotent): what it still
+            // records of the resource (a dead process's record) goes.
+            (Intent::Destroy, _, present) => {
+                let outputs = present.unwrap_or_else(|| {
+                    node.outputs
+                        .as_deref()
+                        .and_then(|o| serde_json::from_str(o).ok())
+                        .unwrap_or_else(|| serde_json::json!({}))
+                });
+                match providers
                     .destroy(entry.provider_id, call, &outputs, |_| {})
                     .await
-                    .map_err(|e| e.to_string())?;
+                {
+                    Ok(()) | Err(crate::provider::ProviderError::NotFound(_)) => {}
+                    Err(e) => return Err(e.to_string()),
+                }
                 Some(gone(node).0)
             }
-            (Intent::Destroy, _, None) => Some(gone(node).0),
         })
     }
 

@@ -249,7 +249,8 @@ impl Chaos {
             t.wedged &= !views.get(&t.id).is_some_and(View::terminal);
         }
         let world = world(&self.mark);
-        let found = self.check(&views, &world);
+        let mut found = self.check(&views, &world);
+        found.extend(leftover_records(store, provider, &views));
         println!(
             "chaos: {when}: settled in {:.1}s; {} marked processes; {} violation(s)",
             began.elapsed().as_secs_f64(),
@@ -265,5 +266,43 @@ impl Chaos {
         }
         self.report(when, found);
         Some(views)
+    }
+}
+
+/// The process provider keeps a record per resource it holds
+/// (`<state>/resources/<id>.json`): settled, it holds no more than the
+/// nodes Corbel has not destroyed. More is a record a destroy cut short
+/// left behind, which would grow with every crash.
+fn leftover_records(
+    store: &TestStore,
+    provider: &str,
+    views: &BTreeMap<String, View>,
+) -> Vec<Violation> {
+    let dir = store
+        .data_dir()
+        .join("providers")
+        .join(provider)
+        .join("state")
+        .join("resources");
+    let records = std::fs::read_dir(&dir).map_or(0, |entries| {
+        entries
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+            .count()
+    });
+    let holding = views
+        .values()
+        .flat_map(|v| &v.nodes)
+        .filter(|n| n.state != "DESTROYED")
+        .count();
+    match records > holding {
+        true => vec![violation(
+            format!("the provider keeps {records} records"),
+            format!(
+                "for {holding} resources Corbel has not destroyed ({})",
+                dir.display()
+            ),
+        )],
+        false => Vec::new(),
     }
 }
