@@ -183,6 +183,30 @@ pub async fn serve_with<P: Provider>(
     Ok(stopped)
 }
 
+/// Why a call failed below gRPC (the connection, its TLS handshake), from
+/// the error's sources; `None` when the registry answered. Over TLS it
+/// says what to check: the registry refuses a client certificate it does
+/// not trust by closing the connection at the first call.
+fn below_grpc(status: &tonic::Status, tls: bool) -> Option<String> {
+    let mut source = std::error::Error::source(status)?;
+    let mut reasons = vec![source.to_string()];
+    while let Some(next) = source.source() {
+        source = next;
+        reasons.push(source.to_string());
+    }
+    reasons.dedup();
+    let reason = reasons.join(": ");
+    Some(match tls {
+        true => format!(
+            "the TLS handshake failed or the registry closed the connection ({reason}): \
+             the registry trusts only a certificate this Corbel issued to this provider \
+             (issueProviderCertificate), unexpired, with its key; this provider trusts only \
+             a registry of the CA file it was given"
+        ),
+        false => reason,
+    })
+}
+
 struct Started {
     /// The registry connection: calls, and the watchdog's health stream.
     channel: Channel,
@@ -214,11 +238,20 @@ async fn prepare<P: Provider>(settings: &Settings, provider: Arc<P>) -> Result<P
         )),
     )
     .await
-    .map_err(|status| SdkError::HandshakeRefused {
-        code: status.code(),
-        message: status.message().to_string(),
-        ours: ours.clone(),
-    })?;
+    .map_err(
+        |status| match below_grpc(&status, settings.remote.is_some()) {
+            // The connection itself failed (its TLS, say): not a refusal.
+            Some(reason) => SdkError::Connect {
+                address: settings.registry.clone(),
+                reason,
+            },
+            None => SdkError::HandshakeRefused {
+                code: status.code(),
+                message: status.message().to_string(),
+                ours: ours.clone(),
+            },
+        },
+    )?;
     let version = handshake.chosen_version;
     if !ours.contains(&version) {
         return Err(SdkError::HandshakeRefused {
