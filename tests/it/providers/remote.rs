@@ -273,13 +273,17 @@ async fn a_remote_provider_registers_over_mutual_tls_and_runs_a_deployment() {
     // waits for the provider's next registration instead of spending its
     // tries on the dead link.
     drop(remote);
-    let second = deploy(
+    // Named: `other` announces the same type, and neither is connected now.
+    let named = create_blueprint(
         &app,
-        &blueprint,
-        "far-app-2",
-        json!({ "onFailure": "KEEP" }),
+        "far-app-named",
+        &BLUEPRINT.replace(
+            "type: process.v1.service",
+            "type: process.v1.service\n    provider: far",
+        ),
     )
     .await;
+    let second = deploy(&app, &named, "far-app-2", json!({ "onFailure": "KEEP" })).await;
     // The health check may say so first ("health check failed"); the
     // supervisor's word follows.
     eventually(
