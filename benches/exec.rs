@@ -40,6 +40,7 @@ use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
+use common::api::Api;
 use common::{cpu_seconds, load, profile};
 
 const TOKEN: &str = "cbl_bench_admin_token_0123456789abcdef";
@@ -78,11 +79,13 @@ async fn run(bins: &Path, mark: &str) {
             .env("CORBEL_ADMIN_TOKEN", TOKEN)
             .env("CORBEL_PROVIDER_SANDBOX_WRITE", &work);
     });
-    let api = Api::new(&server.addr).await;
-    let provider = api.provider(&process).await;
+    let api = Api::new(&server.addr, TOKEN).await;
+    let provider = api
+        .provider("process", &process, json!({ "grace_ms": 1000 }))
+        .await;
     let provider_pid = child_of(server.child.id() as i32, "corbel-provider")
         .unwrap_or_else(|| panic!("no process provider ({provider}) under the server"));
-    let node = api.deploy(mark, &work).await;
+    let node = deploy(&api, mark, &work).await;
 
     // 1. Round trip of `true`.
     for _ in 0..5 {
@@ -377,115 +380,20 @@ fn plain(command: &[&str]) -> Duration {
     started.elapsed()
 }
 
-struct Api {
-    client: reqwest::Client,
-    addr: String,
-}
-
-impl Api {
-    async fn new(addr: &str) -> Api {
-        let api = Api {
-            client: reqwest::Client::new(),
-            addr: addr.to_owned(),
-        };
-        let ready = format!("http://{addr}/readyz");
-        while !api
-            .client
-            .get(&ready)
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        api
-    }
-
-    async fn gql(&self, query: &str, variables: Value) -> Value {
-        let reply: Value = self
-            .client
-            .post(format!("http://{}/graphql", self.addr))
-            .bearer_auth(TOKEN)
-            .json(&json!({ "query": query, "variables": variables }))
-            .send()
-            .await
-            .expect("request")
-            .json()
-            .await
-            .expect("json");
-        assert!(reply.get("errors").is_none(), "{query}: {reply}");
-        reply["data"].clone()
-    }
-
-    /// Polls `query` until `done` says so.
-    async fn wait(&self, what: &str, query: &str, vars: Value, done: impl Fn(&Value) -> bool) {
-        let started = Instant::now();
-        while !done(&self.gql(query, vars.clone()).await) {
-            assert!(
-                started.elapsed() < Duration::from_secs(120),
-                "{what}: not within 2 minutes"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// The process provider from `url`; its id, once CONNECTED.
-    async fn provider(&self, url: &str) -> String {
-        let created = self
-            .gql(
-                "mutation($input: CreateProviderInput!) { createProvider(input: $input) { provider { id } } }",
-                json!({ "input": { "name": "process", "gitUrl": url, "config": { "grace_ms": 1000 } } }),
-            )
-            .await;
-        let id = created["createProvider"]["provider"]["id"]
-            .as_str()
-            .expect("an id")
-            .to_owned();
-        self.wait(
-            "the provider connecting",
-            "query($id: ID!) { provider(id: $id) { status } }",
-            json!({ "id": id }),
-            |d| d["provider"]["status"] == "CONNECTED",
-        )
-        .await;
-        id
-    }
-
-    /// One `sleep 3600` service, marked for the clean-up, deployed; its
-    /// node's id.
-    async fn deploy(&self, mark: &str, work: &Path) -> String {
-        let source = format!(
-            "resources:\n  app:\n    type: process.v1.service\n    config: {{ command: sleep, args: [\"3600\"], cwd: \"{}\", env: {{ EXEC_BENCH: \"{mark}\" }} }}\n",
-            work.display()
-        );
-        let blueprint = self
-            .gql(
-                "mutation($input: CreateBlueprintInput!) { createBlueprint(input: $input) { id } }",
-                json!({ "input": { "name": "exec", "source": source } }),
-            )
-            .await["createBlueprint"]["id"]
-            .clone();
-        let id = self
-            .gql(
-                "mutation($input: DeployBlueprintInput!) { deployBlueprint(input: $input) { id } }",
-                json!({ "input": { "blueprintId": blueprint, "name": "exec" } }),
-            )
-            .await["deployBlueprint"]["id"]
-            .as_str()
-            .expect("an id")
-            .to_owned();
-        let query = "query($id: ID!) { deployment(id: $id) { state nodes { id } } }";
-        self.wait("the deploy", query, json!({ "id": id }), |d| {
-            let state = &d["deployment"]["state"];
-            assert_ne!(state, "FAILED", "the deploy failed");
-            state == "COMPLETE"
-        })
-        .await;
-        self.gql(query, json!({ "id": id })).await["deployment"]["nodes"][0]["id"]
-            .as_str()
-            .expect("a node")
-            .to_owned()
-    }
+/// One `sleep 3600` service in `work`, marked for the clean-up, deployed;
+/// its node's id.
+async fn deploy(api: &Api, mark: &str, work: &Path) -> String {
+    let source = format!(
+        "resources:\n  app:\n    type: process.v1.service\n    config: {{ command: sleep, args: [\"3600\"], cwd: \"{}\", env: {{ EXEC_BENCH: \"{mark}\" }} }}\n",
+        work.display()
+    );
+    let id = api.deploy("exec", &source).await;
+    api.settled(&id, Duration::from_secs(120)).await;
+    let query = "query($id: ID!) { deployment(id: $id) { nodes { id } } }";
+    api.gql(query, json!({ "id": id })).await["deployment"]["nodes"][0]["id"]
+        .as_str()
+        .expect("a node")
+        .to_owned()
 }
 
 /// A repository whose metadata runs `run` (the process provider); its URL.

@@ -40,8 +40,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 
+use common::api::Api;
 use common::{cpu_seconds, load, profile};
 use events::follow;
 
@@ -99,10 +100,21 @@ async fn run(bins: &Path, mark: &str) {
             ("CORBEL_PROVIDER_BACKOFF_MAX_MS", "1000"),
         ],
     );
-    let api = Api::new(&server.addr).await;
-    api.provider("process", &process, 20_000).await;
+    let api = Api::new(&server.addr, TOKEN).await;
+    api.provider(
+        "process",
+        &process,
+        json!({ "capacity": 20_000, "grace_ms": 1000 }),
+    )
+    .await;
     watched(&api, mark).await;
-    let fixture_id = api.provider("fixture", &fixture, 10).await;
+    let fixture_id = api
+        .provider(
+            "fixture",
+            &fixture,
+            json!({ "capacity": 10, "grace_ms": 1000 }),
+        )
+        .await;
     let pid_file = data
         .join("providers")
         .join(&fixture_id)
@@ -114,8 +126,14 @@ async fn run(bins: &Path, mark: &str) {
     // 2. 10,000 watched resources, then 3. 1,000 dying at once.
     let data = root.path().join("two");
     let server = start(&data, &[]);
-    let api = Api::new(&server.addr).await;
-    let provider = api.provider("process", &process, 20_000).await;
+    let api = Api::new(&server.addr, TOKEN).await;
+    let provider = api
+        .provider(
+            "process",
+            &process,
+            json!({ "capacity": 20_000, "grace_ms": 1000 }),
+        )
+        .await;
     let started = Instant::now();
     let many = api.deploy("many", &sleepers(mark, "s", MANY)).await;
     api.settled(&many, Duration::from_secs(900)).await;
@@ -125,7 +143,7 @@ async fn run(bins: &Path, mark: &str) {
     );
     server.stop();
     let server = start(&data, &[]);
-    let api = Api::new(&server.addr).await;
+    let api = Api::new(&server.addr, TOKEN).await;
     api.connected(&provider).await;
     idle(&server, &api, &many).await;
     at_once(&server, &api, mark).await;
@@ -336,90 +354,13 @@ fn start(data: &Path, env: &[(&str, &str)]) -> common::Server {
     })
 }
 
-#[derive(Clone)]
-struct Api {
-    client: reqwest::Client,
-    addr: String,
+/// What the health bench asks beyond [`common::api::Api`].
+trait HealthApi {
+    async fn reconnected(self, provider: String, since: Instant) -> Option<Instant>;
+    async fn nodes(&self, id: &str) -> Vec<(String, i32)>;
 }
 
-impl Api {
-    async fn new(addr: &str) -> Api {
-        let api = Api {
-            client: reqwest::Client::new(),
-            addr: addr.to_owned(),
-        };
-        let ready = format!("http://{addr}/readyz");
-        while !api
-            .client
-            .get(&ready)
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        api
-    }
-
-    async fn gql(&self, query: &str, variables: Value) -> Value {
-        let reply: Value = self
-            .client
-            .post(format!("http://{}/graphql", self.addr))
-            .bearer_auth(TOKEN)
-            .json(&json!({ "query": query, "variables": variables }))
-            .send()
-            .await
-            .expect("request")
-            .json()
-            .await
-            .expect("json");
-        assert!(reply.get("errors").is_none(), "{query}: {reply}");
-        reply["data"].clone()
-    }
-
-    /// Polls `query` until `done` says so.
-    async fn wait(
-        &self,
-        what: &str,
-        limit: Duration,
-        query: &str,
-        vars: Value,
-        done: impl Fn(&Value) -> bool,
-    ) {
-        let started = Instant::now();
-        while !done(&self.gql(query, vars.clone()).await) {
-            assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Creates a provider with `capacity`; its id, once CONNECTED.
-    async fn provider(&self, name: &str, url: &str, capacity: u64) -> String {
-        let created = self
-            .gql(
-                "mutation($input: CreateProviderInput!) { createProvider(input: $input) { provider { id } } }",
-                json!({ "input": { "name": name, "gitUrl": url, "config": { "capacity": capacity, "grace_ms": 1000 } } }),
-            )
-            .await;
-        let id = created["createProvider"]["provider"]["id"]
-            .as_str()
-            .expect("an id")
-            .to_owned();
-        self.connected(&id).await;
-        id
-    }
-
-    async fn connected(&self, provider: &str) {
-        self.wait(
-            "the provider connecting",
-            Duration::from_secs(120),
-            "query($id: ID!) { provider(id: $id) { status } }",
-            json!({ "id": provider }),
-            |d| d["provider"]["status"] == "CONNECTED",
-        )
-        .await;
-    }
-
+impl HealthApi for Api {
     /// When the provider was CONNECTED again after `since` (polled, a side
     /// figure only).
     async fn reconnected(self, provider: String, since: Instant) -> Option<Instant> {
@@ -439,39 +380,6 @@ impl Api {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         None
-    }
-
-    async fn deploy(&self, name: &str, source: &str) -> String {
-        let blueprint = self
-            .gql(
-                "mutation($input: CreateBlueprintInput!) { createBlueprint(input: $input) { id } }",
-                json!({ "input": { "name": name, "source": source } }),
-            )
-            .await["createBlueprint"]["id"]
-            .clone();
-        self.gql(
-            "mutation($input: DeployBlueprintInput!) { deployBlueprint(input: $input) { id } }",
-            json!({ "input": { "blueprintId": blueprint, "name": name } }),
-        )
-        .await["deployBlueprint"]["id"]
-            .as_str()
-            .expect("an id")
-            .to_owned()
-    }
-
-    async fn settled(&self, id: &str, limit: Duration) {
-        self.wait(
-            "the deploy",
-            limit,
-            "query($id: ID!) { deployment(id: $id) { state } }",
-            json!({ "id": id }),
-            |d| {
-                let state = &d["deployment"]["state"];
-                assert_ne!(state, "FAILED", "the deploy failed");
-                state == "COMPLETE"
-            },
-        )
-        .await;
     }
 
     /// Each node's `key[replica]` and pid.

@@ -5,6 +5,7 @@
 // Each bench uses the part it needs.
 #![allow(dead_code)]
 
+pub mod api;
 pub mod profile;
 
 use std::ffi::OsStr;
