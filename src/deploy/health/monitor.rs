@@ -146,7 +146,7 @@ impl Health<'_> {
     /// asked at its next poll anyway.)
     async fn look_at_settled(&self, w: &mut Watching) {
         w.looks.retain(|task| !task.is_finished());
-        let mut by_provider: HashMap<Uuid, Vec<Uuid>> = HashMap::new();
+        let mut by_provider: HashMap<Uuid, Vec<NodeRow>> = HashMap::new();
         for deployment in std::mem::take(&mut w.settled) {
             let nodes = match rows::nodes_of(&self.0.inner.db, deployment).await {
                 Ok(nodes) => nodes,
@@ -159,13 +159,13 @@ impl Health<'_> {
                 if let Some(provider) = node.provider_id
                     && w.watchable.get(&provider) == Some(&true)
                 {
-                    by_provider.entry(provider).or_default().push(node.id);
+                    by_provider.entry(provider).or_default().push(node);
                 }
             }
         }
-        for (provider, ids) in by_provider {
+        for (provider, nodes) in by_provider {
             let this = self.0.clone();
-            let task = tokio::spawn(async move { this.health().look_once(provider, ids).await });
+            let task = tokio::spawn(async move { this.health().look_once(provider, nodes).await });
             w.looks.push(task);
         }
     }
@@ -340,13 +340,12 @@ impl Health<'_> {
         true
     }
 
-    /// What the provider knows of `ids` now: a watch opened for them and
+    /// What the provider knows of `nodes` (as just read) now: a watch opened for them and
     /// closed at its `synced`. A watch reports each change once, and a
     /// change that came while its node was still being deployed (a process
     /// that died before its run marked it deployed) was not recorded then:
     /// so what a run deployed is looked at once when the run ends.
-    async fn look_once(&self, provider: Uuid, ids: Vec<Uuid>) {
-        let nodes = self.deployed(provider, &ids).await;
+    async fn look_once(&self, provider: Uuid, nodes: Vec<NodeRow>) {
         let calls: Vec<_> = nodes.iter().map(resource_call).collect();
         let watch = match self.0.inner.providers.watch(provider, &calls).await {
             Ok(watch) => watch,
