@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use self::caller::{caller_from_headers, client_of};
+pub use self::caller::PeerSocket;
 pub use self::exec::exec_ws;
 pub use self::files::{get_files, put_files};
 pub use self::ws::graphql_ws;

@@ -59,6 +59,12 @@ pub struct GraphqlLimits {
     /// this budget (it over the sockets open) is cut off as not reading; a
     /// socket with nothing waiting (a client that reads) never is.
     pub ws_send_queue_total_bytes: usize,
+    /// How long a websocket's next operation waits for its client to read
+    /// what it was sent (an operation starts only while less than 64 KiB
+    /// waits): past it with nothing sent meanwhile, the client is not
+    /// reading, and is cut off.
+    #[serde(rename = "ws_send_stall_ms", with = "millis")]
+    pub ws_send_stall: Duration,
 }
 
 impl Default for GraphqlLimits {
@@ -83,6 +89,7 @@ impl Default for GraphqlLimits {
             // large answers, and under issue 38's +100 MiB with what is being
             // answered besides.
             ws_send_queue_total_bytes: 64 * 1024 * 1024,
+            ws_send_stall: Duration::from_secs(10),
         }
     }
 }
@@ -144,6 +151,7 @@ impl GraphqlLimits {
             ws_max_sockets_per_address: at_least(self.ws_max_sockets_per_address, 1),
             ws_send_queue_bytes: at_least(self.ws_send_queue_bytes, 1024),
             ws_send_queue_total_bytes: at_least(self.ws_send_queue_total_bytes, 1024),
+            ws_send_stall: at_least(self.ws_send_stall, Duration::from_millis(10)),
             ..self
         }
     }
@@ -291,4 +299,13 @@ pub struct GraphqlFlags {
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ws_send_queue_total_bytes: Option<usize>,
+    /// How long an operation waits for its websocket's client to read, with
+    /// nothing sent, before the socket is cut off; in ms.
+    #[arg(
+        long = "graphql-ws-send-stall-ms",
+        env = "CORBEL_GRAPHQL_WS_SEND_STALL_MS",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ws_send_stall_ms: Option<u64>,
 }

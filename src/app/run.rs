@@ -3,12 +3,16 @@
 //! future resolves (or a replica loses its lease), then stopping every part
 //! in the order that lets each finish its work.
 
+use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use axum::Router;
+use axum::extract::{ConnectInfo, Request};
+use axum::serve::IncomingStream;
+use tower::ServiceExt as _;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -16,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::{App, LostLeadership};
+use crate::api::http::PeerSocket;
 use crate::auth::Auth;
 use crate::cluster::Cluster;
 use crate::deploy::Deployments;
@@ -131,9 +136,19 @@ async fn serve(
             stopping.cancel();
         }
     };
-    // The peer address is what `login` limits failed attempts by.
-    let service = router.into_make_service_with_connect_info::<SocketAddr>();
-    let serving = axum::serve(listener, service).with_graceful_shutdown(signal);
+    // Each connection's requests carry the peer's address (what `login`
+    // limits failed attempts by) and the connection's socket.
+    let connections = tower::service_fn(move |incoming: IncomingStream<'_, TcpListener>| {
+        let peer = ConnectInfo(*incoming.remote_addr());
+        let socket = PeerSocket(incoming.io().as_raw_fd());
+        let router = router.clone().map_request(move |mut request: Request| {
+            request.extensions_mut().insert(peer);
+            request.extensions_mut().insert(socket);
+            request
+        });
+        std::future::ready(Ok::<_, Infallible>(router))
+    });
+    let serving = axum::serve(listener, connections).with_graceful_shutdown(signal);
     let Some((mut leadership, led_with)) = lease else {
         serving.await.context("serving HTTP")?;
         return Ok(());

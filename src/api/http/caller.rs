@@ -11,6 +11,12 @@ use crate::api::auth::SESSION_COOKIE;
 use crate::api::{ApiError, Caller, ClientAddress};
 use crate::auth::{Auth, Principal};
 
+/// The socket a request came over (its file descriptor, valid while the
+/// request is served), for a handler that tunes its connection: a
+/// websocket's send buffer (see `ws::graphql_ws`).
+#[derive(Clone, Copy, Debug)]
+pub struct PeerSocket(pub std::os::fd::RawFd);
+
 /// Who sent a request (see [`client_address`]); unknown without the peer address.
 pub(super) fn client_of(parts: &axum::http::request::Parts, trusted: &[IpAddr]) -> ClientAddress {
     ClientAddress(

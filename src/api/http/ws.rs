@@ -21,9 +21,9 @@ use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, Stream, StreamExt};
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::caller::{authenticate, caller_from_headers, client_of};
+use super::caller::{PeerSocket, authenticate, caller_from_headers, client_of};
 use super::ws_executor::BoundedExecutor;
-use super::ws_sockets::{self, Full, Outbox, Queue, SocketSlot};
+use super::ws_sockets::{self, Full, Outbox, Pace, Queue, SocketSlot};
 use super::{HttpState, api_error_response, edge_error};
 use crate::api::{ApiError, Caller, ClientAddress, ErrorCode};
 use crate::auth::Auth;
@@ -51,6 +51,9 @@ pub async fn graphql_ws(
         Ok(caller) => caller,
         Err(e) => return api_error_response(StatusCode::INTERNAL_SERVER_ERROR, e),
     };
+    if let Some(socket) = parts.extensions.get::<PeerSocket>() {
+        bound_send_buffer(*socket);
+    }
     let tasks = state.ws_tasks.clone();
     let max_message = state.limits.max_body_bytes;
     upgrade
@@ -74,6 +77,27 @@ pub async fn graphql_ws(
 /// socket: 37 MiB for 300 of them (the abuse bench's never-reading sockets).
 /// A client's messages are small; a larger one is read in several pieces.
 const READ_BUFFER: usize = 16 * 1024;
+
+/// The kernel's send buffer of a GraphQL websocket. Left to itself it grows
+/// to `tcp_wmem`'s ceiling (4 MiB here) for a client that does not read: a
+/// hundred answers the server would compute, unasked for, before
+/// [`ws_sockets::Backlog`] could see the client is not reading. Bounded, the
+/// answers back up in the socket's own queue after a few, and the socket's
+/// next operations wait (`ws_executor`). Ample for a reader: an event or
+/// answer is sent in a few round trips at most.
+const SEND_BUFFER: usize = 64 * 1024;
+
+/// Sets the connection's send buffer to [`SEND_BUFFER`] (the kernel doubles
+/// it for its own bookkeeping).
+fn bound_send_buffer(socket: PeerSocket) {
+    // SAFETY: the descriptor is the connection's socket, open while its
+    // request is served (this handler runs within it).
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(socket.0) };
+    if let Err(e) = nix::sys::socket::setsockopt(&fd, nix::sys::socket::sockopt::SndBuf, &SEND_BUFFER)
+    {
+        tracing::debug!(error = %e, "cannot bound a websocket's send buffer");
+    }
+}
 
 /// One of the websockets (`/graphql/ws`, `/exec`) the client's address may
 /// hold, or the 429 for one more.
@@ -225,11 +249,12 @@ async fn run_protocol(
         outbox: outbox.clone(),
         max: state.limits.ws_max_subscriptions,
     };
-    let input = client_messages(stream, tracked.clone(), violation, protocol, bound);
+    let pace = outbox.pace(state.limits.ws_send_stall);
+    let input = client_messages(stream, pace.clone(), tracked.clone(), violation, protocol, bound);
     let auth = state.auth.clone();
     let refused = tracked.init_refused.clone();
     let (from_headers, client) = (connection.from_headers.clone(), connection.client);
-    let executor = BoundedExecutor::new(state.clone());
+    let executor = BoundedExecutor::new(state.clone(), pace);
     let protocol_handler = async_graphql::http::WebSocket::new(executor, input, protocol)
         .on_connection_init(move |payload| init_data(auth, refused, from_headers, client, payload));
     let mut protocol_handler = std::pin::pin!(protocol_handler);
@@ -317,12 +342,20 @@ struct OperationBound {
 /// id; the socket stays open.
 fn client_messages(
     stream: SplitStream<WebSocket>,
+    pace: Pace,
     tracked: Tracked,
     violation: UnboundedSender<(u16, String)>,
     protocol: WebSocketProtocols,
     bound: OperationBound,
 ) -> impl Stream<Item = Bytes> + Send + 'static {
-    stream
+    // The next message is read once the client has read what it was sent:
+    // one that does not read leaves what it sends in the kernel's buffers.
+    let paced = futures_util::stream::unfold((stream, pace), |(mut stream, pace)| async move {
+        pace.read().await;
+        let message = stream.next().await?;
+        Some((message, (stream, pace)))
+    });
+    paced
         .take_while(|message| std::future::ready(message.is_ok()))
         .filter_map(move |message| {
             let bytes = match message {

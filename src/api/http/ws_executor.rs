@@ -23,6 +23,7 @@ use futures_util::{Stream, StreamExt};
 use tokio::sync::Semaphore;
 use tokio_util::sync::PollSemaphore;
 
+use super::ws_sockets::Pace;
 use super::{HttpState, error_response, operation_type, timeout_error, too_large_error};
 use crate::api::settings::RequestLimits;
 use crate::api::{Caller, ClientAddress};
@@ -32,18 +33,25 @@ use crate::api::{Caller, ClientAddress};
 /// gate with as many places as one with few.
 const RUNNING_PER_SOCKET: usize = 2;
 
+
 /// The schema, as one websocket runs it.
 #[derive(Clone)]
 pub(super) struct BoundedExecutor {
     state: HttpState,
     /// This socket's turns, `RUNNING_PER_SOCKET` of them.
     turns: Arc<Semaphore>,
+    /// When this socket's client has read enough for more to start.
+    pace: Pace,
 }
 
 impl BoundedExecutor {
-    pub(super) fn new(state: HttpState) -> Self {
+    pub(super) fn new(state: HttpState, pace: Pace) -> Self {
         let turns = Arc::new(Semaphore::new(RUNNING_PER_SOCKET));
-        Self { state, turns }
+        Self {
+            state,
+            turns,
+            pace,
+        }
     }
 }
 
@@ -72,6 +80,7 @@ impl Executor for BoundedExecutor {
         let operation = Operation {
             state: self.state.clone(),
             turns: self.turns.clone(),
+            pace: self.pace.clone(),
             request,
             caller,
             client,
@@ -87,6 +96,7 @@ impl Executor for BoundedExecutor {
 struct Operation {
     state: HttpState,
     turns: Arc<Semaphore>,
+    pace: Pace,
     request: Request,
     caller: Caller,
     client: ClientAddress,
@@ -102,13 +112,18 @@ impl Operation {
         let deadline = tokio::time::Instant::now() + self.limits.timeout;
         let gate = self.gate();
         // Waiting at the gate counts against the deadline, as over HTTP;
-        // first for a turn on this socket.
+        // first for a turn on this socket, then for the client to have read
+        // what it was sent.
         let entered = tokio::time::timeout_at(deadline, async {
             let turn = self.turns.clone().acquire_owned().await.ok();
-            (turn, gate.clone().acquire_owned().await.ok())
+            self.pace.room().await.ok()?;
+            Some((turn, gate.clone().acquire_owned().await.ok()))
         });
         let permit = match entered.await {
-            Ok(permit) => permit,
+            Ok(Some(permit)) => permit,
+            // The client stopped reading: its socket is cut off, and this
+            // operation has no one to answer.
+            Ok(None) => return futures_util::stream::empty().boxed(),
             Err(_) => {
                 let timeout = error_response(timeout_error(&self.limits));
                 return futures_util::stream::once(async { timeout }).boxed();
@@ -175,6 +190,7 @@ async fn run_operation(operation: Operation, deadline: tokio::time::Instant) -> 
     let Operation {
         state,
         turns: _,
+        pace: _,
         mut request,
         caller,
         client,

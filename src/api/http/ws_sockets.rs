@@ -9,8 +9,10 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::extract::ws::Message;
+use tokio::sync::Notify;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio_util::sync::CancellationToken;
 
@@ -79,8 +81,7 @@ pub struct SendQueues {
 #[derive(Clone)]
 pub(super) struct Outbox {
     messages: UnboundedSender<(Message, Charge)>,
-    /// Bytes pushed and not yet sent (the message being sent included).
-    queued: Arc<AtomicUsize>,
+    queued: Backlog,
     budget: usize,
     all: Arc<SendQueues>,
     total_budget: usize,
@@ -95,19 +96,93 @@ pub(super) struct Queue {
     all: Arc<SendQueues>,
 }
 
+/// The bytes one socket has pushed and not yet sent (the message being sent
+/// included), and a wake-up for whoever waits for them to go down
+/// ([`Backlog::room`]).
+#[derive(Clone, Default)]
+struct Backlog(Arc<BacklogCount>);
+
+#[derive(Default)]
+struct BacklogCount {
+    bytes: AtomicUsize,
+    sent: Notify,
+}
+
+impl Backlog {
+    fn bytes(&self) -> usize {
+        self.0.bytes.load(Ordering::Relaxed)
+    }
+}
+
+/// What decides when a socket's next operation may start: its [`Backlog`],
+/// and the cut-off for a client that does not read.
+#[derive(Clone)]
+pub(super) struct Pace {
+    backlog: Backlog,
+    stall: Duration,
+    full: CancellationToken,
+}
+
+/// The client read nothing for `ws_send_stall_ms` while it had work waiting.
+#[derive(Debug)]
+pub(super) struct Stalled;
+
+/// An operation starts, and the client's next message is read, only while
+/// less than this waits to be sent on its socket: a client that does not
+/// read what it asked for gets no more work done for it (and costs no CPU)
+/// until it does. A reading client's queue stays far below it.
+pub(super) const START_BELOW: usize = 64 * 1024;
+
+impl Pace {
+    /// Returns once fewer than [`START_BELOW`] bytes wait to be sent: at
+    /// once for a client that reads. A client that lets `stall` pass without
+    /// a message sent is not reading: its socket is cut off (as by a full
+    /// queue).
+    pub(super) async fn room(&self) -> Result<(), Stalled> {
+        loop {
+            // Created before the look: a message sent in between wakes it.
+            let sent = self.backlog.0.sent.notified();
+            if self.backlog.bytes() < START_BELOW {
+                return Ok(());
+            }
+            if tokio::time::timeout(self.stall, sent).await.is_err() {
+                self.full.cancel();
+                return Err(Stalled);
+            }
+        }
+    }
+
+    /// Returns once fewer than [`START_BELOW`] bytes wait to be sent, however
+    /// long that takes: what the client's next message waits for (a client
+    /// only listening is not cut off for being slow; its queue's bounds see
+    /// to that).
+    pub(super) async fn read(&self) {
+        loop {
+            let sent = self.backlog.0.sent.notified();
+            if self.backlog.bytes() < START_BELOW {
+                return;
+            }
+            sent.await;
+        }
+    }
+}
+
 /// One queued message's bytes, counted against its socket's queue and the
 /// total until dropped: once sent, or with the queue of a socket that ended.
 pub(super) struct Charge {
     size: usize,
-    queued: Arc<AtomicUsize>,
+    queued: Backlog,
     all: Arc<SendQueues>,
 }
 
 impl Drop for Charge {
     fn drop(&mut self) {
         // Counters only: they order no other memory.
-        self.queued.fetch_sub(self.size, Ordering::Relaxed);
+        self.queued.0.bytes.fetch_sub(self.size, Ordering::Relaxed);
         self.all.queued.fetch_sub(self.size, Ordering::Relaxed);
+        if self.size > 0 {
+            self.queued.0.sent.notify_waiters();
+        }
     }
 }
 
@@ -122,7 +197,7 @@ pub(super) fn outbox(budget: usize, total_budget: usize, all: &Arc<SendQueues>) 
     all.sockets.fetch_add(1, Ordering::Relaxed);
     let outbox = Outbox {
         messages,
-        queued: Arc::new(AtomicUsize::new(0)),
+        queued: Backlog::default(),
         budget,
         all: all.clone(),
         total_budget,
@@ -140,7 +215,7 @@ impl Outbox {
     /// its socket's queue or, this socket behind by its share, the total.
     pub(super) fn push(&self, message: Message) -> Result<(), Full> {
         let size = size_of(&message);
-        let before = self.queued.fetch_add(size, Ordering::Relaxed);
+        let before = self.queued.0.bytes.fetch_add(size, Ordering::Relaxed);
         let total_before = self.all.queued.fetch_add(size, Ordering::Relaxed);
         let charge = Charge {
             size,
@@ -158,6 +233,16 @@ impl Outbox {
         // (and its charge is dropped with it).
         let _ = self.messages.send((message, charge));
         Ok(())
+    }
+
+    /// When this socket's next operation may start, cut off after `stall`
+    /// without a message sent.
+    pub(super) fn pace(&self, stall: Duration) -> Pace {
+        Pace {
+            backlog: self.queued.clone(),
+            stall,
+            full: self.full.clone(),
+        }
     }
 
     /// This socket's share of the total: it over the sockets open.
