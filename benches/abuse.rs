@@ -258,7 +258,7 @@ pub struct Watch<'a> {
     cpu_before: f64,
     started: Instant,
     stop: Arc<AtomicBool>,
-    probes: std::thread::JoinHandle<Vec<Duration>>,
+    probes: std::thread::JoinHandle<Vec<(Duration, Duration)>>,
 }
 
 impl<'a> Watch<'a> {
@@ -293,7 +293,15 @@ impl<'a> Watch<'a> {
         let cpu = self.server.cpu_seconds() - self.cpu_before;
         let took = self.started.elapsed();
         self.stop.store(true, Ordering::Relaxed);
-        let mut latencies = self.probes.join().expect("the probe");
+        let probes = self.probes.join().expect("the probe");
+        // When the slowest was asked, from the phase's start: a burst at the
+        // start (sockets opening) or work that lasts.
+        let slowest_at = probes
+            .iter()
+            .max_by_key(|(_, latency)| *latency)
+            .map(|(at, _)| *at)
+            .unwrap_or_default();
+        let mut latencies: Vec<Duration> = probes.into_iter().map(|(_, latency)| latency).collect();
         latencies.sort_unstable();
         let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
         let max = *latencies.last().expect("a probe");
@@ -301,10 +309,11 @@ impl<'a> Watch<'a> {
         let grown = mib(rss_after) - mib(self.rss_before);
         let peak_grown = mib(peak) - mib(self.rss_before);
         println!(
-            "{name:<38} p50 {:>7.2} ms  p99 {:>7.2} ms  max {:>7.2} ms  ({} probes, {:.1} s)",
+            "{name:<38} p50 {:>7.2} ms  p99 {:>7.2} ms  max {:>7.2} ms at {:.1} s  ({} probes, {:.1} s)",
             ms(at(0.5)),
             ms(at(0.99)),
             ms(max),
+            slowest_at.as_secs_f64(),
             latencies.len(),
             took.as_secs_f64()
         );
@@ -331,17 +340,18 @@ impl<'a> Watch<'a> {
     }
 }
 
-/// `/healthz` latencies, one request after another over one keep-alive
+/// `/healthz` latencies and when each was asked, one request after another over one keep-alive
 /// connection, until `done`.
-async fn probe(url: &str, done: &AtomicBool) -> Vec<Duration> {
+async fn probe(url: &str, done: &AtomicBool) -> Vec<(Duration, Duration)> {
     let client = reqwest::Client::new();
     let mut latencies = Vec::new();
+    let started = Instant::now();
     while !done.load(Ordering::Relaxed) || latencies.is_empty() {
         let asked = Instant::now();
         let reply = client.get(url).send().await.expect("healthz answers");
         assert!(reply.status().is_success());
         reply.bytes().await.expect("body");
-        latencies.push(asked.elapsed());
+        latencies.push((asked - started, asked.elapsed()));
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     latencies

@@ -117,6 +117,7 @@ impl Bench {
                 config: json!({ "capacity": 1_000_000 }),
                 secret_config: json!({}),
                 auto_load: true,
+                run_as: String::new(),
             })
             .await
             .expect("create fixture");

@@ -245,6 +245,7 @@ async fn run(bin: &Path) {
                 config: json!({}),
                 secret_config: json!({}),
                 auto_load: false,
+                run_as: String::new(),
             })
             .await
             .expect("create");
@@ -348,6 +349,7 @@ async fn containers(provider_bin: &Path) {
             config: json!({ "capacity": 1000, "stop_timeout_s": 0 }),
             secret_config: json!({}),
             auto_load: true,
+            run_as: String::new(),
         })
         .await
         .expect("create the docker provider");

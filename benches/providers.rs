@@ -141,6 +141,7 @@ async fn run(bins: &Path) {
                 config: json!({}),
                 secret_config: json!({}),
                 auto_load: true,
+                run_as: String::new(),
             })
             .await
             .expect("create");
@@ -224,6 +225,7 @@ async fn run(bins: &Path) {
             config: json!({}),
             secret_config: json!({}),
             auto_load: true,
+            run_as: String::new(),
         })
         .await
         .expect("create fixture");

@@ -18,6 +18,7 @@ mod m20261203_000011_replicas;
 pub mod m20261206_000012_state_texts;
 mod m20261206_000013_resource_health;
 mod m20261206_000014_replica_identity;
+mod m20261206_000015_provider_run_as;
 
 pub struct Migrator;
 
@@ -39,6 +40,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261206_000012_state_texts::Migration),
             Box::new(m20261206_000013_resource_health::Migration),
             Box::new(m20261206_000014_replica_identity::Migration),
+            Box::new(m20261206_000015_provider_run_as::Migration),
         ]
     }
 }

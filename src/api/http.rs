@@ -26,8 +26,8 @@ use axum::response::{IntoResponse, Response};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use self::caller::{caller_from_headers, client_of};
 pub use self::caller::PeerSocket;
+use self::caller::{caller_from_headers, client_of};
 pub use self::exec::exec_ws;
 pub use self::files::{get_files, put_files};
 pub use self::ws::graphql_ws;

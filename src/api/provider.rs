@@ -120,6 +120,10 @@ impl Provider {
     async fn auto_load(&self) -> bool {
         self.0.auto_load
     }
+    /// The user it runs as; empty: the server's.
+    async fn run_as(&self) -> &str {
+        &self.0.run_as
+    }
     async fn status(&self) -> ProviderStatus {
         self.0.status.into()
     }
@@ -241,6 +245,11 @@ pub struct CreateProviderInput {
     /// Load it now and at every server start.
     #[graphql(default = true)]
     auto_load: bool,
+    /// Run it (and what it starts) as this user of the host, with its own
+    /// state and socket directories and none of the server's files; the
+    /// server must run as root. Empty (the default): the server's user.
+    #[graphql(default)]
+    run_as: String,
 }
 
 #[derive(InputObject)]
@@ -251,6 +260,8 @@ pub struct UpdateProviderInput {
     git_ref: Option<String>,
     path: Option<String>,
     auto_load: Option<bool>,
+    /// The user to run it as from its next load; empty: the server's.
+    run_as: Option<String>,
 }
 
 #[derive(Default)]
@@ -302,6 +313,7 @@ impl ProviderMutation {
                 config: input.config.0,
                 secret_config: input.secret_config.0,
                 auto_load: input.auto_load,
+                run_as: input.run_as,
             })
             .await?;
         Ok(ProviderWithToken { provider, token })
@@ -324,6 +336,7 @@ impl ProviderMutation {
                     git_ref: input.git_ref,
                     path: input.path,
                     auto_load: input.auto_load,
+                    run_as: input.run_as,
                 },
             )
             .await?;

@@ -60,7 +60,7 @@ pub struct GraphqlLimits {
     /// socket with nothing waiting (a client that reads) never is.
     pub ws_send_queue_total_bytes: usize,
     /// How long a websocket's next operation waits for its client to read
-    /// what it was sent (an operation starts only while less than 64 KiB
+    /// what it was sent (an operation starts only while less than 16 KiB
     /// waits): past it with nothing sent meanwhile, the client is not
     /// reading, and is cut off.
     #[serde(rename = "ws_send_stall_ms", with = "millis")]

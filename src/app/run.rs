@@ -12,12 +12,12 @@ use anyhow::Context as _;
 use axum::Router;
 use axum::extract::{ConnectInfo, Request};
 use axum::serve::IncomingStream;
-use tower::ServiceExt as _;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tower::ServiceExt as _;
 
 use super::{App, LostLeadership};
 use crate::api::http::PeerSocket;

@@ -52,6 +52,7 @@ impl Catalog {
     /// Stores a new provider; its id and its registration token, shown once.
     pub async fn create(&self, new: NewProvider) -> Result<(Uuid, String), ProviderError> {
         check_name(&new.name)?;
+        super::run_as::check(&new.run_as)?;
         self.check_git_url(&new.git_url)?;
         check_ref(&new.git_ref)?;
         let path = check_path(&new.path)?;
@@ -70,6 +71,7 @@ impl Catalog {
                 config: config.to_string(),
                 secret_config: self.secrets.seal(id, &secret),
                 auto_load: new.auto_load,
+                run_as: new.run_as,
                 token_hash: token_hash(&token),
             },
             ProviderStatus::Unloaded,
@@ -95,12 +97,16 @@ impl Catalog {
             check_ref(reference)?;
         }
         let path = patch.path.as_deref().map(check_path).transpose()?;
+        if let Some(user) = &patch.run_as {
+            super::run_as::check(user)?;
+        }
         let change = rows::ProviderChange {
             name: patch.name,
             git_url: patch.git_url,
             git_ref: patch.git_ref,
             source_path: path,
             auto_load: patch.auto_load,
+            run_as: patch.run_as,
             ..Default::default()
         };
         rows::update(&self.db, row, change)
@@ -252,6 +258,7 @@ impl Catalog {
             config,
             secret_keys,
             auto_load: row.auto_load,
+            run_as: row.run_as,
             status: row.status,
             status_message: row.status_message,
             resolved_commit: row.resolved_commit,

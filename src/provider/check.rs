@@ -234,6 +234,7 @@ impl Check {
             sandbox,
             // Its author's own directory, built as they would by hand.
             build_sandbox: None,
+            run_as: None,
         };
         (self.say)("building");
         match runtime.build(&job).await {

@@ -37,6 +37,7 @@ mod logs;
 pub mod metadata;
 mod registry;
 mod repository;
+mod run_as;
 mod runtime;
 pub mod sandbox;
 mod secrets;
@@ -144,6 +145,8 @@ pub struct Provider {
     /// Names of the secret configuration values; the values are never shown.
     pub secret_keys: Vec<String>,
     pub auto_load: bool,
+    /// The user it runs as; empty: the server's.
+    pub run_as: String,
     pub status: ProviderStatus,
     pub status_message: Option<String>,
     pub resolved_commit: Option<String>,
@@ -164,6 +167,9 @@ pub struct NewProvider {
     pub config: serde_json::Value,
     pub secret_config: serde_json::Value,
     pub auto_load: bool,
+    /// The user to run it as (the server must run as root); empty: the
+    /// server's.
+    pub run_as: String,
 }
 
 /// What `issueProviderCertificate` hands out, once.
@@ -183,6 +189,7 @@ pub struct ProviderPatch {
     pub git_ref: Option<String>,
     pub path: Option<String>,
     pub auto_load: Option<bool>,
+    pub run_as: Option<String>,
 }
 
 /// What the provider area publishes on its bus.

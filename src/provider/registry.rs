@@ -161,7 +161,7 @@ pub async fn serve_remote_registry(
     })
 }
 
-fn check_socket_path(path: &Path) -> anyhow::Result<()> {
+pub(super) fn check_socket_path(path: &Path) -> anyhow::Result<()> {
     let len = path.as_os_str().len();
     if len > MAX_SOCKET_PATH {
         anyhow::bail!(

@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 
 use super::binding::Binding;
 use super::logs::{LogSink, LogStream};
+use super::run_as::RunAs;
 use super::sandbox::{Sandbox, SandboxError, SandboxPaths};
 
 /// Lines of output quoted in a failure message.
@@ -78,6 +79,9 @@ pub struct Job {
     /// What its shell build may touch (`SandboxPaths::for_build`); `None`
     /// builds unconfined (sandboxing off, or a check of a local directory).
     pub build_sandbox: Option<SandboxPaths>,
+    /// The user it runs as (`runAs`); `None`: the server's. Its build runs
+    /// as the server's user, confined.
+    pub run_as: Option<RunAs>,
 }
 
 /// The variable naming a shell provider's build directory.
@@ -203,7 +207,7 @@ impl Runtime for ShellRuntime {
                 })?;
             env.push(("TMPDIR".to_owned(), tmp.display().to_string()));
         }
-        let mut child = shell(command, &job.source_dir, &env, sandbox)
+        let mut child = shell(command, &job.source_dir, &env, sandbox, None)
             .spawn()
             .map_err(|source| RuntimeError::Spawn {
                 command: command.to_owned(),
@@ -260,12 +264,18 @@ impl Runtime for ShellRuntime {
             Some(paths) => confined(paths).await?,
             None => None,
         };
-        let mut child = shell(&self.run, &job.source_dir, &env, sandbox)
-            .spawn()
-            .map_err(|source| RuntimeError::Spawn {
-                command: self.run.clone(),
-                source,
-            })?;
+        let mut child = shell(
+            &self.run,
+            &job.source_dir,
+            &env,
+            sandbox,
+            job.run_as.as_ref(),
+        )
+        .spawn()
+        .map_err(|source| RuntimeError::Spawn {
+            command: self.run.clone(),
+            source,
+        })?;
         let readers = capture(&mut child, &job.logs, LogStream::Stdout, LogStream::Stderr);
         Ok(Box::new(Process { child, readers }))
     }
@@ -360,14 +370,20 @@ impl Drop for Process {
 /// is its pid), with Corbel's own settings (`CORBEL_*`, which may hold secrets)
 /// removed from the inherited environment. The session is what binds a
 /// registration to this process (see `binding.rs`): only what runs in it can
-/// join its group. Under `sandbox`, it starts confined (see `sandbox.rs`).
+/// join its group. Under `sandbox`, it starts confined (see `sandbox.rs`);
+/// with `user`, as that user, without supplementary groups.
 fn shell(
     command: &str,
     dir: &Path,
     env: &[(String, String)],
     mut sandbox: Option<Sandbox>,
+    user: Option<&RunAs>,
 ) -> Command {
     let mut cmd = Command::new("/bin/sh");
+    if let Some(user) = user {
+        // The standard library drops the supplementary groups with it.
+        cmd.uid(user.uid.as_raw()).gid(user.gid.as_raw());
+    }
     cmd.arg("-c")
         .arg(command)
         .current_dir(dir)

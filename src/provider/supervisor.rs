@@ -28,6 +28,7 @@ use uuid::Uuid;
 use super::checkout::{describe_progress, missing_metadata, source_root};
 use super::docker::{DockerRuntime, Engine};
 use super::link::Link;
+use super::run_as::{self, RunAs};
 use super::runtime::{Job, Running, Runtime, ShellRuntime};
 use super::state::{Command, Slot, Slots};
 use super::{
@@ -366,6 +367,7 @@ impl Supervisor {
         tokio::fs::create_dir_all(&state_dir)
             .await
             .map_err(|e| Stop::Failed(format!("cannot create {}: {e}", state_dir.display())))?;
+        let run_as = self.hand_over(slot.id, &row.run_as).await?;
         let build_dir = dir.join("builds").join(&commit);
         let sandbox = settings.sandbox_paths(slot.id, &root, Some(&build_dir));
         let build_sandbox = settings.build_sandbox_paths(&dir.join("src"), &build_dir);
@@ -381,6 +383,7 @@ impl Supervisor {
             sandbox,
             build_sandbox,
             build_dir: Some(build_dir),
+            run_as,
         };
         self.slots
             .set_status(slot, ProviderStatus::Building, None)
@@ -390,6 +393,37 @@ impl Supervisor {
             .await
             .map_err(|e| Stop::Failed(e.to_string()))?;
         Ok(Prepared::Local(runtime, Box::new(job)))
+    }
+
+    /// The user provider `id` runs as (`runAs`), given its own state and
+    /// socket directories and a way to its checkout and the registry; `None`
+    /// to run it as the server's user.
+    async fn hand_over(&self, id: Uuid, name: &str) -> Result<Option<RunAs>, Stop> {
+        let Some(user) = run_as::resolve(name).map_err(Stop::Failed)? else {
+            return Ok(None);
+        };
+        let settings = &self.settings;
+        let sockets = own_socket_dir(settings, id);
+        super::registry::check_socket_path(&sockets.join(format!("{id}.sock")))
+            .map_err(|e| Stop::Failed(format!("{e:#}")))?;
+        let state = settings.provider_state_dir(id);
+        let mut pass = vec![
+            settings.data_dir.clone(),
+            settings.data_dir.join("providers"),
+            settings.provider_dir(id),
+            settings.socket_dir(),
+        ];
+        pass.extend(settings.state_dir.iter().cloned());
+        let registry = settings.registry_socket();
+        let given = user.clone();
+        let handed = tokio::task::spawn_blocking(move || {
+            let pass: Vec<&Path> = pass.iter().map(PathBuf::as_path).collect();
+            given.hand_over(&[&state, &sockets], &pass, &registry)
+        })
+        .await
+        .map_err(|e| Stop::Failed(format!("cannot prepare the provider's directories: {e}")))?;
+        handed.map_err(Stop::Failed)?;
+        Ok(Some(user))
     }
 
     /// Fetches the source into `src` and reads its metadata, stored with the
@@ -479,7 +513,18 @@ impl Supervisor {
         // A fresh token per launch, accepted once, from this launch only.
         let token = catalog::new_token();
         slot.begin_launch(token.clone());
-        let env = self.environment(slot.id, token);
+        let mut env = self.environment(slot.id, token);
+        if let Some(user) = &job.run_as {
+            // Its own socket directory: the shared one is the server's.
+            for (key, value) in &mut env {
+                if key == "CORBEL_SOCKET_DIR" {
+                    *value = own_socket_dir(&self.settings, slot.id)
+                        .display()
+                        .to_string();
+                }
+            }
+            env.extend(user.environment());
+        }
         let mut watch = slot.watch();
         watch.borrow_and_update();
         let running = match runtime.start(job, &env).await {
@@ -662,6 +707,12 @@ impl Supervisor {
             ),
         ]
     }
+}
+
+/// The socket directory of provider `id` alone, `<socket dir>/<id>`: a
+/// provider run as another user, or in a container, binds its socket there.
+pub(super) fn own_socket_dir(settings: &ProviderSettings, id: Uuid) -> PathBuf {
+    settings.socket_dir().join(id.to_string())
 }
 
 /// A provider's restarts: the stored count, and the crashes in a row that

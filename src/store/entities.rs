@@ -267,6 +267,8 @@ pub mod provider {
         /// Secret configuration values, a JSON object as text; never shown.
         pub secret_config: String,
         pub auto_load: bool,
+        /// The user it runs as (the server runs as root); empty: the server's.
+        pub run_as: String,
         /// SHA-256 (hex) of the registration token.
         pub token_hash: String,
         pub status: ProviderStatus,

@@ -118,9 +118,35 @@ pub async fn connect_limited(
             location: location.redacted(),
             source,
         })?;
+    if let DatabaseLocation::Sqlite(path) = location {
+        keep_to_owner(path);
+    }
     // sqlx turns SQLite foreign keys on for every connection it opens;
     // cascades in the schema rely on it.
     Ok(db)
+}
+
+/// The database's files readable by their owner only: they hold password
+/// and token hashes and sealed secrets, and the data directory may be open
+/// to a provider run as another user (`runAs`). SQLite makes its `-wal` and
+/// `-shm` files with the database's mode; those made before are set too.
+fn keep_to_owner(database: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut path = database.as_os_str().to_owned();
+        path.push(suffix);
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if meta.permissions().mode() & 0o077 == 0 {
+            continue;
+        }
+        let owner_only = std::fs::Permissions::from_mode(meta.permissions().mode() & 0o700);
+        if let Err(e) = std::fs::set_permissions(&path, owner_only) {
+            tracing::warn!(path = %std::path::Path::new(&path).display(), error = %e,
+                "cannot make the database readable by its owner only");
+        }
+    }
 }
 
 /// SQLite keeps statistics of its memory use (`sqlite3_memory_used`, which

@@ -24,6 +24,7 @@ pub struct NewProvider {
     pub config: String,
     pub secret_config: String,
     pub auto_load: bool,
+    pub run_as: String,
     pub token_hash: String,
 }
 
@@ -42,6 +43,7 @@ pub async fn insert(
         config: Set(new.config),
         secret_config: Set(new.secret_config),
         auto_load: Set(new.auto_load),
+        run_as: Set(new.run_as),
         token_hash: Set(new.token_hash),
         status: Set(status),
         status_message: Set(None),
@@ -77,6 +79,7 @@ pub struct ProviderChange {
     pub git_ref: Option<String>,
     pub source_path: Option<String>,
     pub auto_load: Option<bool>,
+    pub run_as: Option<String>,
     pub token_hash: Option<String>,
     pub config: Option<String>,
     pub secret_config: Option<String>,
@@ -94,6 +97,7 @@ pub async fn update(
         git_ref,
         source_path,
         auto_load,
+        run_as,
         token_hash,
         config,
         secret_config,
@@ -112,6 +116,9 @@ pub async fn update(
     }
     if let Some(v) = auto_load {
         active.auto_load = Set(v);
+    }
+    if let Some(v) = run_as {
+        active.run_as = Set(v);
     }
     if let Some(v) = token_hash {
         active.token_hash = Set(v);

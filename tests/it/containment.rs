@@ -125,9 +125,27 @@ impl Drop for Scene {
     }
 }
 
+/// How a scene's server runs its provider.
+#[derive(Clone, Copy, PartialEq)]
+enum Run {
+    /// The server as `nobody`, its provider sandboxed or not.
+    AsNobody { sandbox: bool },
+    /// The server as root (its data directory root's), unsandboxed, its
+    /// provider with `runAs: nobody`.
+    ProviderAsNobody,
+}
+
 impl Scene {
-    async fn start(sandbox: bool) -> Scene {
-        let data = nobody_dir();
+    async fn start(run: Run) -> Scene {
+        let (sandbox, as_nobody) = match run {
+            Run::AsNobody { sandbox } => (sandbox, true),
+            Run::ProviderAsNobody => (false, false),
+        };
+        let data = if as_nobody {
+            nobody_dir()
+        } else {
+            tempfile::tempdir().unwrap()
+        };
         let out = nobody_dir();
         std::fs::write(out.path().join("probe.py"), PROBE).unwrap();
         chown_nobody(out.path());
@@ -149,8 +167,10 @@ impl Scene {
              features: [deploy, destroy, inspect, nodes]\nresource_types: [process.v1.service]\n"
         );
         let repo = ProviderRepo::new(&metadata, &[]);
-        chown_nobody(repo.bare().parent().unwrap());
-        // The real binary, on SQLite (its file is what is probed), as nobody.
+        if as_nobody {
+            chown_nobody(repo.bare().parent().unwrap());
+        }
+        // The real binary, on SQLite (its file is what is probed).
         let store = TestStore {
             dir: data,
             database_url: None,
@@ -166,10 +186,10 @@ impl Scene {
                 ("CORBEL_PROVIDER_SANDBOX_WRITE", &out_text),
             ],
         );
-        command
-            .env_remove("CORBEL_PROVIDER_SANDBOX_READ")
-            .uid(NOBODY)
-            .gid(NOBODY);
+        command.env_remove("CORBEL_PROVIDER_SANDBOX_READ");
+        if as_nobody {
+            command.uid(NOBODY).gid(NOBODY);
+        }
         let served = spawn_served(command);
         let scene = Scene {
             served,
@@ -181,7 +201,11 @@ impl Scene {
         let created = scene
             .gql(
                 "mutation($input: CreateProviderInput!) { createProvider(input: $input) { provider { id } } }",
-                json!({ "input": { "name": "process", "gitUrl": scene.repo.url() } }),
+                json!({ "input": {
+                    "name": "process",
+                    "gitUrl": scene.repo.url(),
+                    "runAs": if as_nobody { "" } else { "nobody" },
+                } }),
             )
             .await;
         let id = created["data"]["createProvider"]["provider"]["id"]
@@ -326,7 +350,7 @@ fn refused(report: &Report) -> Vec<&str> {
 
 #[tokio::test]
 async fn a_workload_and_its_provider_are_refused_the_servers_secrets() {
-    let scene = Scene::start(true).await;
+    let scene = Scene::start(Run::AsNobody { sandbox: true }).await;
     // The server keeps no secret in its environment, even as root reads it.
     let environ = std::fs::read(format!("/proc/{}/environ", scene.server_pid())).unwrap();
     let environ = String::from_utf8_lossy(&environ);
@@ -341,7 +365,7 @@ async fn a_workload_and_its_provider_are_refused_the_servers_secrets() {
 
 #[tokio::test]
 async fn unconfined_the_same_probe_reads_the_files_and_traces_others() {
-    let scene = Scene::start(false).await;
+    let scene = Scene::start(Run::AsNobody { sandbox: false }).await;
     let provider = scene.provider_report().await;
     assert_eq!(
         refused(&provider),
@@ -378,6 +402,34 @@ async fn unconfined_the_same_probe_reads_the_files_and_traces_others() {
                     && e.len() > "CORBEL_PROVIDER_TOKEN=".len()),
         "the token's value is gone: {}",
         String::from_utf8_lossy(&environ)
+    );
+    scene.stop(&deployment).await;
+}
+
+#[tokio::test]
+async fn a_provider_run_as_another_user_is_refused_the_servers_secrets_unsandboxed() {
+    let scene = Scene::start(Run::ProviderAsNobody).await;
+    // Its user's, not the server's: the ids, the files, the process.
+    let provider = scene.provider_report().await;
+    let servers = &ATTEMPTS[..5];
+    let all_refused = |report: &Report| servers.iter().all(|w| refused(report).contains(w));
+    assert!(all_refused(&provider), "the provider: {provider:?}");
+    let (deployment, workload) = scene.workload_report(Some(json!("none"))).await;
+    assert!(all_refused(&workload), "the workload: {workload:?}");
+    let ppid = std::fs::read_to_string(scene.out.path().join("workload.ppid")).unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", ppid.trim())).unwrap();
+    let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    assert_eq!(
+        uid.split_whitespace().nth(1),
+        Some(NOBODY.to_string().as_str()),
+        "the provider runs as nobody: {uid}"
+    );
+    let listed = scene
+        .gql("{ providers { nodes { runAs } } }", json!({}))
+        .await;
+    assert_eq!(
+        listed["data"]["providers"]["nodes"][0]["runAs"], "nobody",
+        "{listed}"
     );
     scene.stop(&deployment).await;
 }

@@ -305,7 +305,10 @@ async fn sockets_that_never_read_are_cut_off() {
     // Only what the buffers took was computed: the rest waited for the
     // client to read, and was never run (a send buffer left to grow takes
     // about a hundred).
-    assert!(answers <= 8, "{answers} answers were delivered of {SENT} asked");
+    assert!(
+        answers <= 8,
+        "{answers} answers were delivered of {SENT} asked"
+    );
     let grown = rss().saturating_sub(before);
     assert!(grown < 100 * 1024 * 1024, "RSS grew by {grown} bytes");
     // Under 100 ms in a release build; see the flood's test for the bound.

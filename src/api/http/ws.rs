@@ -93,7 +93,8 @@ fn bound_send_buffer(socket: PeerSocket) {
     // SAFETY: the descriptor is the connection's socket, open while its
     // request is served (this handler runs within it).
     let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(socket.0) };
-    if let Err(e) = nix::sys::socket::setsockopt(&fd, nix::sys::socket::sockopt::SndBuf, &SEND_BUFFER)
+    if let Err(e) =
+        nix::sys::socket::setsockopt(&fd, nix::sys::socket::sockopt::SndBuf, &SEND_BUFFER)
     {
         tracing::debug!(error = %e, "cannot bound a websocket's send buffer");
     }
@@ -250,7 +251,14 @@ async fn run_protocol(
         max: state.limits.ws_max_subscriptions,
     };
     let pace = outbox.pace(state.limits.ws_send_stall);
-    let input = client_messages(stream, pace.clone(), tracked.clone(), violation, protocol, bound);
+    let input = client_messages(
+        stream,
+        pace.clone(),
+        tracked.clone(),
+        violation,
+        protocol,
+        bound,
+    );
     let auth = state.auth.clone();
     let refused = tracked.init_refused.clone();
     let (from_headers, client) = (connection.from_headers.clone(), connection.client);

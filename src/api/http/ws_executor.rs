@@ -23,7 +23,7 @@ use futures_util::{Stream, StreamExt};
 use tokio::sync::Semaphore;
 use tokio_util::sync::PollSemaphore;
 
-use super::ws_sockets::Pace;
+use super::ws_sockets::{InLine, Pace};
 use super::{HttpState, error_response, operation_type, timeout_error, too_large_error};
 use crate::api::settings::RequestLimits;
 use crate::api::{Caller, ClientAddress};
@@ -32,7 +32,6 @@ use crate::api::{Caller, ClientAddress};
 /// wait on their socket, so a socket with many asked waits in the server's
 /// gate with as many places as one with few.
 const RUNNING_PER_SOCKET: usize = 2;
-
 
 /// The schema, as one websocket runs it.
 #[derive(Clone)]
@@ -47,11 +46,7 @@ pub(super) struct BoundedExecutor {
 impl BoundedExecutor {
     pub(super) fn new(state: HttpState, pace: Pace) -> Self {
         let turns = Arc::new(Semaphore::new(RUNNING_PER_SOCKET));
-        Self {
-            state,
-            turns,
-            pace,
-        }
+        Self { state, turns, pace }
     }
 }
 
@@ -78,6 +73,7 @@ impl Executor for BoundedExecutor {
             .unwrap_or(ClientAddress(None));
         let limits = self.state.limits.for_caller(caller.is_signed_in());
         let operation = Operation {
+            in_line: Some(self.pace.in_line()),
             state: self.state.clone(),
             turns: self.turns.clone(),
             pace: self.pace.clone(),
@@ -94,6 +90,8 @@ impl Executor for BoundedExecutor {
 
 /// One `subscribe`, before it runs.
 struct Operation {
+    /// Counted as waiting for its turn until it has it.
+    in_line: Option<InLine>,
     state: HttpState,
     turns: Arc<Semaphore>,
     pace: Pace,
@@ -116,6 +114,7 @@ impl Operation {
         // what it was sent.
         let entered = tokio::time::timeout_at(deadline, async {
             let turn = self.turns.clone().acquire_owned().await.ok();
+            self.in_line = None;
             self.pace.room().await.ok()?;
             Some((turn, gate.clone().acquire_owned().await.ok()))
         });
@@ -188,6 +187,7 @@ fn connection_value<T: Clone + 'static>(data: &Data) -> Option<T> {
 /// A query or mutation, run as `graphql_post` runs one request of a batch.
 async fn run_operation(operation: Operation, deadline: tokio::time::Instant) -> Response {
     let Operation {
+        in_line: _,
         state,
         turns: _,
         pace: _,

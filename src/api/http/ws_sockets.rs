@@ -121,7 +121,33 @@ pub(super) struct Pace {
     backlog: Backlog,
     stall: Duration,
     full: CancellationToken,
+    /// The socket's operations read and not yet started.
+    waiting: Arc<Waiting>,
 }
+
+/// How many of a socket's operations wait for their turn, and a wake-up
+/// when one starts or ends.
+#[derive(Default)]
+struct Waiting {
+    count: AtomicUsize,
+    started: Notify,
+}
+
+/// One operation waiting for its turn, counted in [`Pace`] until dropped.
+pub(super) struct InLine(Arc<Waiting>);
+
+impl Drop for InLine {
+    fn drop(&mut self) {
+        self.0.count.fetch_sub(1, Ordering::Relaxed);
+        self.0.started.notify_waiters();
+    }
+}
+
+/// The client's next message is read only while fewer of its operations
+/// than this wait for their turn: a burst of a hundred `subscribe`s is read a
+/// few at a time, as the socket's turns come, the rest left in the kernel's
+/// buffers instead of held here (each waiting operation holds its request).
+const WAITING_AT_MOST: usize = 2;
 
 /// The client read nothing for `ws_send_stall_ms` while it had work waiting.
 #[derive(Debug)]
@@ -131,7 +157,7 @@ pub(super) struct Stalled;
 /// less than this waits to be sent on its socket: a client that does not
 /// read what it asked for gets no more work done for it (and costs no CPU)
 /// until it does. A reading client's queue stays far below it.
-pub(super) const START_BELOW: usize = 64 * 1024;
+pub(super) const START_BELOW: usize = 16 * 1024;
 
 impl Pace {
     /// Returns once fewer than [`START_BELOW`] bytes wait to be sent: at
@@ -152,18 +178,30 @@ impl Pace {
         }
     }
 
-    /// Returns once fewer than [`START_BELOW`] bytes wait to be sent, however
+    /// Returns once fewer than [`START_BELOW`] bytes wait to be sent and
+    /// fewer than [`WAITING_AT_MOST`] operations wait for their turn, however
     /// long that takes: what the client's next message waits for (a client
     /// only listening is not cut off for being slow; its queue's bounds see
     /// to that).
     pub(super) async fn read(&self) {
         loop {
             let sent = self.backlog.0.sent.notified();
-            if self.backlog.bytes() < START_BELOW {
+            let started = self.waiting.started.notified();
+            if self.backlog.bytes() >= START_BELOW {
+                sent.await;
+            } else if self.waiting.count.load(Ordering::Relaxed) >= WAITING_AT_MOST {
+                started.await;
+            } else {
                 return;
             }
-            sent.await;
         }
+    }
+
+    /// Counts an operation as waiting for its turn until the guard is
+    /// dropped (it started, or ended first).
+    pub(super) fn in_line(&self) -> InLine {
+        self.waiting.count.fetch_add(1, Ordering::Relaxed);
+        InLine(self.waiting.clone())
     }
 }
 
@@ -242,6 +280,7 @@ impl Outbox {
             backlog: self.queued.clone(),
             stall,
             full: self.full.clone(),
+            waiting: Arc::default(),
         }
     }
 

@@ -47,7 +47,13 @@ impl DockerRuntime {
             self.provider,
             &Uuid::new_v4().simple().to_string()[..8]
         );
-        let body = self.container_body(&image, &sockets, env);
+        let mut body = self.container_body(&image, &sockets, env);
+        // `runAs`: the container's processes take the user's ids, and find
+        // their bound directories theirs.
+        body.user = job
+            .run_as
+            .as_ref()
+            .map(|user| format!("{}:{}", user.uid, user.gid));
         let options = CreateContainerOptions {
             name: Some(name.clone()),
             ..Default::default()

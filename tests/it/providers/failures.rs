@@ -140,6 +140,24 @@ async fn refused_git_urls_and_bad_input_are_validation_errors() {
         )
         .await;
     assert_eq!(error_code(&body), Some("VALIDATION"), "{body}");
+    // runAs names a user of the host other than root (this test runs as
+    // root, as CI does; else every runAs is refused as needing root).
+    for (user, wants) in [("no-such-user-here", "no user named"), ("root", "is root")] {
+        let body = app
+            .gql(
+                "mutation($input: CreateProviderInput!) { createProvider(input: $input) { token } }",
+                json!({ "input": { "name": "x", "gitUrl": "/srv/p.git", "runAs": user, "autoLoad": false } }),
+            )
+            .await;
+        assert_eq!(error_code(&body), Some("VALIDATION"), "{user}: {body}");
+        let message = body["errors"][0]["message"].as_str().unwrap();
+        let wants = if nix::unistd::Uid::effective().is_root() {
+            wants
+        } else {
+            "needs the server to run as root"
+        };
+        assert!(message.contains(wants), "{user}: {message}");
+    }
     let listed = app.gql("{ providers { totalCount } }", json!({})).await;
     assert_eq!(
         data(&listed)["providers"]["totalCount"],
