@@ -46,6 +46,11 @@ pub enum StoreError {
     Connect { location: String, source: DbErr },
     #[error("migrations failed: {0}")]
     Migrate(DbErr),
+    #[error(
+        "the database's schema is at {database}, newer than this Corbel knows (up to \
+         {binary}): another server of a newer version migrated it; run that version here too"
+    )]
+    NewerSchema { database: String, binary: String },
     #[error("database error: {0}")]
     Db(#[from] DbErr),
 }
@@ -200,8 +205,52 @@ where
     Ok(rows)
 }
 
+/// Brings the schema up to this binary's, after checking that the database
+/// holds no migration this binary does not know (a newer server's).
 pub async fn migrate(db: &DatabaseConnection) -> Result<(), StoreError> {
+    if let Some(newer) = newer_schema(db).await? {
+        return Err(newer);
+    }
     Migrator::up(db, None).await.map_err(StoreError::Migrate)
+}
+
+/// The schema version this binary ends at: its last migration's name.
+pub fn schema_version() -> String {
+    Migrator::migrations()
+        .last()
+        .map(|m| m.name().to_owned())
+        .unwrap_or_default()
+}
+
+/// The refusal to run on a database a newer binary migrated, naming both
+/// versions; `None` when every applied migration is one of ours (or none
+/// is: a new database).
+async fn newer_schema(db: &DatabaseConnection) -> Result<Option<StoreError>, StoreError> {
+    use sea_orm::{ConnectionTrait, Statement};
+    let backend = db.get_database_backend();
+    let query = Statement::from_string(backend, "SELECT version FROM seaql_migrations");
+    // No table yet: a new database.
+    let Ok(rows) = db.query_all_raw(query).await else {
+        return Ok(None);
+    };
+    let known: std::collections::HashSet<String> = Migrator::migrations()
+        .iter()
+        .map(|m| m.name().to_owned())
+        .collect();
+    let mut unknown = Vec::new();
+    for row in rows {
+        let version: String = row.try_get("", "version")?;
+        if !known.contains(&version) {
+            unknown.push(version);
+        }
+    }
+    Ok(unknown
+        .into_iter()
+        .max()
+        .map(|database| StoreError::NewerSchema {
+            database,
+            binary: schema_version(),
+        }))
 }
 
 /// Why the store is not ready, if it is not: unreachable, or not migrated.

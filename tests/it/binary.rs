@@ -150,7 +150,31 @@ fn subcommands_version_schema_config_migrate() {
         "{}",
         String::from_utf8_lossy(&migrate.stderr)
     );
-    assert!(dir.path().join("corbel.db").exists());
+    let database = dir.path().join("corbel.db");
+    // Readable by its owner only: it holds password and token hashes.
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&database).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o077, 0, "corbel.db is {mode:o}");
+
+    // A database a newer server migrated is refused, naming both versions.
+    let future = "m20991231_000001_from_the_future";
+    rusqlite::Connection::open(&database)
+        .unwrap()
+        .execute(
+            "INSERT INTO seaql_migrations (version, applied_at) VALUES (?1, 0)",
+            [future],
+        )
+        .unwrap();
+    let refused = Command::new(corbel_bin())
+        .args(["migrate", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    let ours = corbel::store::schema_version();
+    assert!(said.contains(future) && said.contains(&ours), "{said}");
 }
 
 /// `{ me { apiTokens … } }` as `token`: the names of the admin's tokens, or
