@@ -45,6 +45,7 @@ use super::binding::{Binding, Peer};
 use super::catalog::{self, token_hash};
 use super::link::Link;
 use super::secrets::Secrets;
+use super::settings::{MAX_SOCKET_PATH, check_socket_path};
 use super::state::{Connection, LaunchToken, Slot, Slots, same_secret};
 use super::supervisor::Supervisor;
 use super::{ProviderSettings, ProviderStatus, Providers, rows};
@@ -52,9 +53,6 @@ use crate::store::Db;
 
 /// The name providers watch in `grpc.health.v1`.
 pub const REGISTRY_SERVICE: &str = "corbel.provider.v1.Registry";
-
-/// Longest path a unix socket address holds on Linux.
-pub(super) const MAX_SOCKET_PATH: usize = 107;
 
 /// Binds the registry socket (replacing a stale one) and returns the future
 /// that serves it until `stop` is cancelled.
@@ -159,17 +157,6 @@ pub async fn serve_remote_registry(
             );
         until_stopped(served, stop, "remote provider registry").await;
     })
-}
-
-pub(super) fn check_socket_path(path: &Path) -> anyhow::Result<()> {
-    let len = path.as_os_str().len();
-    if len > MAX_SOCKET_PATH {
-        anyhow::bail!(
-            "the socket path {} is {len} bytes long; unix sockets allow {MAX_SOCKET_PATH}: choose a shorter --data-dir",
-            path.display()
-        );
-    }
-    Ok(())
 }
 
 /// Checks every unix socket path the server will bind or hand out, before

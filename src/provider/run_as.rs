@@ -60,6 +60,13 @@ pub(super) fn resolve(name: &str) -> Result<Option<RunAs>, String> {
     }))
 }
 
+/// Refuses a socket directory of its own, `sockets`, in which provider
+/// `id`'s socket (`<id>.sock`, as the SDK binds it) would be too long a path.
+pub(super) fn check_socket(sockets: &Path, id: uuid::Uuid) -> Result<(), String> {
+    super::settings::check_socket_path(&sockets.join(format!("{id}.sock")))
+        .map_err(|e| format!("{e:#}"))
+}
+
 impl RunAs {
     /// The variables a login of this user would have.
     pub fn environment(&self) -> Vec<(String, String)> {

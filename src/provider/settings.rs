@@ -440,3 +440,18 @@ pub struct ProviderFlags {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox_write: Option<Vec<PathBuf>>,
 }
+
+/// Longest path a unix socket address holds on Linux.
+pub(super) const MAX_SOCKET_PATH: usize = 107;
+
+/// Refuses a unix socket path longer than [`MAX_SOCKET_PATH`], naming it.
+pub(super) fn check_socket_path(path: &std::path::Path) -> anyhow::Result<()> {
+    let len = path.as_os_str().len();
+    if len > MAX_SOCKET_PATH {
+        anyhow::bail!(
+            "the socket path {} is {len} bytes long; unix sockets allow {MAX_SOCKET_PATH}: choose a shorter --data-dir",
+            path.display()
+        );
+    }
+    Ok(())
+}

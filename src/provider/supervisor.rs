@@ -349,7 +349,9 @@ impl Supervisor {
         let settings = &self.settings;
         let dir = settings.provider_dir(slot.id);
         let (commit, root, meta) = self.fetch(slot, row, &dir.join("src")).await?;
-        let state_dir = dir.join("state");
+        // Where `CORBEL_STATE_DIR` points: under `[provider] state_dir` when
+        // set (a Docker provider mounts it), else in the provider's directory.
+        let state_dir = settings.provider_state_dir(slot.id);
         let runtime: Box<dyn Runtime> = match meta.runtime {
             metadata::Runtime::Shell { build, run } => Box::new(ShellRuntime { build, run }),
             metadata::Runtime::Docker(spec) => Box::new(DockerRuntime {
@@ -404,8 +406,7 @@ impl Supervisor {
         };
         let settings = &self.settings;
         let sockets = own_socket_dir(settings, id);
-        super::registry::check_socket_path(&sockets.join(format!("{id}.sock")))
-            .map_err(|e| Stop::Failed(format!("{e:#}")))?;
+        run_as::check_socket(&sockets, id).map_err(Stop::Failed)?;
         let state = settings.provider_state_dir(id);
         let mut pass = vec![
             settings.data_dir.clone(),

@@ -21,8 +21,8 @@ use uuid::Uuid;
 
 use super::super::binding::{Binding, pid_namespace};
 use super::super::logs::{LogSink, LogStream};
-use super::super::registry::MAX_SOCKET_PATH;
 use super::super::runtime::{Job, Running, RuntimeError};
+use super::super::settings::MAX_SOCKET_PATH;
 use super::DockerRuntime;
 use super::engine::{Engine, engine_message, status};
 

@@ -171,13 +171,15 @@ async fn a_restart_cut_short_by_a_crash_is_resumed_and_made_once() {
     {
         let (db, web) = (pid(&before, "db"), pid(&before, "web"));
         signal(db, libc::SIGKILL);
-        eventually(
+        // What it saw last is printed if it times out.
+        until_seen(
             Duration::from_secs(30),
             &format!("the RESTART run at {strike:?}"),
             || async {
                 let data = api.gql(PHASES, json!({ "id": id })).await.ok()?;
-                Some(data["deployment"].clone()).filter(|d| strike.reached(d))
+                Some(data["deployment"].clone())
             },
+            |d| strike.reached(d),
         )
         .await;
         server.kill();
