@@ -45,6 +45,25 @@ pub(super) async fn describe(
     })
 }
 
+/// The providers `bp`'s resources are served by that are not connected now
+/// (those of its types that resolve).
+pub(super) async fn providers_away(deployments: &Deployments, bp: &Blueprint) -> BTreeSet<Uuid> {
+    let mut away = BTreeSet::new();
+    let Ok(by_provider) = calls_by_provider(deployments, bp).await else {
+        return away;
+    };
+    for provider in by_provider.into_keys() {
+        let providers = &deployments.inner.providers;
+        if !providers
+            .wait_connected(provider, std::time::Duration::ZERO)
+            .await
+        {
+            away.insert(provider);
+        }
+    }
+    away
+}
+
 /// The keys a provider may update in place, by its protocol version: none
 /// before version 2 (it cannot update at all).
 fn updatable(keys: Vec<String>, version: Option<u32>) -> Option<BTreeSet<String>> {

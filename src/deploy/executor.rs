@@ -25,7 +25,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::blueprint::{self, Blueprint};
-use super::describe::describe;
+use super::describe::{describe, providers_away};
 use super::lock::Lock;
 use super::quotas::Quantities;
 use super::schedule;
@@ -39,6 +39,12 @@ use phase::{Graph, node_states};
 pub(super) enum Stopped {
     /// A resource failed: the first error.
     Failed(String),
+    /// Resources failed only because their providers were away: the first
+    /// error, and those providers.
+    Away {
+        error: String,
+        providers: BTreeSet<Uuid>,
+    },
     /// The server is stopping: the run ends at a journal boundary and resumes
     /// at the next start.
     Interrupted,
@@ -76,6 +82,11 @@ impl Executor<'_> {
                 Ok(())
             }
             Err(Stopped::Failed(error)) => self.fail_or_roll_back(id, error).await,
+            Err(Stopped::Away { error, providers }) => {
+                let failed = self.fail_or_roll_back(id, error).await;
+                self.0.recovery().resume_when_back(id, providers);
+                failed
+            }
         };
         self.ran(id, result);
     }
@@ -90,7 +101,7 @@ impl Executor<'_> {
                     .await
             }
             Err(Stopped::Interrupted) => Ok(()),
-            Err(Stopped::Failed(error)) => {
+            Err(Stopped::Failed(error) | Stopped::Away { error, .. }) => {
                 self.0
                     .runs()
                     .settle(id, DeploymentState::Failed, Some(&error))
@@ -124,7 +135,9 @@ impl Executor<'_> {
                 tracing::info!(deployment.id = %id, "apply interrupted by shutdown; it resumes at the next start");
                 Ok(())
             }
-            Err(Stopped::Failed(error)) => self.apply_failed(id, error).await,
+            Err(Stopped::Failed(error) | Stopped::Away { error, .. }) => {
+                self.apply_failed(id, error).await
+            }
         };
         self.ran(id, result);
     }
@@ -252,7 +265,12 @@ impl Executor<'_> {
                     .await
             }
             Err(Stopped::Interrupted) => Ok(()),
-            Err(Stopped::Failed(rollback)) => {
+            Err(
+                Stopped::Failed(rollback)
+                | Stopped::Away {
+                    error: rollback, ..
+                },
+            ) => {
                 let error = format!("{error}; the rollback failed too: {rollback}");
                 self.0
                     .runs()
@@ -287,7 +305,13 @@ impl Executor<'_> {
                 .planner()
                 .plan(id, &bp, &variables, &quantities)
                 .await
-                .map_err(Stopped::Failed)?;
+                .map_err(|failure| match failure.away {
+                    Some(provider) => Stopped::Away {
+                        error: failure.error,
+                        providers: BTreeSet::from([provider]),
+                    },
+                    None => Stopped::Failed(failure.error),
+                })?;
         } else if state != DeploymentState::InProgress {
             self.0
                 .runs()
@@ -359,13 +383,18 @@ impl Executor<'_> {
         let bp = blueprint::parse(&row.source).map_err(|p| Stopped::Failed(p.to_string()))?;
         let variables: BTreeMap<String, Value> = serde_json::from_str(&row.variables)
             .map_err(|e| Stopped::Failed(format!("variables: {e}")))?;
-        let described = describe(self.0, &bp).await.map_err(|e| {
-            if self.0.inner.stopping.is_cancelled() {
-                Stopped::Interrupted
-            } else {
-                Stopped::Failed(e)
+        let described = match describe(self.0, &bp).await {
+            Ok(described) => described,
+            Err(_) if self.0.inner.stopping.is_cancelled() => return Err(Stopped::Interrupted),
+            Err(error) => {
+                // Failed while providers it needs are away: for want of them.
+                let providers = providers_away(self.0, &bp).await;
+                if providers.is_empty() {
+                    return Err(Stopped::Failed(error));
+                }
+                return Err(Stopped::Away { error, providers });
             }
-        })?;
+        };
         Ok((described.blueprint, variables, described.quantities))
     }
 }

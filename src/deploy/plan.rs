@@ -18,7 +18,7 @@ use super::describe::Described;
 use super::quotas::{self, Quantities};
 use super::strategy::{self, NodeInput};
 use super::{DeployError, DeploymentState, Deployments, LIVE_NODE_STATES, NodeState};
-use crate::provider::ProviderNode;
+use crate::provider::{ProviderError, ProviderNode};
 use crate::store::deployments as rows;
 
 /// One resource's placement: the node of each replica (`None` when the
@@ -26,6 +26,19 @@ use crate::store::deployments as rows;
 pub(super) struct Placed {
     pub provider_id: Uuid,
     pub nodes: Vec<Option<String>>,
+}
+
+/// Why a deployment could not be planned, and the provider that was away
+/// when that is why.
+pub(super) struct PlanFailure {
+    pub(super) error: String,
+    pub(super) away: Option<Uuid>,
+}
+
+impl From<String> for PlanFailure {
+    fn from(error: String) -> Self {
+        PlanFailure { error, away: None }
+    }
 }
 
 /// The planning part of [`Deployments`].
@@ -40,16 +53,26 @@ impl Planner<'_> {
         bp: &Blueprint,
         variables: &BTreeMap<String, Value>,
         quantities: &Quantities,
-    ) -> Result<(), String> {
+    ) -> Result<(), PlanFailure> {
         let _placing = self.0.inner.placing.lock().await;
         let mut placer = Placer::new(self.0);
         let mut nodes = Vec::new();
         let mut wanted = BTreeMap::<String, i64>::new();
         for resource in &bp.resources {
-            let placed = placer
-                .place(resource, variables, None)
-                .await
-                .map_err(|e| format!("resources.{}: {e}", resource.key))?;
+            let placed = match placer.place(resource, variables, None).await {
+                Ok(placed) => placed,
+                Err(e) => {
+                    // Its provider could not be asked where to place it.
+                    let away = match &e {
+                        DeployError::Provider(ProviderError::Unavailable(_)) => {
+                            placer.provider_for(resource).await.ok()
+                        }
+                        _ => None,
+                    };
+                    let error = format!("resources.{}: {e}", resource.key);
+                    return Err(PlanFailure { error, away });
+                }
+            };
             let quota = quantities.get(&resource.key);
             for (replica, node) in placed.nodes.into_iter().enumerate() {
                 quotas::add_replica(&mut wanted, quota);

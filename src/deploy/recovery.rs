@@ -291,6 +291,73 @@ impl Recovery<'_> {
         });
     }
 
+    /// In the background: a deploy that failed only because `providers`
+    /// were away is resumed once every one of them is connected again, if
+    /// its `onFailure` is `KEEP` (a rolled-back deployment stays as it is)
+    /// and nothing ran on it meanwhile (its operation is the same). Waits as
+    /// long as this server runs; a deployment failed before a restart is
+    /// resumed by hand (deploy it again).
+    pub(super) fn resume_when_back(&self, id: Uuid, providers: BTreeSet<Uuid>) {
+        let this = self.0.clone();
+        self.0.inner.tasks.spawn(async move {
+            let db = &this.inner.db;
+            let failed = |row: &rows::DeploymentRow| {
+                row.state == DeploymentState::Failed
+                    && row.on_failure.parse::<super::OnFailure>().ok()
+                        == Some(super::OnFailure::Keep)
+            };
+            let operation = match rows::find_deployment(db, id).await {
+                Ok(Some(row)) if failed(&row) => row.operation_id,
+                _ => return,
+            };
+            // A step first: a link that failed but still counts as connected
+            // is marked lost by then (`check_after_loss`), so what is waited
+            // for is a new session, not the one that failed.
+            if !this.recovery().pause().await {
+                return;
+            }
+            loop {
+                let mut back = true;
+                for provider in &providers {
+                    back &= this
+                        .inner
+                        .providers
+                        .wait_connected(*provider, WAIT_STEP)
+                        .await;
+                }
+                if back {
+                    break;
+                }
+                // Someone acted on it meanwhile (deployed it again, destroyed
+                // it): that stands.
+                match rows::find_deployment(db, id).await {
+                    Ok(Some(row)) if failed(&row) && row.operation_id == operation => {}
+                    _ => return,
+                }
+                if !this.recovery().pause().await {
+                    return;
+                }
+            }
+            let Ok(lock) = this.runs().lock(id, "resume") else {
+                return; // a run of someone else's has it
+            };
+            match rows::find_deployment(db, id).await {
+                Ok(Some(row)) if failed(&row) && row.operation_id == operation => {}
+                _ => return,
+            }
+            this.runs()
+                .record(
+                    id,
+                    super::EventKind::State,
+                    None,
+                    None,
+                    "resuming: the providers it failed for are back".into(),
+                )
+                .await;
+            this.executor().run_deploy(&lock).await;
+        });
+    }
+
     /// Waits a step; `false` when the server stops first.
     async fn pause(&self) -> bool {
         tokio::select! {

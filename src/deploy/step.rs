@@ -41,8 +41,9 @@ pub(super) enum StepError {
     /// The provider answered: the work itself failed.
     Failed(String),
     /// The provider could not be reached, or the call's outcome was lost,
-    /// every time it was tried.
-    Unavailable(String),
+    /// every time it was tried; `away` names the provider when, at the last
+    /// try, it was not connected (not merely slow to answer).
+    Unavailable { error: String, away: Option<Uuid> },
     /// The node cannot be called: no provider, a config that does not render.
     Invalid(String),
     /// Corbel could not store what happened.
@@ -56,7 +57,7 @@ impl fmt::Display for StepError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StepError::Failed(m)
-            | StepError::Unavailable(m)
+            | StepError::Unavailable { error: m, .. }
             | StepError::Invalid(m)
             | StepError::Store(m) => f.write_str(m),
             StepError::Stopping => f.write_str("the server is stopping"),
@@ -200,12 +201,13 @@ impl Steps<'_> {
             let tried = self
                 .try_once(node, provider, &call, begun.take(), &mut entry)
                 .await?;
-            let error = match tried {
+            let (error, away) = match tried {
                 ControlFlow::Break(done) => return Ok(done),
-                ControlFlow::Continue(error) => error,
+                ControlFlow::Continue(lost) => lost,
             };
             if attempt >= attempts {
-                return Err(self.give_up(node, entry, error).await);
+                let away = away.then_some(provider);
+                return Err(self.give_up(node, away, entry, error).await);
             }
             if self.0.inner.stopping.is_cancelled() {
                 return Err(StepError::Stopping);
@@ -227,7 +229,8 @@ impl Steps<'_> {
     /// One try of a call: once its queued entry (`begun`) is durable, or its
     /// provider is ready, journals the call (unless `entry` is written
     /// already) and makes it. Breaks with the call's outputs and the write
-    /// of its result; continues with why it may be tried again.
+    /// of its result; continues with why it may be tried again, and whether
+    /// the provider was away (not connected, or its link found dead).
     async fn try_once(
         &self,
         node: &NodeRow,
@@ -235,7 +238,7 @@ impl Steps<'_> {
         call: &Call,
         begun: Option<Begun>,
         entry: &mut Option<Uuid>,
-    ) -> Result<ControlFlow<(Value, Write), String>, StepError> {
+    ) -> Result<ControlFlow<(Value, Write), (String, bool)>, StepError> {
         let intent = call.intent();
         // An entry the caller queued: the provider was connected then.
         let ready = match begun {
@@ -254,10 +257,10 @@ impl Steps<'_> {
         };
         match ready {
             Err(_) if self.0.inner.stopping.is_cancelled() => Err(StepError::Stopping),
-            Err(not_ready) if !not_ready.coming => {
-                Err(self.give_up(node, *entry, not_ready.message).await)
-            }
-            Err(not_ready) => Ok(ControlFlow::Continue(not_ready.message)),
+            Err(not_ready) if !not_ready.coming => Err(self
+                .give_up(node, Some(provider), *entry, not_ready.message)
+                .await),
+            Err(not_ready) => Ok(ControlFlow::Continue((not_ready.message, true))),
             Ok(()) => {
                 let entry = match *entry {
                     Some(entry) => entry,
@@ -279,10 +282,12 @@ impl Steps<'_> {
                         // A dead link is dropped now: the next try waits
                         // for the provider's next registration.
                         self.0.inner.providers.check_after_loss(provider).await;
-                        Ok(ControlFlow::Continue(format!(
-                            "{} lost: {lost}",
-                            call_name(intent)
-                        )))
+                        let providers = &self.0.inner.providers;
+                        let away = !providers
+                            .wait_connected(provider, std::time::Duration::ZERO)
+                            .await;
+                        let error = format!("{} lost: {lost}", call_name(intent));
+                        Ok(ControlFlow::Continue((error, away)))
                     }
                 }
             }
@@ -291,12 +296,18 @@ impl Steps<'_> {
 
     /// Gives up on a call: the node says why. An entry left in the journal
     /// (the outcome is unknown) is settled once the provider is back.
-    async fn give_up(&self, node: &NodeRow, entry: Option<Uuid>, error: String) -> StepError {
+    async fn give_up(
+        &self,
+        node: &NodeRow,
+        away: Option<Uuid>,
+        entry: Option<Uuid>,
+        error: String,
+    ) -> StepError {
         self.fail_node(node, &error).await;
         if entry.is_some() {
             self.0.recovery().settle_later(node.deployment_id);
         }
-        StepError::Unavailable(error)
+        StepError::Unavailable { error, away }
     }
 
     /// The transaction before a call.

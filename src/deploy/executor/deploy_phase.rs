@@ -286,8 +286,14 @@ impl<'a> DeployPhase<'a> {
                 self.schedule.finish(key, false);
             }
             Err(error) => {
-                self.run
-                    .failed(format!("{}[{replica}]: {error}", self.graph.keys[key]));
+                let message = format!("{}[{replica}]: {error}", self.graph.keys[key]);
+                match error {
+                    StepError::Unavailable {
+                        away: Some(provider),
+                        ..
+                    } => self.run.provider_away(provider, message),
+                    _ => self.run.failed(message),
+                }
                 for blocked in self.schedule.finish(key, false) {
                     self.taint(blocked, key).await;
                 }

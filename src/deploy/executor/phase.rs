@@ -4,6 +4,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use uuid::Uuid;
+
 use super::Stopped;
 use crate::deploy::NodeState;
 use crate::deploy::blueprint::{self, Blueprint};
@@ -21,10 +23,23 @@ pub(super) fn node_states(nodes: &[NodeRow]) -> Vec<NodeState> {
 pub(super) struct RunState {
     first_error: Option<String>,
     pub(super) interrupted: bool,
+    /// The providers steps failed for being away (not connected, every try).
+    away: BTreeSet<Uuid>,
+    /// Whether a step failed for another reason: the provider's answer, a
+    /// config, the store.
+    failed_otherwise: bool,
 }
 
 impl RunState {
+    /// A step failed: not for want of its provider.
     pub(super) fn failed(&mut self, error: String) {
+        self.failed_otherwise = true;
+        self.first_error.get_or_insert(error);
+    }
+
+    /// A step failed because `provider` was away every time it was tried.
+    pub(super) fn provider_away(&mut self, provider: Uuid, error: String) {
+        self.away.insert(provider);
         self.first_error.get_or_insert(error);
     }
 
@@ -35,7 +50,13 @@ impl RunState {
         stopping: bool,
     ) -> Result<(), Stopped> {
         if let Some(error) = self.first_error {
-            return Err(Stopped::Failed(error));
+            if self.failed_otherwise || self.away.is_empty() {
+                return Err(Stopped::Failed(error));
+            }
+            return Err(Stopped::Away {
+                error,
+                providers: self.away,
+            });
         }
         let outcome = schedule.outcome();
         if outcome.is_complete() {

@@ -110,3 +110,81 @@ async fn provider_faults_fail_the_deployment_with_the_reason() {
     );
     app.stop().await;
 }
+
+/// A deploy that failed only because its provider was away (unloaded, not
+/// connected) is resumed once the provider is back, under `onFailure: KEEP`;
+/// one under `ROLLBACK` stays as it ended.
+#[tokio::test]
+async fn a_deploy_failed_while_its_provider_was_away_resumes_when_it_is_back() {
+    let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), |config| {
+        quick(config);
+        config.deploy.provider_wait = Duration::from_millis(500);
+    })
+    .await;
+    let (provider, blueprint, _repo) = fixture_with_blueprint(&app, "away", "normal").await;
+    let provider_mutation =
+        |mutation: &str| format!("mutation($id: ID!) {{ {mutation}(id: $id) {{ status }} }}");
+    data(
+        &app.gql(
+            &provider_mutation("unloadProvider"),
+            json!({ "id": provider }),
+        )
+        .await,
+    );
+    wait_status(&app, &provider, "UNLOADED").await;
+    let kept = deploy(&app, &blueprint, "kept", json!({ "onFailure": "KEEP" })).await;
+    let rolled = deploy(
+        &app,
+        &blueprint,
+        "rolled",
+        json!({ "onFailure": "ROLLBACK" }),
+    )
+    .await;
+    for id in [&kept, &rolled] {
+        let failed = settled(&app, id, &["FAILED", "COMPLETE"]).await;
+        assert_eq!(failed.state, "FAILED", "{failed:?}");
+        assert!(
+            failed
+                .error
+                .as_deref()
+                .unwrap()
+                .contains("is not connected"),
+            "{failed:?}"
+        );
+    }
+
+    data(
+        &app.gql(
+            &provider_mutation("loadProvider"),
+            json!({ "id": provider }),
+        )
+        .await,
+    );
+    let resumed = eventually(
+        Duration::from_secs(60),
+        "the kept deploy to resume",
+        || async {
+            let d = deployment(&app, &kept).await;
+            (d.state == "COMPLETE").then_some(d)
+        },
+    )
+    .await;
+    let events = app
+        .gql(
+            "query($id: ID!) { deployment(id: $id) { events(first: 100) { message } } }",
+            json!({ "id": kept }),
+        )
+        .await;
+    let said = data(&events)["deployment"]["events"].to_string();
+    assert!(
+        said.contains("resuming: the providers it failed for are back"),
+        "{said}"
+    );
+    assert_eq!(resumed.node("n").state, "COMPLETE", "{resumed:?}");
+    let rolled = deployment(&app, &rolled).await;
+    assert_eq!(
+        rolled.state, "FAILED",
+        "a rolled-back deploy stays: {rolled:?}"
+    );
+    app.stop().await;
+}
