@@ -192,6 +192,40 @@ pub enum ClusterError {
     Unshared(String),
 }
 
+/// Refuses to migrate the database's schema under replicas that are alive:
+/// they run the schema they started with, and a migration made under them
+/// breaks them. A replica of a newer Corbel starts once the others are
+/// stopped (the first to start migrates); this names both versions.
+pub async fn check_migration(db: &Db) -> Result<(), ClusterError> {
+    let pending = crate::store::pending_migrations(db)
+        .await
+        .map_err(|e| ClusterError::Unshared(e.to_string()))?;
+    if pending.is_empty() {
+        return Ok(());
+    }
+    // A schema from before replicas recorded what they run: nothing to check.
+    let Ok((found, now)) = rows::replicas(db).await else {
+        return Ok(());
+    };
+    let alive = found
+        .iter()
+        .find(|r| r.stopped_ms.is_none() && r.lease_until_ms > now);
+    let Some(r) = alive else {
+        return Ok(());
+    };
+    let from = crate::store::database_schema(db).await;
+    Err(ClusterError::Unshared(format!(
+        "this replica (Corbel {ours}) would migrate the database's schema from {from} to {to}, \
+         but replica {id} at {url} (alive) runs Corbel {theirs} on {from}: stop every replica, \
+         then start them all with this version (the first one migrates)",
+        ours = crate::VERSION,
+        to = crate::store::schema_version(),
+        id = r.id,
+        url = r.advertise_url,
+        theirs = r.version,
+    )))
+}
+
 /// What every replica of one database must share, checked as one joins:
 /// one that runs with another secret key cannot read what the others
 /// sealed, and one with another provider state directory loses what the

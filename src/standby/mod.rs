@@ -66,6 +66,7 @@ pub async fn serve(
         ServerLock::acquire_data_dir(&provider_settings.data_dir, &location, me.clone()).await?;
     let db = crate::store::connect_limited(&location, Some(config.cluster.lease)).await?;
     crate::store::lock::migrating(&location, &me, async {
+        crate::cluster::check_migration(&db).await?;
         crate::store::migrate(&db)
             .await
             .map_err(anyhow::Error::from)

@@ -214,6 +214,33 @@ pub async fn migrate(db: &DatabaseConnection) -> Result<(), StoreError> {
     Migrator::up(db, None).await.map_err(StoreError::Migrate)
 }
 
+/// The migrations this binary would apply to the database, by name.
+pub async fn pending_migrations(db: &DatabaseConnection) -> Result<Vec<String>, StoreError> {
+    let pending = Migrator::get_pending_migrations(db)
+        .await
+        .map_err(StoreError::Migrate)?;
+    Ok(pending.iter().map(|m| m.name().to_owned()).collect())
+}
+
+/// The database's schema version: the last migration applied to it
+/// (empty for a new database).
+pub async fn database_schema(db: &DatabaseConnection) -> String {
+    use sea_orm::{ConnectionTrait, Statement};
+    let backend = db.get_database_backend();
+    let query = Statement::from_string(
+        backend,
+        "SELECT max(version) AS version FROM seaql_migrations",
+    );
+    match db.query_one_raw(query).await {
+        Ok(Some(row)) => row
+            .try_get::<Option<String>>("", "version")
+            .ok()
+            .flatten()
+            .unwrap_or_default(),
+        _ => String::new(),
+    }
+}
+
 /// The schema version this binary ends at: its last migration's name.
 pub fn schema_version() -> String {
     Migrator::migrations()

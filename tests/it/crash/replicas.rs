@@ -273,6 +273,61 @@ fn refused_unshared(store: TestStore, key: &Path, state: &Path) {
     }
 }
 
+/// A replica that would migrate the schema while others are alive exits at
+/// start naming both versions. No older Corbel is at hand, so the database
+/// is made to look one migration behind (its last migration's record taken
+/// away, then put back): a fake of the one fault we cannot cause here.
+async fn refused_migration(store: TestStore, key: &Path, state: &Path) {
+    use sea_orm::{ConnectionTrait, Database, Statement};
+    let url = store.database_url.clone().expect("PostgreSQL");
+    let db = Database::connect(&url).await.unwrap();
+    let backend = db.get_database_backend();
+    let last = corbel::store::schema_version();
+    let sql = |sql: &str, values: Vec<sea_orm::Value>| {
+        Statement::from_sql_and_values(backend, sql, values)
+    };
+    let row = db
+        .query_one_raw(sql(
+            "SELECT applied_at FROM seaql_migrations WHERE version = $1",
+            vec![last.clone().into()],
+        ))
+        .await
+        .unwrap()
+        .expect("the last migration is applied");
+    let applied: i64 = row.try_get("", "applied_at").unwrap();
+    db.execute_raw(sql(
+        "DELETE FROM seaql_migrations WHERE version = $1",
+        vec![last.clone().into()],
+    ))
+    .await
+    .unwrap();
+    let (key, state) = (key.display().to_string(), state.display().to_string());
+    let extra = [
+        ("CORBEL_SECRET_KEY_FILE", key.as_str()),
+        ("CORBEL_PROVIDER_STATE_DIR", state.as_str()),
+    ];
+    let env: Vec<(&str, &str)> = CLUSTER_ENV.iter().chain(&extra).copied().collect();
+    let out = serve_command(&store, &env).output().unwrap();
+    db.execute_raw(sql(
+        "INSERT INTO seaql_migrations (version, applied_at) VALUES ($1, $2)",
+        vec![last.clone().into(), applied.into()],
+    ))
+    .await
+    .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "migrated under live replicas: {said}"
+    );
+    for part in [
+        "would migrate the database's schema from m20".to_owned(),
+        format!(" to {last}, but replica"),
+        "(alive) runs Corbel".to_owned(),
+    ] {
+        assert!(said.contains(&part), "`{part}` not in: {said}");
+    }
+}
+
 async fn leader_struck_mid_run(test: &'static str, struck: Struck) {
     let first = TestStore::fresh().await;
     if !first.is_postgres() {
@@ -329,6 +384,7 @@ async fn leader_struck_mid_run(test: &'static str, struck: Struck) {
 
     if matches!(struck, Struck::Killed) {
         refused_unshared(other(), &key, &state);
+        refused_migration(other(), &key, &state).await;
     }
 
     // The run, asked through a standby and followed on the other.
