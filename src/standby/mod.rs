@@ -65,13 +65,7 @@ pub async fn serve(
     let lock =
         ServerLock::acquire_data_dir(&provider_settings.data_dir, &location, me.clone()).await?;
     let db = crate::store::connect_limited(&location, Some(config.cluster.lease)).await?;
-    crate::store::lock::migrating(&location, &me, async {
-        crate::cluster::check_migration(&db).await?;
-        crate::store::migrate(&db)
-            .await
-            .map_err(anyhow::Error::from)
-    })
-    .await?;
+    crate::store::lock::migrating(&location, &me, migrate_under_none(&db)).await?;
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -216,4 +210,12 @@ async fn until_leading(
             _ = shutdown.cancelled() => return false,
         }
     }
+}
+
+/// Migrates the schema, unless replicas alive run the one it has (see
+/// `cluster::check_migration`).
+async fn migrate_under_none(db: &crate::store::Db) -> anyhow::Result<()> {
+    crate::cluster::check_migration(db).await?;
+    crate::store::migrate(db).await?;
+    Ok(())
 }
