@@ -10,16 +10,20 @@
 //!
 //! Run with `cargo bench --profile dist --bench queries`.
 
+mod common;
 #[path = "common/fixture.rs"]
 mod fixture;
-#[path = "common/profile.rs"]
-mod profile;
 
 use std::time::{Duration, Instant};
 
+use common::api::Api;
+use common::profile;
 use corbel::app::App;
 use corbel::config::Config;
-use serde_json::{Value, json};
+use serde_json::json;
+
+/// How long a bench step may take before it is called stuck.
+const NO_END: Duration = Duration::from_secs(300);
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -41,60 +45,19 @@ fn main() {
         .block_on(run(&bin));
 }
 
-struct Api {
-    client: reqwest::Client,
-    url: String,
-    token: String,
-}
-
-impl Api {
-    async fn gql(&self, query: &str, variables: Value) -> Value {
-        let reply: Value = self
-            .client
-            .post(&self.url)
-            .bearer_auth(&self.token)
-            .json(&json!({ "query": query, "variables": variables }))
-            .send()
-            .await
-            .expect("request")
-            .json()
-            .await
-            .expect("json");
-        assert!(reply.get("errors").is_none(), "{query}: {reply}");
-        reply["data"].clone()
-    }
-
-    /// Polls `query` until `done` says so (a deadline of `limit`).
-    async fn wait(&self, what: &str, query: &str, variables: Value, done: impl Fn(&Value) -> bool) {
-        let started = Instant::now();
-        loop {
-            if done(&self.gql(query, variables.clone()).await) {
-                return;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(300),
-                "{what}: no end"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
 async fn run(bin: &std::path::Path) {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut config = Config::for_data_dir(dir.path().join("data"));
     config.listen = "127.0.0.1:0".parse().unwrap();
     config.log_filter = "warn".into();
     let app = App::build(&config).await.expect("app");
-    let api = Api {
-        client: reqwest::Client::new(),
-        url: format!("http://{}/graphql", app.local_addr()),
-        token: app
-            .new_admin_token()
-            .expect("a fresh admin token")
-            .to_owned(),
-    };
+    let addr = app.local_addr().to_string();
+    let token = app
+        .new_admin_token()
+        .expect("a fresh admin token")
+        .to_owned();
     tokio::spawn(app.run_until_stopped(std::future::pending()));
+    let api = Api::new(&addr, &token).await;
 
     let created = api
         .gql(
@@ -109,6 +72,7 @@ async fn run(bin: &std::path::Path) {
     let provider = created["createProvider"]["provider"]["id"].clone();
     api.wait(
         "the fixture connecting",
+        NO_END,
         "query P($id: ID!) { provider(id: $id) { status } }",
         json!({ "id": provider }),
         |d| d["provider"]["status"] == "CONNECTED",
@@ -135,6 +99,7 @@ async fn run(bin: &std::path::Path) {
         .clone();
     api.wait(
         "the deploy",
+        NO_END,
         "query D($id: ID!) { deployment(id: $id) { state } }",
         json!({ "id": id }),
         |d| d["deployment"]["state"] == "COMPLETE",

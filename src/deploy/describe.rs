@@ -48,20 +48,14 @@ pub(super) async fn describe(
 /// The providers `bp`'s resources are served by that are not connected now
 /// (those of its types that resolve).
 pub(super) async fn providers_away(deployments: &Deployments, bp: &Blueprint) -> BTreeSet<Uuid> {
-    let mut away = BTreeSet::new();
     let Ok(by_provider) = calls_by_provider(deployments, bp).await else {
-        return away;
+        return BTreeSet::new();
     };
-    for provider in by_provider.into_keys() {
-        let providers = &deployments.inner.providers;
-        if !providers
-            .wait_connected(provider, std::time::Duration::ZERO)
-            .await
-        {
-            away.insert(provider);
-        }
-    }
-    away
+    let providers = &deployments.inner.providers;
+    by_provider
+        .into_keys()
+        .filter(|provider| !providers.is_connected(*provider))
+        .collect()
 }
 
 /// The keys a provider may update in place, by its protocol version: none

@@ -310,6 +310,12 @@ impl Recovery<'_> {
                 Ok(Some(row)) if failed(&row) => row.operation_id,
                 _ => return,
             };
+            // Still as the run left it: nobody deployed it again or destroyed
+            // it meanwhile (that would stand).
+            let unchanged = || async {
+                matches!(rows::find_deployment(db, id).await,
+                    Ok(Some(row)) if failed(&row) && row.operation_id == operation)
+            };
             // A step first: a link that failed but still counts as connected
             // is marked lost by then (`check_after_loss`), so what is waited
             // for is a new session, not the one that failed.
@@ -328,22 +334,16 @@ impl Recovery<'_> {
                 if back {
                     break;
                 }
-                // Someone acted on it meanwhile (deployed it again, destroyed
-                // it): that stands.
-                match rows::find_deployment(db, id).await {
-                    Ok(Some(row)) if failed(&row) && row.operation_id == operation => {}
-                    _ => return,
-                }
-                if !this.recovery().pause().await {
+                if !unchanged().await || !this.recovery().pause().await {
                     return;
                 }
             }
+            // A run of someone else's may have it.
             let Ok(lock) = this.runs().lock(id, "resume") else {
-                return; // a run of someone else's has it
+                return;
             };
-            match rows::find_deployment(db, id).await {
-                Ok(Some(row)) if failed(&row) && row.operation_id == operation => {}
-                _ => return,
+            if !unchanged().await {
+                return;
             }
             this.runs()
                 .record(

@@ -281,11 +281,9 @@ impl Steps<'_> {
                         crate::telemetry::record_deploy_step(intent.as_str(), "lost");
                         // A dead link is dropped now: the next try waits
                         // for the provider's next registration.
-                        self.0.inner.providers.check_after_loss(provider).await;
                         let providers = &self.0.inner.providers;
-                        let away = !providers
-                            .wait_connected(provider, std::time::Duration::ZERO)
-                            .await;
+                        providers.check_after_loss(provider).await;
+                        let away = !providers.is_connected(provider);
                         let error = format!("{} lost: {lost}", call_name(intent));
                         Ok(ControlFlow::Continue((error, away)))
                     }
