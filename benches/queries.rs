@@ -50,6 +50,10 @@ async fn run(bin: &std::path::Path) {
     let mut config = Config::for_data_dir(dir.path().join("data"));
     config.listen = "127.0.0.1:0".parse().unwrap();
     config.log_filter = "warn".into();
+    // The fixture is a prebuilt binary outside the bench's own directory:
+    // granted to the provider sandbox, as an operator would.
+    let bins = bin.parent().expect("the fixture's directory");
+    config.provider.sandbox_read.push(bins.to_owned());
     let app = App::build(&config).await.expect("app");
     let addr = app.local_addr().to_string();
     let token = app
@@ -73,9 +77,12 @@ async fn run(bin: &std::path::Path) {
     api.wait(
         "the fixture connecting",
         NO_END,
-        "query P($id: ID!) { provider(id: $id) { status } }",
+        "query P($id: ID!) { provider(id: $id) { status statusMessage } }",
         json!({ "id": provider }),
-        |d| d["provider"]["status"] == "CONNECTED",
+        |d| {
+            assert_ne!(d["provider"]["status"], "FAILED", "{d}");
+            d["provider"]["status"] == "CONNECTED"
+        },
     )
     .await;
 
