@@ -29,9 +29,19 @@ pub struct Observed<'a> {
 /// The row to store for an observation when it says something new
 /// (another health or reason, a node written since, other drift) than
 /// `old`, the node's row as the caller read it; `None` when it says nothing
-/// new. The restart book stays as it is (a new row's is empty).
+/// new, or when it is older than what `old` says of the same deployed node
+/// (a look that read the provider before a watch reported a change, applied
+/// after it). An UNKNOWN row is the server's own word (its provider away):
+/// what the provider says when it is back replaces it, however old. The
+/// restart book stays as it is (a new row's is empty).
 pub fn observed_row(o: Observed<'_>, old: Option<&HealthRow>) -> Option<HealthRow> {
     if let Some(old) = old {
+        let older = old.node_updated_at == o.node_updated_at
+            && o.at < old.changed_at
+            && old.health != "UNKNOWN";
+        if older {
+            return None;
+        }
         let drift_same = o.drift.as_ref().is_none_or(|d| *d == old.drift);
         if old.health == o.health
             && old.reason.as_deref() == o.reason
@@ -342,4 +352,39 @@ pub async fn begin_restart(
     let (node, book) = start.book;
     set_restart_book(&txn, node, book).await?;
     txn.commit().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn observed(health: &str, at: DateTime<Utc>, node_updated_at: DateTime<Utc>) -> Observed<'_> {
+        Observed {
+            node_id: Uuid::nil(),
+            deployment_id: Uuid::nil(),
+            health,
+            reason: None,
+            at,
+            node_updated_at,
+            drift: None,
+        }
+    }
+
+    /// A report older than the stored one of the same deployed node is not
+    /// stored over it; a newer one is, and so is any report over UNKNOWN or
+    /// over the row of a node deployed again since.
+    #[test]
+    fn an_older_report_does_not_replace_a_newer_one() {
+        let deployed = Utc::now();
+        let t = |s: i64| deployed + chrono::Duration::seconds(s);
+        let down = observed_row(observed("DOWN", t(5), deployed), None).unwrap();
+        assert!(observed_row(observed("HEALTHY", t(2), deployed), Some(&down)).is_none());
+        let back = observed_row(observed("HEALTHY", t(6), deployed), Some(&down)).unwrap();
+        assert_eq!(back.health, "HEALTHY");
+        let redeployed = observed_row(observed("HEALTHY", t(2), t(3)), Some(&down)).unwrap();
+        assert_eq!(redeployed.node_updated_at, t(3));
+        let unknown = observed_row(observed("UNKNOWN", t(9), deployed), Some(&down)).unwrap();
+        let known = observed_row(observed("HEALTHY", t(1), deployed), Some(&unknown)).unwrap();
+        assert_eq!(known.health, "HEALTHY");
+    }
 }

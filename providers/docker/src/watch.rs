@@ -245,6 +245,10 @@ impl Watcher {
             / 1000
             - 1;
         self.fill(&client).await?;
+        tracing::debug!(
+            since,
+            "docker: the board is read; following the engine's events"
+        );
         self.ready.send_replace(true);
         *pause = FIRST_PAUSE;
         let options = |filters: &[(&str, &[&str])]| EventsOptions {
@@ -366,11 +370,12 @@ impl Watcher {
             let key = actor.id.clone().unwrap_or_default();
             self.lock().objects.get(&key).cloned()
         };
+        let action = event.action.unwrap_or_default();
+        tracing::debug!(?resource, %action, skips = resource.as_deref().is_some_and(|r| self.skips(r)), "docker: an engine event");
         let Some(resource) = resource.filter(|r| !self.skips(r)) else {
             return;
         };
         let at = event.time_nano.map(|n| n / 1_000_000);
-        let action = event.action.unwrap_or_default();
         let observed = match action.as_str() {
             "start" => {
                 self.lock().oom.remove(&resource);

@@ -159,6 +159,11 @@ pub(super) struct HealthState {
     rollup_due: tokio::sync::Notify,
     /// Told when a restart was scheduled.
     heal_due: tokio::sync::Notify,
+    /// Held by [`Health::record_all`] from its read of the stored rows to
+    /// its write: a watch and a look at the same provider apply one after
+    /// the other, so an older report read first cannot be stored over a
+    /// newer one.
+    recording: tokio::sync::Mutex<()>,
 }
 
 /// One thing learned of a node, for [`Health::record_all`].
@@ -226,6 +231,7 @@ impl Health<'_> {
         if deployed.is_empty() {
             return Ok(0);
         }
+        let _one_at_a_time = self.0.inner.health.recording.lock().await;
         let ids: Vec<Uuid> = deployed
             .iter()
             .map(|s| s.node.id)

@@ -314,6 +314,7 @@ impl Health<'_> {
                 return true;
             }
         };
+        tracing::debug!(provider.id = %provider, nodes = nodes.len(), "the health watch is open");
         drop((nodes, calls));
         // What the stream has ready is applied together: a thousand
         // resources dying at once are a few transactions, not a thousand.
@@ -331,6 +332,7 @@ impl Health<'_> {
                     }
                 }
             }
+            tracing::debug!(provider.id = %provider, seen = ?seen.iter().map(|o| (&o.resource_id, o.seen, &o.reason)).collect::<Vec<_>>(), "the health watch saw");
             self.apply(provider, &seen).await;
             if let Some(e) = ended {
                 tracing::debug!(provider.id = %provider, error = %e, "the health watch ended");

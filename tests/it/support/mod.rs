@@ -145,7 +145,15 @@ impl TestApp {
         Self::spawn_with(store, |_| {}).await
     }
 
+    /// Starts a server configured by `adjust`. The server's log (and its
+    /// providers' output) goes to the test's output, shown when it fails, at
+    /// the levels `CORBEL_TEST_LOG` names (errors when unset), e.g.
+    /// `CORBEL_TEST_LOG=corbel::deploy::health=debug`.
     pub async fn spawn_with(store: Arc<TestStore>, adjust: impl FnOnce(&mut Config)) -> TestApp {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_env("CORBEL_TEST_LOG"))
+            .with_test_writer()
+            .try_init();
         let mut config = store.config();
         adjust(&mut config);
         let app = App::build(&config).await.expect("server builds");
