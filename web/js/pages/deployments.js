@@ -304,8 +304,12 @@ export async function detail(view, { id }, scope) {
   let selected = null;
   let dag = null;
   const runCommand = commandRunner(scope);
+  let drawn = null; // what the panel shows: drawn again only when it changed
   const drawPanel = () => {
     const n = d.nodes.find((x) => label(x) === selected);
+    const shows = JSON.stringify([selected, n ?? null, roleIn(d.projectId), n && logsRead.get(n.id)]);
+    if (shows === drawn) return; // a click or a form in it is not lost to a redraw
+    drawn = shows;
     if (!n) return replace(panel, note("Choose a node in the graph to see its state, outputs and error."));
     const focused = panel.contains(document.activeElement) ? document.activeElement : null; // kept if drawn again (a command's form)
     replace(panel,

@@ -38,12 +38,16 @@ async fn a_container_is_powered_off_and_on_and_its_logs_read_in_the_browser() {
         .wait_attr(&node("box[0]"), "data-state", "SUSPENDED")
         .await;
     browser.wait_text("#deployment-state", "SUSPENDED").await;
+    // The panel read again: the health of a powered-off resource.
+    browser.wait_text("#node-health", "powered off").await;
     assert_eq!(container_state(&container), "exited");
     browser.click("#power-start").await;
     browser
         .wait_attr(&node("box[0]"), "data-state", "COMPLETE")
         .await;
     browser.wait_text("#deployment-state", "COMPLETE").await;
+    // Running again, as its provider says: the panel drawn for the last time.
+    browser.wait_text("#node-health", "HEALTHY").await;
     assert_eq!(container_state(&container), "running");
 
     browser.click("#read-logs").await;
