@@ -143,6 +143,36 @@ impl Link {
         }
     }
 
+    /// Follows the provider's `grpc.health.v1` `Watch` (service ""), and
+    /// returns what ended it once the provider stops `SERVING` or the stream
+    /// breaks: the connection closed (the process died, even by SIGKILL,
+    /// and its socket with it) or HTTP/2 keepalive found it dead. Never
+    /// returns for a provider that does not serve `Watch`: its checks alone
+    /// tell then.
+    pub async fn health_lost(&self) -> String {
+        let mut health = self.health.clone();
+        let request = HealthCheckRequest {
+            service: String::new(),
+        };
+        let mut stream = match health.watch(request).await {
+            Ok(answer) => answer.into_inner(),
+            Err(status) if status.code() == tonic::Code::Unimplemented => {
+                return std::future::pending().await;
+            }
+            Err(status) => return format!("the health watch failed: {}", status.message()),
+        };
+        loop {
+            match stream.message().await {
+                Ok(Some(answer)) if answer.status() == ServingStatus::Serving => {}
+                Ok(Some(answer)) => {
+                    return format!("the health watch says {}", answer.status().as_str_name());
+                }
+                Ok(None) => return "the health watch ended".to_owned(),
+                Err(status) => return format!("the health watch broke: {}", status.message()),
+            }
+        }
+    }
+
     pub async fn configure(&self, config_json: String) -> Result<(), LinkError> {
         let mut client = self.client.clone();
         self.call(

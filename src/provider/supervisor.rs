@@ -170,7 +170,12 @@ impl Supervisor {
     ///
     /// A check waits half an interval (at least [`MIN_PROBE`]) for its answer,
     /// and a failed check is repeated at once: a provider that freezes is
-    /// declared gone about two intervals after its last answer.
+    /// declared gone about two intervals after its last answer. Between
+    /// checks the provider's health `Watch` is followed: when it breaks (the
+    /// provider's process died and its connection closed) the link is
+    /// checked at once, so a killed provider is `DISCONNECTED` within the
+    /// probes, not the interval. A watch that broke while the checks pass is
+    /// followed again after the next interval.
     async fn monitor(
         self: Arc<Self>,
         slot: Arc<Slot>,
@@ -182,12 +187,25 @@ impl Supervisor {
         let probe = (interval / 2)
             .max(MIN_PROBE)
             .min(self.settings.call_timeout.max(MIN_PROBE));
+        let lost = link.health_lost();
+        tokio::pin!(lost);
+        let mut watching = true;
+        let mut why: Option<String> = None;
         let mut failures = 0;
         loop {
             if failures == 0 {
                 tokio::select! {
                     _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(interval) => {}
+                    _ = tokio::time::sleep(interval) => {
+                        if !watching {
+                            lost.set(link.health_lost());
+                            watching = true;
+                        }
+                    }
+                    broke = &mut lost, if watching => {
+                        watching = false;
+                        why = Some(broke);
+                    }
                 }
             }
             let checked = tokio::select! {
@@ -197,6 +215,7 @@ impl Supervisor {
             match checked {
                 Ok(()) => {
                     failures = 0;
+                    why = None;
                     slot.saw(Utc::now());
                 }
                 Err(e) => {
@@ -204,7 +223,10 @@ impl Supervisor {
                     if failures < 2 {
                         continue;
                     }
-                    let message = format!("health check failed: {e}");
+                    let message = match why.take() {
+                        Some(broke) => format!("{broke}; health check failed: {e}"),
+                        None => format!("health check failed: {e}"),
+                    };
                     self.slots.drop_failed_link(&slot, &session, message).await;
                     return;
                 }

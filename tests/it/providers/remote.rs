@@ -159,6 +159,8 @@ async fn a_remote_provider_registers_over_mutual_tls_and_runs_a_deployment() {
     let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), |config| {
         quick(config);
         fast_reaper(config);
+        // Checks too rare to find a killed provider: its health watch must.
+        config.provider.health_interval = Duration::from_secs(120);
         config.provider.listen = Some(([127, 0, 0, 1], port).into());
     })
     .await;
@@ -267,12 +269,20 @@ async fn a_remote_provider_registers_over_mutual_tls_and_runs_a_deployment() {
         );
     }
 
-    // The link is lost (the provider killed): Corbel waits for it again, and
-    // it comes back. A deploy asked at once, while the dead link still looks
-    // connected, loses its call: the link is dropped then, and the deploy
-    // waits for the provider's next registration instead of spending its
-    // tries on the dead link.
+    // The provider killed: its health watch breaks with its connection, and
+    // the link is dropped at once, two minutes before a check would find it.
     drop(remote);
+    let killed = std::time::Instant::now();
+    eventually(Duration::from_secs(20), "DISCONNECTED", || async {
+        (provider(&app, &id).await.status == "DISCONNECTED").then_some(())
+    })
+    .await;
+    eprintln!("DISCONNECTED {:?} after the SIGKILL", killed.elapsed());
+    let said = logs(&app, &id).await;
+    assert!(said.contains("the health watch broke"), "{said}");
+    // Corbel waits for it again, and it comes back. A deploy asked while the
+    // provider is away waits for its next registration instead of spending
+    // its tries on the dead link.
     // Named: `other` announces the same type, and neither is connected now.
     let named = create_blueprint(
         &app,
