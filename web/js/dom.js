@@ -180,22 +180,29 @@ export function confirmBox({ question, yes, act, close, check, slot = errorSlot(
     ready();
   };
   yes.type = "submit";
-  const box = h("form.confirm", { id, role: "group", "aria-label": "Confirm", oninput: ready, onsubmit },
+  const onkeydown = (event) => {
+    if (event.key === "Escape" && close) {
+      event.preventDefault();
+      close();
+    }
+  };
+  const box = h("form.confirm", { id, role: "group", "aria-label": "Confirm", oninput: ready, onsubmit, onkeydown },
     typeof question === "string" ? h("p", question) : question,
     h("div.toolbar", yes, h("button.secondary", { type: "button", id: cancelId, onclick: close }, "Cancel")),
     slot);
-  box.slot = slot;
   ready();
   return box;
 }
 
-/** `button` opens a hidden `confirmBox`, focus on its field or on Cancel. */
+/** `button` opens a hidden `confirmBox` (its last error cleared), focus on its field or on Cancel; Escape or Cancel close it. */
 export function askFirst(button, options) {
-  const box = confirmBox({ ...options, close: () => ((box.hidden = true), button.focus()) });
+  // Kept here, not on the box: `slot` is every element's own attribute.
+  const slot = options.slot ?? errorSlot();
+  const box = confirmBox({ ...options, slot, close: () => ((box.hidden = true), button.focus()) });
   box.hidden = true;
   button.addEventListener("click", () => {
     box.hidden = false;
-    box.slot.clear();
+    slot.clear();
     box.querySelector("input, button.secondary").focus();
   });
   return box;

@@ -370,6 +370,22 @@ async fn deleting_a_blueprint_is_refused_while_a_deployment_uses_it() {
 
     browser.goto(&format!("/blueprints/{id}")).await;
     browser.wait_text("h1", "in-use").await;
+    // The question takes the focus; Escape closes it, and the focus goes
+    // back to the button.
+    browser.click("#bp-delete").await;
+    browser
+        .wait_js(
+            "the focus in the confirmation",
+            "document.activeElement.closest('#bp-delete-confirm') !== null",
+        )
+        .await;
+    browser.find(":focus").await.send_keys("\u{E00C}").await.unwrap();
+    browser
+        .wait_js(
+            "the confirmation closed by Escape",
+            "document.querySelector('#bp-delete-confirm').hidden && document.activeElement.id === 'bp-delete'",
+        )
+        .await;
     // Cancel keeps it.
     browser.click("#bp-delete").await;
     browser.click("#bp-delete-no").await;
@@ -396,6 +412,15 @@ async fn deleting_a_blueprint_is_refused_while_a_deployment_uses_it() {
         .await;
     browser.screenshot("blueprint-delete-refused").await;
     assert_eq!(blueprint_count(&app).await, 1);
+    // Asked again, the old refusal is gone.
+    browser.click("#bp-delete-no").await;
+    browser.click("#bp-delete").await;
+    browser
+        .wait_js(
+            "the old error cleared",
+            "!document.querySelector('#bp-delete-confirm').hidden && !document.querySelector('#bp-delete-confirm .error')",
+        )
+        .await;
 
     destroy_and_wait(&app, &deployment, &pids(&running)).await;
     browser.click("#bp-delete-yes").await;
