@@ -444,6 +444,17 @@ pub struct ProviderFlags {
 /// Longest path a unix socket address holds on Linux.
 pub(super) const MAX_SOCKET_PATH: usize = 107;
 
+/// The socket directory of provider `id` alone (a provider run as another
+/// user binds its socket there; a Docker provider's is mounted into its
+/// container at the same path): `<socket dir>/<the last 12 hex digits of its
+/// id>`, the random part of a v4 or v7 uuid. Short, so that the socket in
+/// it, `<id>.sock` as the SDKs bind it, fits a unix socket's path under a
+/// data directory of up to 44 bytes (`<socket dir>/<id>/<id>.sock` left 20).
+pub(super) fn own_socket_dir(socket_dir: &std::path::Path, id: uuid::Uuid) -> std::path::PathBuf {
+    let simple = id.simple().to_string();
+    socket_dir.join(&simple[simple.len() - 12..])
+}
+
 /// Refuses a unix socket path longer than [`MAX_SOCKET_PATH`], naming it.
 pub(super) fn check_socket_path(path: &std::path::Path) -> anyhow::Result<()> {
     let len = path.as_os_str().len();

@@ -732,10 +732,10 @@ impl Supervisor {
     }
 }
 
-/// The socket directory of provider `id` alone, `<socket dir>/<id>`: a
-/// provider run as another user, or in a container, binds its socket there.
+/// The socket directory of provider `id` alone (see
+/// [`settings::own_socket_dir`](super::settings::own_socket_dir)).
 pub(super) fn own_socket_dir(settings: &ProviderSettings, id: Uuid) -> PathBuf {
-    settings.socket_dir().join(id.to_string())
+    super::settings::own_socket_dir(&settings.socket_dir(), id)
 }
 
 /// A provider's restarts: the stored count, and the crashes in a row that

@@ -22,7 +22,7 @@ use uuid::Uuid;
 use super::super::binding::{Binding, pid_namespace};
 use super::super::logs::{LogSink, LogStream};
 use super::super::runtime::{Job, Running, RuntimeError};
-use super::super::settings::MAX_SOCKET_PATH;
+use super::super::settings::{MAX_SOCKET_PATH, own_socket_dir};
 use super::DockerRuntime;
 use super::engine::{Engine, engine_message, status};
 
@@ -123,11 +123,11 @@ impl DockerRuntime {
         Ok(())
     }
 
-    /// The container's own socket directory, `<socket dir>/<provider id>`,
+    /// The container's own socket directory (`settings::own_socket_dir`),
     /// made with the state directory (a bind of a missing path fails); refused
     /// when its socket's path would be too long for a unix socket.
     async fn own_socket_dir(&self) -> Result<PathBuf, RuntimeError> {
-        let sockets = self.socket_dir.join(self.provider.to_string());
+        let sockets = own_socket_dir(&self.socket_dir, self.provider);
         let socket = sockets.join(format!("{}.sock", self.provider));
         let len = socket.as_os_str().len();
         if len > MAX_SOCKET_PATH {

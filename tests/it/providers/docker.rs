@@ -3,6 +3,7 @@
 //! and restarted; unloaded without a trace; rebuilt from the engine's cache;
 //! and the orphan a SIGKILLed server leaves removed at its next start.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -13,7 +14,7 @@ use crate::support::docker::{
 };
 use crate::support::provider_repos::{ProviderRepo, workspace_bin};
 use crate::support::providers::{create_provider, logs, nodes, provider, spawn_quick, wait_status};
-use crate::support::settings::QUICK_ENV;
+use crate::support::settings::{QUICK_ENV, quick};
 use crate::support::{ADMIN_TOKEN, TestApp, TestStore, data, eventually};
 
 /// Waits until exactly one container carries `label`; its id.
@@ -52,13 +53,17 @@ async fn load(app: &TestApp, id: &str) {
 #[tokio::test]
 async fn a_docker_provider_connects_is_restarted_when_killed_and_leaves_nothing() {
     let mut cleanup = Cleanup::new();
-    let app = spawn_quick().await;
+    // A data directory as long as a user's may be: the provider's socket,
+    // `<data>/sockets/<12 hex>/<id>.sock`, is 107 bytes, as long as allowed.
+    let store = TestStore::fresh_of_length(44).await;
+    let app = TestApp::spawn_with(Arc::new(store), quick).await;
     let repo = docker_provider_repo();
     let (id, _) = create_provider(
         &app,
         json!({ "name": "boxed", "gitUrl": repo.url(), "ref": "v1", "config": {"capacity": 3} }),
     )
     .await;
+    let own = &id.replace('-', "")[20..];
     cleanup.label(provider_label(&id));
 
     let connected = wait_status(&app, &id, "CONNECTED").await;
@@ -83,7 +88,7 @@ async fn a_docker_provider_connects_is_restarted_when_killed_and_leaves_nothing(
         "the registration is bound: {log}"
     );
     assert!(
-        log.contains(&format!("/sockets/{id}/{id}.sock")),
+        log.contains(&format!("/sockets/{own}/{id}.sock")),
         "its own socket directory: {log}"
     );
 
@@ -117,7 +122,7 @@ async fn a_docker_provider_connects_is_restarted_when_killed_and_leaves_nothing(
     sources.sort();
     let mut expected = [
         data_dir.join("registry.sock"),
-        data_dir.join("sockets").join(&id),
+        data_dir.join("sockets").join(own),
         data_dir.join("providers").join(&id).join("state"),
     ]
     .map(|p| p.display().to_string());

@@ -55,6 +55,20 @@ impl TestStore {
         TestStore { dir, database_url }
     }
 
+    /// A fresh store whose data directory's path is `len` bytes long.
+    pub async fn fresh_of_length(len: usize) -> TestStore {
+        let mut store = Self::fresh().await;
+        let tmp = std::env::temp_dir();
+        let prefix = "d".repeat(len - tmp.as_os_str().len() - 1 - 6);
+        store.dir = tempfile::Builder::new()
+            .prefix(&prefix)
+            .rand_bytes(6)
+            .tempdir()
+            .expect("temp dir");
+        assert_eq!(store.dir.path().as_os_str().len(), len);
+        store
+    }
+
     pub fn data_dir(&self) -> &Path {
         self.dir.path()
     }

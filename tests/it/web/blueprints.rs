@@ -379,7 +379,12 @@ async fn deleting_a_blueprint_is_refused_while_a_deployment_uses_it() {
             "document.activeElement.closest('#bp-delete-confirm') !== null",
         )
         .await;
-    browser.find(":focus").await.send_keys("\u{E00C}").await.unwrap();
+    browser
+        .find(":focus")
+        .await
+        .send_keys("\u{E00C}")
+        .await
+        .unwrap();
     browser
         .wait_js(
             "the confirmation closed by Escape",
