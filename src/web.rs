@@ -37,7 +37,9 @@ const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self' 'unsa
 pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
     let mut router = Router::new()
         .route("/", get(index))
-        .route("/ui/{*path}", get(asset));
+        .route("/favicon.ico", get(favicon))
+        .route("/ui/{*path}", get(asset))
+        .fallback(not_found);
     for section in SECTIONS {
         router = router
             .route(&format!("/{section}"), get(index))
@@ -53,6 +55,28 @@ pub async fn graphiql(headers: HeaderMap) -> Response {
 
 async fn index(headers: HeaderMap) -> Response {
     serve("index.html", &headers)
+}
+
+/// The icon browsers ask for on every page (an SVG: what `index.html` links).
+async fn favicon(headers: HeaderMap) -> Response {
+    serve("favicon.svg", &headers)
+}
+
+/// Any other path: a browser's page load gets the console (status 404), which
+/// says "Not found" with a way back; anything else a plain 404.
+async fn not_found(headers: HeaderMap) -> Response {
+    let page = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| accept.contains("text/html"));
+    if !page {
+        return (StatusCode::NOT_FOUND, "not found\n").into_response();
+    }
+    let mut response = serve("index.html", &HeaderMap::new());
+    if response.status() == StatusCode::OK {
+        *response.status_mut() = StatusCode::NOT_FOUND;
+    }
+    response
 }
 
 async fn asset(Path(path): Path<String>, headers: HeaderMap) -> Response {

@@ -279,6 +279,31 @@ async fn the_console_is_served_whole_from_the_binary_with_a_strict_policy() {
             "{path} loads nothing from elsewhere"
         );
     }
+    // A mistyped address: the console's own "Not found" page for a browser
+    // (status 404), a plain 404 for anything else; the icon every page asks for.
+    let lost = app
+        .client
+        .get(app.url("/no-such-page"))
+        .header("Accept", "text/html");
+    let lost = lost.send().await.unwrap();
+    assert_eq!(lost.status(), 404);
+    assert!(lost.text().await.unwrap().contains("/ui/js/app.js"));
+    let plain = app
+        .client
+        .get(app.url("/no-such-page"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain.status(), 404);
+    assert_eq!(plain.text().await.unwrap(), "not found\n");
+    let icon = app
+        .client
+        .get(app.url("/favicon.ico"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(icon.status(), 200);
+    assert_eq!(icon.headers()["content-type"], "image/svg+xml");
     // Assets are revalidated by ETag: unchanged, they cost a 304.
     let first = app
         .client

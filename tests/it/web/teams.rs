@@ -238,6 +238,14 @@ async fn an_admin_makes_a_user_and_a_project_and_the_console_shows_the_user_what
         user.wait_js(&format!("no {css}"), &none_shown(css)).await;
     }
     user.wait_js("no stray text", NO_STRAY_TEXT).await;
+    // Users: refused, with no button a user cannot use; a mistyped address
+    // is the console's "Not found".
+    user.goto("/users").await;
+    user.wait_text("#user-list", "FORBIDDEN").await;
+    user.wait_js("no new user button", &none_shown("#new-user"))
+        .await;
+    user.goto("/no-such-page").await;
+    user.wait_text("h1", "Not found").await;
 
     // The admin makes them DEPLOYER in the project's page.
     admin.goto(&format!("/projects/{project}")).await;

@@ -1,7 +1,7 @@
 // Users, for server admins.
 
 import { gql } from "../api.js";
-import { navigate } from "../app.js";
+import { isAdmin, navigate } from "../app.js";
 import { busy, errorSlot, facts, failed, field, fill, h, link, muted, replace, sending, table, time, typedConfirm } from "../dom.js";
 
 const FIELDS = "id username role disabled hasPassword createdAt memberships { role project { id name } }";
@@ -10,7 +10,7 @@ export const memberships = (list) => (list.length ? list.map((m, i) => [i ? ", "
 
 export async function list(view, _params, scope) {
   const body = h("div#user-list");
-  view.append(h("div.toolbar", h("h1.grow", "Users"), h("a#new-user.button", { href: "/users/new" }, "New user")), body);
+  view.append(h("div.toolbar", h("h1.grow", "Users"), isAdmin() && h("a#new-user.button", { href: "/users/new" }, "New user")), body);
   await fill(body, scope, async () => {
     const { users } = await gql(`query Users { users { ${FIELDS} } }`);
     const row = (u) => h("tr", { dataset: { username: u.username } }, h("td", link(`/users/${u.id}`, u.username)), h("td", u.role),
