@@ -291,6 +291,9 @@ struct Inner {
     /// from the last renewal seen to succeed, less a heartbeat.
     valid_until: std::sync::Mutex<Instant>,
     stopping: CancellationToken,
+    /// A lone server (it holds the server lock): its joining and leading
+    /// are no news to its operator, and logged at debug.
+    alone: bool,
 }
 
 impl Cluster {
@@ -346,10 +349,15 @@ impl Cluster {
             leading,
             valid_until: std::sync::Mutex::new(valid_until),
             stopping,
+            alone,
         }));
         let epoch = rows::claim(&cluster.0.db, LEADER, me, lease_ms, alone).await?;
         cluster.set_leading(epoch);
-        tracing::info!(replica = %me, leader = ?epoch, "joined as a replica");
+        if alone {
+            tracing::debug!(replica = %me, "a lone server: it leads");
+        } else {
+            tracing::info!(replica = %me, leader = ?epoch, "joined as a replica");
+        }
         Ok(cluster)
     }
 
@@ -388,6 +396,7 @@ impl Cluster {
                 return false;
             }
             match epoch {
+                Some(epoch) if self.0.alone => tracing::debug!(epoch, "leading"),
                 Some(epoch) => tracing::info!(epoch, "leading: singletons run here"),
                 None if now.is_some() => tracing::warn!("stepped down as leader"),
                 None => {}
