@@ -98,6 +98,17 @@ pub fn bounded(mut text: String, max: usize, marker: &str) -> String {
     text
 }
 
+/// A duration in a user's words: `10m`, `90s`, `1h`, `250ms`.
+pub fn duration_words(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0 => format!("{}ms", d.as_millis()),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

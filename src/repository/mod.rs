@@ -15,7 +15,7 @@ mod sealed;
 mod settings;
 mod sync;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use crate::store::{Db, DbErr};
@@ -217,6 +217,9 @@ pub struct Repositories {
     settings: RepositorySettings,
     /// Repositories with a sync running in this process.
     syncing: Arc<Mutex<HashSet<Uuid>>>,
+    /// Repositories whose last syncs failed: how many in a row (see
+    /// [`Repositories::retry_in`]).
+    failures: Arc<Mutex<HashMap<Uuid, u32>>>,
     tasks: TaskTracker,
     stopping: CancellationToken,
     bus: Bus<SyncEvent>,
@@ -233,10 +236,32 @@ impl Repositories {
             db,
             settings,
             syncing: Arc::default(),
+            failures: Arc::default(),
             tasks: TaskTracker::new(),
             stopping,
             bus,
         }
+    }
+
+    /// When a sync of `id` that just failed runs again: two refresh checks
+    /// later (10 s by default), twice as long after each failure in a row,
+    /// and never later than its own refresh interval. A source that was down
+    /// when the repository was made is read soon after it is up, not an hour
+    /// later.
+    fn retry_in(&self, id: Uuid, interval: std::time::Duration) -> std::time::Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let row = failures.entry(id).or_insert(0);
+        let wait = (self.settings.refresh_check * 2).saturating_mul(1 << (*row).min(16));
+        *row += 1;
+        wait.min(interval)
+    }
+
+    /// A sync of `id` succeeded: its next failure is retried soon again.
+    fn synced(&self, id: Uuid) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
     }
 
     /// Sync progress of every repository, as it happens.

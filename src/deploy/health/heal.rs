@@ -189,7 +189,7 @@ impl Healer<'_> {
             super::super::node_label(&node),
             book.window_restarts,
             restart.attempts,
-            words(restart.window)
+            crate::text::duration_words(restart.window)
         );
         match self.start(&node, &book, message).await {
             Err(DeployError::Conflict(_)) => Ok(()), // busy or settling: next look
@@ -210,7 +210,7 @@ impl Healer<'_> {
         let reason = format!(
             "crash loop: {} restarts in {}",
             book.window_restarts,
-            words(restart.window)
+            crate::text::duration_words(restart.window)
         );
         if node.state == NodeState::Complete {
             self.0
@@ -413,17 +413,6 @@ fn chrono_of(d: Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
 
-/// A duration in a user's words: `10m`, `90s`, `1h`.
-fn words(d: Duration) -> String {
-    let s = d.as_secs();
-    match s {
-        0 => format!("{}ms", d.as_millis()),
-        s if s % 3600 == 0 => format!("{}h", s / 3600),
-        s if s % 60 == 0 => format!("{}m", s / 60),
-        s => format!("{s}s"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -479,9 +468,12 @@ mod tests {
 
     #[test]
     fn durations_read_as_a_user_writes_them() {
-        assert_eq!(words(Duration::from_secs(600)), "10m");
-        assert_eq!(words(Duration::from_secs(3600)), "1h");
-        assert_eq!(words(Duration::from_secs(90)), "90s");
-        assert_eq!(words(Duration::from_millis(500)), "500ms");
+        assert_eq!(crate::text::duration_words(Duration::from_secs(600)), "10m");
+        assert_eq!(crate::text::duration_words(Duration::from_secs(3600)), "1h");
+        assert_eq!(crate::text::duration_words(Duration::from_secs(90)), "90s");
+        assert_eq!(
+            crate::text::duration_words(Duration::from_millis(500)),
+            "500ms"
+        );
     }
 }

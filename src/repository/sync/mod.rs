@@ -42,11 +42,23 @@ pub async fn run(repos: &Repositories, id: Uuid, refetch: bool) -> Result<(), Re
     publish(repos, id, RepositoryStatus::Syncing, None, (0, 0, 0));
     tracing::info!(repository.id = %id, repository.name = %repository.name, "sync started");
     let outcome = sync_by_deadline(repos, &repository, refetch).await;
-    let next = Utc::now() + chrono::TimeDelta::seconds(repository.refresh_interval_seconds);
+    let interval =
+        std::time::Duration::from_secs(repository.refresh_interval_seconds.max(0) as u64);
     match outcome {
-        Ok(stats) => finished(repos, id, &stats, next).await,
-        Err(e) => failed(repos, &repository, e, next).await,
+        Ok(stats) => {
+            repos.synced(id);
+            finished(repos, id, &stats, after(interval)).await
+        }
+        Err(e) => {
+            let wait = repos.retry_in(id, interval);
+            failed(repos, &repository, e, wait).await
+        }
     }
+}
+
+/// Now and `wait`.
+fn after(wait: std::time::Duration) -> chrono::DateTime<Utc> {
+    Utc::now() + chrono::TimeDelta::from_std(wait).unwrap_or(chrono::TimeDelta::MAX)
 }
 
 /// [`sync`] within the total deadline: a source that trickles bytes (each
@@ -111,13 +123,15 @@ async fn finished(
 }
 
 /// Records a sync that failed with `e`: the repository is in `ERROR`, with
-/// a message that holds no secret of its URL nor the store's insides.
+/// a message that holds no secret of its URL nor the store's insides, and
+/// says when it is tried again (`wait`).
 async fn failed(
     repos: &Repositories,
     repository: &super::Repository,
     e: RepositoryError,
-    next: chrono::DateTime<Utc>,
+    wait: std::time::Duration,
 ) -> Result<(), RepositoryError> {
+    let next = after(wait);
     let id = repository.id;
     // Whatever a driver or library put in the message, the URL's
     // secrets do not reach the log, the row or the events.
@@ -143,6 +157,10 @@ async fn failed(
         | RepositoryError::Source(_)
         | RepositoryError::Deployment(_) => message,
     };
+    let message = format!(
+        "{message} (tried again in {})",
+        crate::text::duration_words(wait)
+    );
     rows::finish_sync(
         &repos.db,
         id,

@@ -308,3 +308,34 @@ async fn a_source_that_trickles_fails_at_the_end_of_its_window() {
         started.elapsed()
     );
 }
+
+/// A repository made while its source is down is read as soon as the source
+/// is up, with no refresh asked for: a failed sync is tried again after two
+/// refresh checks, then twice as long each time, and says so.
+#[tokio::test]
+async fn a_source_down_at_first_is_read_once_it_is_up() {
+    let store = std::sync::Arc::new(TestStore::fresh().await);
+    let app = TestApp::spawn_with(store, |c| {
+        c.repository.refresh_check = Duration::from_millis(50);
+    })
+    .await;
+    let source = tempfile::tempdir().unwrap();
+    let root = source.path();
+    let nginx = Nginx::start(root);
+    let id = create_id(
+        &app,
+        json!({"name": "later", "driver": {"http": {"url": nginx.url()}}}),
+    )
+    .await;
+    let down = settled(&app, &id, "ERROR").await;
+    let said = down.status_message.unwrap_or_default();
+    assert!(
+        said.contains("404") && said.contains("(tried again in "),
+        "{said}"
+    );
+    write_inventory(root, &[put_element(root, "a", "1.0.0", json!({}), &[])]);
+    let up = settled(&app, &id, "ACTIVE").await;
+    assert_eq!(up.status_message, None, "{up:?}");
+    let ids = element_ids(&app, &id).await;
+    assert_eq!(ids.keys().collect::<Vec<_>>(), ["a 1.0.0"]);
+}
