@@ -70,11 +70,19 @@ impl Chaos {
         }
     }
 
-    /// Deploys the blueprint as a new deployment; returns its id.
+    /// Deploys the blueprint as a new deployment; returns its id. Every
+    /// other deployment is `onFailure: KEEP` (the rest ROLLBACK): under
+    /// either, a fault must leave it COMPLETE.
     pub async fn deploy(&mut self, api: &Api, blueprint: &str) -> Option<String> {
         let name = format!("chaos-{}", self.tracked.len());
-        let input = json!({ "blueprintId": blueprint, "name": name, "variables": { "tag": name } });
-        let what = format!("deploy {name}");
+        let on_failure = ["ROLLBACK", "KEEP"][self.tracked.len() % 2];
+        let input = json!({
+            "blueprintId": blueprint,
+            "name": name,
+            "variables": { "tag": name },
+            "onFailure": on_failure,
+        });
+        let what = format!("deploy {name} ({on_failure})");
         let answer = self
             .mutate(api, &what, DEPLOY, json!({ "input": input }))
             .await?;
