@@ -48,7 +48,7 @@ fn remote(spec: &str) -> Option<Remote> {
 }
 
 pub async fn cp(context: &Context, args: CpArgs) -> Result<(), ClientError> {
-    let api = context.signed_in()?;
+    let api = context.signed_in().await?;
     let (bytes, verb) = match (remote(&args.from), remote(&args.to)) {
         (None, Some(to)) => {
             let node = node_of(api, &to.deployment, &to.resource).await?;

@@ -34,7 +34,7 @@ pub struct DeployArgs {
 }
 
 pub async fn deploy(context: &Context, args: DeployArgs) -> Result<(), ClientError> {
-    let api = context.signed_in()?;
+    let api = context.signed_in().await?;
     let source = std::fs::read_to_string(&args.file)
         .map_err(|e| ClientError::Usage(format!("cannot read {}: {e}", args.file.display())))?;
     let name = match args.name {
@@ -106,7 +106,7 @@ pub struct DestroyArgs {
 }
 
 pub async fn destroy(context: &Context, args: DestroyArgs) -> Result<(), ClientError> {
-    let api = context.signed_in()?;
+    let api = context.signed_in().await?;
     let deployment = resolve::deployment(api, &args.deployment).await?;
     let id = cell(&deployment["id"]);
     // Only this run's events count: the history may hold an earlier end.

@@ -28,17 +28,17 @@ pub enum ClientError {
     #[error("{0}")]
     Usage(String),
     /// No token, or one the server does not take; `corbel login` helps.
-    #[error("{0}")]
+    #[error("{0} (UNAUTHENTICATED)")]
     NotSignedIn(String),
     /// A name no list holds (the API's `NOT_FOUND` arrives as [`Self::Api`]).
-    #[error("{0}")]
+    #[error("{0} (NOT_FOUND)")]
     NotFound(String),
     /// A conflict found by the client (a live deployment of that name).
-    #[error("{0}")]
+    #[error("{0} (CONFLICT)")]
     Conflict(String),
     /// The server could not be reached, or did not answer as a GraphQL
     /// server does.
-    #[error("{0}")]
+    #[error("{0} (UNREACHABLE)")]
     Transport(String),
     /// A GraphQL error: its message and `extensions.code`.
     #[error("{message} ({code})")]
@@ -86,10 +86,19 @@ impl ClientError {
         }
     }
 
+    /// The message without its code (which the text form adds, and JSON
+    /// gives apart).
     pub fn message(&self) -> String {
         match self {
             Self::Api { message, .. } => message.clone(),
-            other => other.to_string(),
+            Self::Failed(m)
+            | Self::Usage(m)
+            | Self::NotSignedIn(m)
+            | Self::NotFound(m)
+            | Self::Conflict(m)
+            | Self::Transport(m)
+            | Self::Interrupted(m)
+            | Self::Local(m) => m.clone(),
         }
     }
 

@@ -40,7 +40,7 @@ pub struct ExecArgs {
 /// Runs the command; answers its exit status (128 + the signal's number
 /// when a signal ended it, as a shell says).
 pub async fn exec(context: &Context, args: ExecArgs) -> Result<u8, ClientError> {
-    let api = context.signed_in()?;
+    let api = context.signed_in().await?;
     let node = node_of(api, &args.deployment, &args.resource).await?;
     let (mut sink, mut stream, url) = connect(api).await?;
     let tty = args.tty && std::io::IsTerminal::is_terminal(&std::io::stdin());

@@ -29,7 +29,7 @@ pub enum GetCommand {
 const REPLICA: &str = "id advertiseUrl host pid version keyId state leader startedAt heartbeatAt";
 
 pub async fn get(context: &Context, command: GetCommand) -> Result<(), ClientError> {
-    let api = context.signed_in()?;
+    let api = context.signed_in().await?;
     let one_deployment = matches!(command, GetCommand::Deployments { name: Some(_) });
     let (items, one) = match &command {
         GetCommand::Deployments { name: Some(name) } => {

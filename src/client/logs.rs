@@ -44,7 +44,7 @@ const LOG_LINE: &str = "at stream line";
 
 pub async fn logs(context: &Context, command: LogsCommand) -> Result<(), ClientError> {
     let LogsCommand::Provider { name, follow, tail } = command;
-    let api = context.signed_in()?;
+    let api = context.signed_in().await?;
     let id = resolve::provider(api, &name).await?["id"]
         .as_str()
         .unwrap_or_default()
@@ -134,7 +134,7 @@ fn show_log_line(context: &Context, line: &Value) {
 
 pub async fn events(context: &Context, command: EventsCommand) -> Result<(), ClientError> {
     let EventsCommand::Deployment { deployment, follow } = command;
-    let api = context.signed_in()?;
+    let api = context.signed_in().await?;
     let found = resolve::deployment(api, &deployment).await?;
     let id = found["id"].as_str().unwrap_or_default().to_owned();
     let stored: Value = api

@@ -150,10 +150,19 @@ impl Context {
         })
     }
 
-    /// The API, once there is a token to send.
-    pub fn signed_in(&self) -> Result<&Api, ClientError> {
+    /// The API, once there is a token to send. Without one, the server is
+    /// asked first: one that cannot be reached says so (exit 6), not that
+    /// nobody signed in.
+    pub async fn signed_in(&self) -> Result<&Api, ClientError> {
         if self.api.token().is_some() {
             return Ok(&self.api);
+        }
+        if let Err(unreachable @ ClientError::Transport(_)) = self
+            .api
+            .request("{ __typename }", serde_json::Value::Null)
+            .await
+        {
+            return Err(unreachable);
         }
         Err(ClientError::NotSignedIn(format!(
             "not signed in to {}: run `corbel login`, or give --token or CORBEL_TOKEN",

@@ -32,7 +32,7 @@ pub struct PlanArgs {
 }
 
 pub async fn plan(context: &Context, args: PlanArgs) -> Result<(), ClientError> {
-    let api = context.signed_in()?;
+    let api = context.signed_in().await?;
     let deployment = resolve::deployment(api, &args.deployment).await?;
     let mut input = json!({ "deploymentId": deployment["id"] });
     if let Some(file) = &args.file {
@@ -146,7 +146,7 @@ pub struct ApplyArgs {
 }
 
 pub async fn apply(context: &Context, args: ApplyArgs) -> Result<(), ClientError> {
-    let api = context.signed_in()?;
+    let api = context.signed_in().await?;
     let found: Value = api
         .get(
             "query($id: ID!) { plan(id: $id) { deploymentId } }",
@@ -181,7 +181,7 @@ pub struct RollbackArgs {
 }
 
 pub async fn rollback(context: &Context, args: RollbackArgs) -> Result<(), ClientError> {
-    let api = context.signed_in()?;
+    let api = context.signed_in().await?;
     let deployment = resolve::deployment(api, &args.deployment).await?;
     let id = cell(&deployment["id"]);
     let after = follow::last_event_id(api, &id).await?;
@@ -233,7 +233,7 @@ async fn follow_or_show(
         "Deployment `{}` ({id}) is {what}; Ctrl-C stops waiting, not the run.",
         cell(&started["name"])
     ));
-    let api = context.signed_in()?;
+    let api = context.signed_in().await?;
     let ended = follow::wait(api, &id, after, context.output).await?;
     settled(context, &ended, "COMPLETE")
 }
@@ -245,7 +245,7 @@ pub struct RevisionsArgs {
 }
 
 pub async fn revisions(context: &Context, args: RevisionsArgs) -> Result<(), ClientError> {
-    let api = context.signed_in()?;
+    let api = context.signed_in().await?;
     let deployment = resolve::deployment(api, &args.deployment).await?;
     let found: Value = api
         .get(

@@ -139,6 +139,14 @@ async fn an_unreachable_server_exits_6() {
     let cli = Cli::admin(format!("http://127.0.0.1:{port}"));
     let ran = cli.expect(&["get", "deployments"], 6).await;
     assert!(ran.stderr.contains("cannot reach"), "{ran:?}");
+    // With no token either: the server is unreachable, not the user
+    // unsigned; the text names the code as JSON does.
+    let nobody = Cli::new(format!("http://127.0.0.1:{port}"));
+    let ran = nobody.expect(&["get", "deployment", "web"], 6).await;
+    assert!(
+        ran.stderr.contains("cannot reach") && ran.stderr.contains("(UNREACHABLE)"),
+        "{ran:?}"
+    );
     let ran = cli
         .expect(&["-o", "json", "events", "deployment", "web"], 6)
         .await;

@@ -174,7 +174,10 @@ async fn deploy_wait_get_events_and_destroy_through_the_cli() {
     all_gone(&second_pids).await;
 
     let unknown = cli.expect(&["destroy", "nothing-here"], 4).await;
-    assert!(unknown.stderr.contains("`nothing-here`"), "{unknown:?}");
+    assert!(
+        unknown.stderr.contains("`nothing-here` (NOT_FOUND)"),
+        "the text names the code as JSON does: {unknown:?}"
+    );
     cli.expect(&["events", "deployment", "nothing-here"], 4)
         .await;
 }
