@@ -14,13 +14,29 @@ use super::{Check, Outcome, Started};
 const HOST_GONE_EXIT: Duration = Duration::from_secs(10);
 
 impl Check {
-    pub(super) async fn check_sigterm(&mut self, host: &CheckHost, started: &mut Started) {
+    /// `run`: the shell runtime's `run:` command, whose shell may be what a
+    /// SIGTERM ended.
+    pub(super) async fn check_sigterm(
+        &mut self,
+        host: &CheckHost,
+        started: &mut Started,
+        run: Option<&str>,
+    ) {
         let grace = self.options.settings.stop_grace;
         (self.say)("stopping it with SIGTERM");
         signal(started.running.binding(), Signal::SIGTERM);
         let exit = tokio::time::timeout(grace, started.running.wait()).await;
         let result = match exit {
             Ok(exit) if exit == "exit status 0" => Ok(format!("{exit} within {grace:?}")),
+            Ok(exit) if exit == "killed by SIGTERM" && run.is_some_and(|r| !execs(r)) => {
+                Err(format!(
+                    "{exit}; a provider exits 0 on SIGTERM. The process Corbel waits for is \
+                     `sh -c` running `run:`, and a shell that starts the provider without \
+                     `exec` is what the signal ended, whatever the provider did: write \
+                     `run: exec {}`",
+                    run.unwrap_or_default().trim()
+                ))
+            }
             Ok(exit) => Err(format!("{exit}; a provider exits 0 on SIGTERM")),
             Err(_) => {
                 started.running.stop(Duration::ZERO).await;
@@ -71,4 +87,13 @@ fn signal(binding: Option<Binding>, signal: Signal) {
     if let Some(Binding::ProcessGroup(group)) = binding {
         let _ = killpg(Pid::from_raw(group), signal);
     }
+}
+
+/// Whether a `run:` command hands its shell's place to the provider: its
+/// last line starts with `exec`.
+fn execs(run: &str) -> bool {
+    run.trim()
+        .lines()
+        .last()
+        .is_some_and(|line| line.trim_start().starts_with("exec "))
 }
