@@ -191,11 +191,7 @@ impl Check {
         };
         self.check_watch(&link, &meta, watch).await;
         self.check_expired_deadline(&link).await;
-        let run = match &meta.runtime {
-            metadata::Runtime::Shell { run, .. } => Some(run.as_str()),
-            _ => None,
-        };
-        self.check_sigterm(&host, &mut started, run).await;
+        self.check_sigterm(&host, &mut started, &meta).await;
         if let Some(mut again) = self.start(&runtime, &job, &host, 2).await {
             self.check_host_gone(&host, &mut again).await;
         }

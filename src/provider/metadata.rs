@@ -78,6 +78,16 @@ pub enum Runtime {
     Remote,
 }
 
+impl Runtime {
+    /// The shell runtime's `run:` command line.
+    pub fn shell_run(&self) -> Option<&str> {
+        match self {
+            Runtime::Shell { run, .. } => Some(run),
+            Runtime::Docker(_) | Runtime::Remote => None,
+        }
+    }
+}
+
 /// The `docker:` section.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DockerSpec {

@@ -8,20 +8,21 @@ use nix::unistd::Pid;
 
 use super::super::binding::Binding;
 use super::super::check_host::CheckHost;
+use super::super::metadata::Metadata;
 use super::{Check, Outcome, Started};
 
 /// How long a provider has to exit once its host is gone.
 const HOST_GONE_EXIT: Duration = Duration::from_secs(10);
 
 impl Check {
-    /// `run`: the shell runtime's `run:` command, whose shell may be what a
-    /// SIGTERM ended.
+    /// `meta`: its `run:` command, whose shell may be what a SIGTERM ended.
     pub(super) async fn check_sigterm(
         &mut self,
         host: &CheckHost,
         started: &mut Started,
-        run: Option<&str>,
+        meta: &Metadata,
     ) {
+        let run = meta.runtime.shell_run();
         let grace = self.options.settings.stop_grace;
         (self.say)("stopping it with SIGTERM");
         signal(started.running.binding(), Signal::SIGTERM);
