@@ -12,6 +12,7 @@ const GAP_X = 72; // between layers
 const GAP_Y = 10; // between replicas
 const GAP_GROUP = 26; // between keys of a layer
 const PAD = 18;
+const MIN_SCALE = 0.6; // a wide graph is shrunk to fit its box down to this, then scrolls
 const INSET = 8; // a group's frame around its replicas
 const HEAD = 20; // a group's title
 
@@ -91,6 +92,7 @@ export function drawDag(resources, nodes, onSelect) {
     svg("path", { d: "M0,0 L10,5 L0,10 z", class: "arrow" }));
   const root = svg("svg", { width, height: tall, viewBox: `0 0 ${width} ${tall}`, role: "group", "aria-label": "Resources and their dependencies" },
     svg("defs", {}, arrow));
+  root.style.minWidth = `${Math.round(width * MIN_SCALE)}px`; // fitted to its box, never smaller than this
   for (const [k, ds] of deps) {
     const to = boxes.get(k);
     for (const d of ds) {

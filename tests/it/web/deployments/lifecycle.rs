@@ -487,6 +487,15 @@ async fn a_deployment_is_made_followed_live_redeployed_and_destroyed_in_the_brow
             "document.documentElement.scrollWidth <= document.documentElement.clientWidth",
         )
         .await;
+    // The graph (460 px drawn) is shrunk to fit its box.
+    narrow
+        .wait_js(
+            "the DAG inside its box",
+            "((box, drawn) => drawn.left >= box.left - 1 && drawn.right <= box.right + 1 \
+             && drawn.width < 460)(document.querySelector('#dag').getBoundingClientRect(), \
+             document.querySelector('#dag svg').getBoundingClientRect())",
+        )
+        .await;
     narrow.screenshot("deployment-narrow").await;
     narrow.close().await;
 }
