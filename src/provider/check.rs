@@ -191,7 +191,7 @@ impl Check {
         };
         self.check_watch(&link, &meta, watch).await;
         self.check_expired_deadline(&link).await;
-        self.check_sigterm(&host, &mut started, &meta).await;
+        self.check_leaving(&host, &mut started, &meta).await;
         if let Some(mut again) = self.start(&runtime, &job, &host, 2).await {
             self.check_host_gone(&host, &mut again).await;
         }

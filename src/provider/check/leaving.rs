@@ -11,17 +11,46 @@ use super::super::check_host::CheckHost;
 use super::super::metadata::Metadata;
 use super::{Check, Outcome, Started};
 
+/// How long an exit already made takes to be seen.
+const STILL_RUNNING_WITHIN: Duration = Duration::from_millis(100);
 /// How long a provider has to exit once its host is gone.
 const HOST_GONE_EXIT: Duration = Duration::from_secs(10);
 
 impl Check {
-    /// `meta`: its `run:` command, whose shell may be what a SIGTERM ended.
-    pub(super) async fn check_sigterm(
+    /// How it leaves, once the protocol's checks are done: it must still run
+    /// (a provider runs until it is stopped), then exit 0 on SIGTERM.
+    pub(super) async fn check_leaving(
         &mut self,
         host: &CheckHost,
         started: &mut Started,
         meta: &Metadata,
     ) {
+        if self.check_still_running(started).await {
+            self.check_sigterm(host, started, meta).await;
+        }
+    }
+
+    /// Whether the provider still runs after the checks; a failure if not.
+    async fn check_still_running(&mut self, started: &mut Started) -> bool {
+        let ended = tokio::time::timeout(STILL_RUNNING_WITHIN, started.running.wait()).await;
+        match ended {
+            Err(_) => {
+                let said = "still running after the checks";
+                self.report.add("runs until stopped", Outcome::Pass, said);
+                true
+            }
+            Ok(exit) => {
+                let said = format!(
+                    "{exit} on its own after it registered: a provider runs until Corbel stops it"
+                );
+                self.report.add("runs until stopped", Outcome::Fail, said);
+                false
+            }
+        }
+    }
+
+    /// `meta`: its `run:` command, whose shell may be what a SIGTERM ended.
+    async fn check_sigterm(&mut self, host: &CheckHost, started: &mut Started, meta: &Metadata) {
         let run = meta.runtime.shell_run();
         let grace = self.options.settings.stop_grace;
         (self.say)("stopping it with SIGTERM");

@@ -426,3 +426,27 @@ fn updates_in_place_are_checked_on_a_provider_that_speaks_them() {
         "{row}"
     );
 }
+
+/// A provider that exits on its own after registering fails, saying so,
+/// whatever else passed.
+#[test]
+fn a_provider_that_exits_after_registering_fails_runs_until_stopped() {
+    let metadata = fixture_metadata("exit-after-register")
+        .replace("FIXTURE_MODE=", "FIXTURE_EXIT_AFTER_MS=50 FIXTURE_MODE=");
+    assert!(metadata.contains("FIXTURE_EXIT_AFTER_MS=50"), "{metadata}");
+    let repo = ProviderRepo::new(&metadata, &[]);
+    let checked = check(&[], &[&repo.url()]);
+    assert!(!checked.success, "{}", checked.table);
+    assert_eq!(
+        checked.outcome("register"),
+        Some("PASS"),
+        "{}",
+        checked.table
+    );
+    let row = checked.row("runs until stopped");
+    assert!(
+        row.contains("FAIL") && row.contains("exit status 3 on its own"),
+        "{}",
+        checked.table
+    );
+}
