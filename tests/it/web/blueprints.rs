@@ -175,6 +175,19 @@ async fn a_blueprint_with_mistakes_shows_them_at_their_lines_then_saves() {
         )
         .await;
 
+    // Past 32 lines the text scrolls: the numbers stay inside the editor.
+    let long = (1..=60)
+        .map(|i| format!("# line {i}\n"))
+        .collect::<String>();
+    browser.set_value("#bp-source", &long).await;
+    browser
+        .wait_js(
+            "the gutter no taller than the text",
+            "((box, area) => box.height <= area.height + 4)(document.querySelector('.bp-code').getBoundingClientRect(), \
+             document.querySelector('#bp-source').getBoundingClientRect())",
+        )
+        .await;
+
     browser.fill("#bp-name", "web-and-db").await;
     browser
         .fill("#bp-description", "A web process and its db")
