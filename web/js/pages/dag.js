@@ -149,6 +149,15 @@ export function drawDag(resources, nodes, onSelect) {
       selected = drawn.get(name) ?? null;
       selected?.setAttribute("aria-pressed", "true");
     },
+    /** Draws it at `scale` of its size, its box scrolling; fitted to its box when `null`. */
+    zoom(scale) {
+      root.dataset.scale = scale == null ? "fit" : scale.toFixed(2);
+      root.style.maxWidth = scale == null ? "" : "none";
+      root.style.minWidth = scale == null ? `${Math.round(width * MIN_SCALE)}px` : "0";
+      root.style.width = scale == null ? "" : `${Math.round(width * scale)}px`;
+    },
+    /** The scale it is drawn at now. */
+    scale: () => root.getBoundingClientRect().width / width,
   };
 }
 

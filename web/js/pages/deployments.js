@@ -299,7 +299,30 @@ export async function detail(view, { id }, scope) {
   extend.onclick = () => setLease(extend, leaseAt.value ? new Date(leaseAt.value).toISOString() : undefined);
   unlease.onclick = () => setLease(unlease, null);
 
-  const dagBox = h("div#dag.dag");
+  // The graph fits its box until zoomed: buttons, + - 0 on the box, or Ctrl and the wheel; the box scrolls to pan.
+  const dagBox = h("div#dag.dag", { tabindex: "0", "aria-label": "The graph: + and - zoom, 0 fits, arrows scroll" });
+  let zoomed = null; // a scale, or null: fitted
+  const zoom = (scale) => {
+    zoomed = scale == null ? null : Math.min(3, Math.max(0.25, scale));
+    dag?.zoom(zoomed);
+  };
+  const zoomBy = (factor) => zoom((zoomed ?? dag?.scale() ?? 1) * factor);
+  dagBox.addEventListener("keydown", (event) => {
+    const by = { "+": 1.25, "=": 1.25, "-": 0.8 }[event.key];
+    if (by) zoomBy(by);
+    else if (event.key === "0") zoom(null);
+    else return;
+    event.preventDefault();
+  });
+  dagBox.addEventListener("wheel", (event) => {
+    if (!event.ctrlKey) return;
+    event.preventDefault();
+    zoomBy(event.deltaY < 0 ? 1.1 : 0.9);
+  }, { passive: false });
+  const dagTools = h("div.dag-tools", { role: "group", "aria-label": "Zoom" },
+    h("button#dag-zoom-out.secondary", { type: "button", title: "Zoom out (-)", onclick: () => zoomBy(0.8) }, "−"),
+    h("button#dag-fit.secondary", { type: "button", title: "Fit to the box (0)", onclick: () => zoom(null) }, "Fit"),
+    h("button#dag-zoom-in.secondary", { type: "button", title: "Zoom in (+)", onclick: () => zoomBy(1.25) }, "+"));
   const panel = h("aside#node-panel.card", { "aria-live": "polite" });
   let selected = null;
   let dag = null;
@@ -385,6 +408,7 @@ export async function detail(view, { id }, scope) {
       drawPanel();
     });
     replace(dagBox, dag.el);
+    dag.zoom(zoomed);
     dag.select(selected);
     drawPanel();
   };
@@ -480,7 +504,7 @@ export async function detail(view, { id }, scope) {
     h("div.toolbar", h("div.grow.title", h("h1", d.name), state, health), destroy),
     confirm,
     summary,
-    h("div.dag-layout", dagBox, panel),
+    h("div.dag-layout", h("div.dag-area", dagTools, dagBox), panel),
     mayAct && h("div.actions", h("section.card", h("h2", "Redeploy"),
         h("p.hint", "Destroys and deploys again the chosen resources and what depends on them."), picks, redeploy, redeploySlot),
       h("section.card.lease", h("h2", "Lease"), h("div.toolbar", field("Destroy at", leaseAt), extend, unlease), leaseSlot),

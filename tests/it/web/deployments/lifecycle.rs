@@ -496,6 +496,24 @@ async fn a_deployment_is_made_followed_live_redeployed_and_destroyed_in_the_brow
              document.querySelector('#dag svg').getBoundingClientRect())",
         )
         .await;
+    // Zoomed in, it is drawn larger and its box scrolls; 0 on the box fits it again.
+    narrow.click("#dag-zoom-in").await;
+    narrow.click("#dag-zoom-in").await;
+    narrow
+        .wait_js(
+            "the DAG zoomed past its box",
+            "((box) => box.scrollWidth > box.clientWidth && \
+             box.querySelector('svg').getBoundingClientRect().width > 460)(document.querySelector('#dag'))",
+        )
+        .await;
+    narrow.find("#dag").await.send_keys("0").await.unwrap();
+    narrow
+        .wait_js(
+            "the DAG fitted again",
+            "document.querySelector('#dag svg').dataset.scale === 'fit' && \
+             document.querySelector('#dag svg').getBoundingClientRect().width < 460",
+        )
+        .await;
     narrow.screenshot("deployment-narrow").await;
     narrow.close().await;
 }
