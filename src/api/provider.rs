@@ -10,6 +10,7 @@ use futures_util::{Stream, StreamExt};
 
 use super::pagination::{Page, paginate};
 use super::{ApiError, parse_id, principal, state};
+use crate::deploy::Deployments;
 use crate::events::Delivery;
 use crate::provider::{self as domain, Providers};
 
@@ -78,6 +79,9 @@ pub struct ProviderNode {
     name: String,
     /// How many resources of each type (or `*`) the node holds.
     capacity: Json<serde_json::Map<String, serde_json::Value>>,
+    /// How many resources of each type it holds now (deployed, or being
+    /// deployed or destroyed), and `*`: all of them.
+    used: Json<serde_json::Map<String, serde_json::Value>>,
     labels: Json<serde_json::Map<String, serde_json::Value>>,
 }
 
@@ -176,9 +180,14 @@ impl Provider {
     /// (`PROVIDER_UNAVAILABLE` when it is not connected or does not answer).
     async fn nodes(&self, ctx: &Context<'_>) -> Result<Vec<ProviderNode>, ApiError> {
         let nodes = state::<Providers>(ctx)?.nodes(self.0.id).await?;
+        let mut usage = state::<Deployments>(ctx)?
+            .queries()
+            .node_usage(self.0.id)
+            .await?;
         Ok(nodes
             .into_iter()
             .map(|n| ProviderNode {
+                used: Json(used_of(usage.remove(&n.name).unwrap_or_default())),
                 name: n.name,
                 capacity: Json(
                     n.capacity
@@ -511,4 +520,17 @@ impl ProviderSubscription {
         });
         Ok(futures_util::stream::once(std::future::ready(first)).chain(live))
     }
+}
+
+/// A node's counts by type, and `*`: their sum.
+fn used_of(
+    by_type: std::collections::HashMap<String, i64>,
+) -> serde_json::Map<String, serde_json::Value> {
+    let all: i64 = by_type.values().sum();
+    let mut used: serde_json::Map<String, serde_json::Value> = by_type
+        .into_iter()
+        .map(|(kind, count)| (kind, count.into()))
+        .collect();
+    used.insert("*".to_owned(), all.into());
+    used
 }

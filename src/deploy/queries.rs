@@ -63,6 +63,18 @@ impl Queries<'_> {
         Ok((resources, quantities))
     }
 
+    /// What each node of `provider` holds now (deployed or in flight), by
+    /// resource type: node name → type → count.
+    pub async fn node_usage(
+        &self,
+        provider: Uuid,
+    ) -> Result<
+        std::collections::HashMap<String, std::collections::HashMap<String, i64>>,
+        DeployError,
+    > {
+        Ok(rows::node_usage(&self.0.inner.db, provider, &super::LIVE_NODE_STATES).await?)
+    }
+
     /// One resource node of any deployment, by its id.
     pub async fn node(&self, id: Uuid) -> Result<ResourceNode, DeployError> {
         let row = rows::find_node(&self.0.inner.db, id)

@@ -29,8 +29,8 @@ pub use journal::{
 };
 pub use nodes::{
     HOLDING_STATES, Holder, NewNode, NodeChange, NodeRow, change_node, find_node, find_nodes,
-    insert_nodes, mark_nodes, nodes_of, placement_counts, project_node_count, project_node_quotas,
-    provider_holders,
+    insert_nodes, mark_nodes, node_usage, nodes_of, placement_counts, project_node_count,
+    project_node_quotas, provider_holders,
 };
 
 pub use blueprint::Model as BlueprintRow;

@@ -109,6 +109,34 @@ pub async fn placement_counts(
         .collect())
 }
 
+/// What each node of a provider holds (resources in `live_states`), by
+/// resource type: node → type → count.
+pub async fn node_usage(
+    db: &DatabaseConnection,
+    provider_id: Uuid,
+    live_states: &[NodeState],
+) -> Result<HashMap<String, HashMap<String, i64>>, DbErr> {
+    let rows: Vec<(Option<String>, String, i64)> = deployment_node::Entity::find()
+        .select_only()
+        .column(deployment_node::Column::Node)
+        .column(deployment_node::Column::ResourceType)
+        .column_as(deployment_node::Column::Id.count(), "count")
+        .filter(deployment_node::Column::ProviderId.eq(provider_id))
+        .filter(deployment_node::Column::State.is_in(live_states.iter().copied()))
+        .group_by(deployment_node::Column::Node)
+        .group_by(deployment_node::Column::ResourceType)
+        .into_tuple()
+        .all(db)
+        .await?;
+    let mut usage: HashMap<String, HashMap<String, i64>> = HashMap::new();
+    for (node, kind, count) in rows {
+        if let Some(node) = node {
+            usage.entry(node).or_default().insert(kind, count);
+        }
+    }
+    Ok(usage)
+}
+
 /// How many nodes of the project's deployments are in `live_states`: what
 /// counts against its `maxResources`.
 pub async fn project_node_count(

@@ -90,7 +90,7 @@ pub async fn logs(app: &TestApp, id: &str) -> String {
 /// The whole answer (errors included) to the provider's nodes.
 pub async fn nodes(app: &TestApp, id: &str) -> Value {
     app.gql(
-        "query($id: ID!) { provider(id: $id) { nodes { name capacity labels } } }",
+        "query($id: ID!) { provider(id: $id) { nodes { name capacity used labels } } }",
         json!({ "id": id }),
     )
     .await

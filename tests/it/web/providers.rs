@@ -187,11 +187,14 @@ async fn a_provider_is_created_followed_live_and_managed_in_the_browser() {
             "7",
         )
         .await;
-    browser.wait_text("#provider-nodes .cap .count", "7").await;
+    browser
+        .wait_text("#provider-nodes .cap .count", "0 of 7")
+        .await;
     browser
         .wait_js(
-            "the capacity is drawn as a bar",
-            "document.querySelector('#provider-nodes .cap .bar > span').getBoundingClientRect().width > 20",
+            "nothing used: an empty bar",
+            "document.querySelector('#provider-nodes .cap .bar').getBoundingClientRect().width > 20 && \
+             document.querySelector('#provider-nodes .cap .bar > span').getBoundingClientRect().width === 0",
         )
         .await;
 

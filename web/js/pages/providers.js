@@ -1,7 +1,7 @@
 import { gql } from "../api.js";
 import { isAdmin, navigate } from "../app.js";
 import {
-  badge, bars, busy, chips, code, confirmBox, empty, errorBox, errorSlot, facts, failed, field, fill, h, json, jsonArea,
+  badge, busy, chips, code, confirmBox, empty, errorBox, errorSlot, facts, failed, field, fill, h, json, jsonArea,
   later, link, liveList, muted, note, parseJson, replace, sending, shownOnce, status, table, time,
 } from "../dom.js";
 
@@ -115,7 +115,7 @@ const tokenBox = (token, id, ...more) =>
     ...more);
 
 const PROVIDER = `query Provider($id: ID!) { provider(id: $id) { ${FIELDS} } }`;
-const NODES = `query ProviderNodes($id: ID!) { provider(id: $id) { id nodes { name capacity labels } } }`;
+const NODES = `query ProviderNodes($id: ID!) { provider(id: $id) { id nodes { name capacity used labels } } }`;
 const LOGS = `query ProviderLogs($id: ID!) { provider(id: $id) { id logs(last: 200) { at stream line } } }`;
 const EVENTS = `subscription ProviderEvents($id: ID!) { providerEvents(id: $id) { status message missed log { at stream line } } }`;
 const LOAD = `mutation Load($id: ID!) { loadProvider(id: $id) { id } }`;
@@ -292,14 +292,22 @@ function metadata(p) {
   ];
 }
 
+/** Each node's capacity by type, as used of total: `*` counts every type. */
 function drawNodes(el, list) {
   if (!list.length) return replace(el, empty("The provider reports no nodes."));
-  const top = Math.max(1, ...list.flatMap((n) => Object.values(n.capacity).map(Number).filter(Number.isFinite)));
+  const row = (n, type, total) => {
+    const used = Number(n.used?.[type] ?? 0);
+    const share = Math.min(100, (100 * used) / Math.max(1, Number(total) || 0));
+    return h("li.cap", { dataset: { type, count: String(total), used: String(used) }, title: `${used} of ${total} used` },
+      code(type === "*" ? "* (any type)" : type),
+      h("span.bar", { "aria-hidden": "true" }, h("span", { style: `width: ${share}%` })),
+      h("span.count", `${used} of ${total}`));
+  };
   replace(el, list.map((n) => h("div.node", { dataset: { node: n.name } },
     h("div.node-head", h("strong", n.name),
       Object.entries(n.labels ?? {}).map(([k, v]) => h("span.label", `${k}=${v}`))),
-    bars(Object.entries(n.capacity).map(([type, count]) => [type === "*" ? "* (any type)" : type, count, { type }]),
-      { "aria-label": `Capacity of ${n.name}` }, top))));
+    h("ul.capacity", { "aria-label": `Capacity of ${n.name}, used of total` },
+      Object.entries(n.capacity).map(([type, total]) => row(n, type, total))))));
 }
 
 function configuration(p) {

@@ -277,6 +277,11 @@ async fn a_deployment_is_made_followed_live_redeployed_and_destroyed_in_the_brow
         Some("true")
     );
     browser.screenshot("deployment-dag").await;
+    // The provider's node counts what the deployment holds: 4 (of 50).
+    let answer = crate::support::providers::nodes(&app, &provider).await;
+    let used = &crate::support::data(&answer)["provider"]["nodes"][0]["used"];
+    assert_eq!(used["process.v1.service"], 4, "{answer}");
+    assert_eq!(used["*"], 4, "{answer}");
 
     // The lease: extended (stored), a past time refused beside it, removed.
     let later = browser.js(&local_time_in(2 * 86_400_000)).await;
