@@ -155,13 +155,14 @@ pub async fn serve_with<P: Provider>(
             return Ok(Stopped::Requested);
         }
     };
+    let watch = watch_registry(prepared.channel.clone(), settings.call_timeout).await;
     let Started {
         channel,
         mut server,
         registration,
     } = register(&settings, provider, prepared).await?;
     let stopped = tokio::select! {
-        reason = registry_gone(channel.clone(), settings.call_timeout) => {
+        reason = registry_gone(watch) => {
             warn!(provider.id = %settings.provider_id, reason = %reason, "the registry is gone; stopping");
             Stopped::RegistryGone(reason)
         }
@@ -408,22 +409,40 @@ pub(crate) async fn call<T>(
 }
 
 /// Resolves, with the reason, once the registry is not SERVING any more.
-async fn registry_gone(channel: Channel, deadline: Duration) -> String {
+/// Opens the watch of the registry's health now, before registering: the
+/// stream lives on the connection the registration goes over, so a server
+/// that dies after answering `Register` is seen gone even when a new server
+/// is already listening at the same socket (a channel would reconnect to it,
+/// and a watch opened then would find the new server SERVING).
+async fn watch_registry(
+    channel: Channel,
+    deadline: Duration,
+) -> Result<tonic::codec::Streaming<tonic_health::pb::HealthCheckResponse>, String> {
     let mut health = HealthClient::new(channel);
     let watch = health.watch(HealthCheckRequest {
         service: REGISTRY_HEALTH_SERVICE.to_string(),
     });
     // Only the opening has a deadline; the stream itself lasts as long as the server.
-    let mut stream = match tokio::time::timeout(deadline, watch).await {
-        Ok(Ok(response)) => response.into_inner(),
-        Ok(Err(status)) => {
-            return format!(
-                "cannot watch the registry's health ({REGISTRY_HEALTH_SERVICE}): {:?}: {}",
-                status.code(),
-                status.message()
-            );
-        }
-        Err(_) => return format!("the registry's health watch did not open within {deadline:?}"),
+    match tokio::time::timeout(deadline, watch).await {
+        Ok(Ok(response)) => Ok(response.into_inner()),
+        Ok(Err(status)) => Err(format!(
+            "cannot watch the registry's health ({REGISTRY_HEALTH_SERVICE}): {:?}: {}",
+            status.code(),
+            status.message()
+        )),
+        Err(_) => Err(format!(
+            "the registry's health watch did not open within {deadline:?}"
+        )),
+    }
+}
+
+/// Follows the watch [`watch_registry`] opened until the registry is gone.
+async fn registry_gone(
+    watch: Result<tonic::codec::Streaming<tonic_health::pb::HealthCheckResponse>, String>,
+) -> String {
+    let mut stream = match watch {
+        Ok(stream) => stream,
+        Err(why) => return why,
     };
     loop {
         match stream.message().await {
