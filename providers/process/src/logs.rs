@@ -7,13 +7,16 @@
 //! No pipe, no reader that could die with the provider. The provider keeps
 //! the files small from outside: [`Logs::watch_dir`] follows writes to the
 //! logs directory through inotify and rotates a file once it passes
-//! `log_max_bytes`, by copy, then truncate ([`rotate_if_full`]): the last
-//! `log_max_bytes` of it (from a line start) go to `<id>.log.1`, the older
-//! rotated files move up one, and the file is truncated to 0; the service's
-//! next append lands at its new end, 0.
+//! `log_max_bytes` ([`rotate_if_full`]): its front is cut off, the last
+//! `log_max_bytes` of what was cut (from a line start) go to `<id>.log.1`,
+//! the older rotated files move up one; the service's next append lands at
+//! the file's new end.
 //!
-//! The race, and the bound. What the service appends between the copy and
-//! the truncate (microseconds apart) is lost. A rotated file holds at most
+//! The race, and the bound. On ext4 and XFS the front is cut in whole blocks
+//! by the file system, atomically with the service's appends: nothing is
+//! lost, and under a block stays in the live file. Elsewhere the file is
+//! copied, then truncated, and what the service appends between the two
+//! (a few microseconds) is lost. A rotated file holds at most
 //! `log_max_bytes`; the live file holds `log_max_bytes` plus what the
 //! service writes before the provider reacts (an inotify wake-up: usually a
 //! few KiB, more for a service writing megabytes a second on a busy host).
@@ -55,10 +58,11 @@ fn rotating(log: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Rotates `log` if it is over `limits.max_bytes`: its last `max_bytes` (from
-/// the first line start in them) to `<log>.1`, the rotated files up one
-/// (those past `limits.files` removed), then `log` truncated to 0. True if it
-/// rotated. A missing `log` is not an error.
+/// Rotates `log` if it is over `limits.max_bytes`: its front cut off
+/// ([`cut_front`]), the last `max_bytes` of what was cut (from the first line
+/// start in them) to `<log>.1`, the rotated files up one (those past
+/// `limits.files` removed). True if it rotated. A missing `log` is not an
+/// error.
 pub fn rotate_if_full(log: &Path, limits: LogLimits) -> io::Result<bool> {
     let mut file = match OpenOptions::new().read(true).write(true).open(log) {
         Ok(file) => file,
@@ -69,6 +73,12 @@ pub fn rotate_if_full(log: &Path, limits: LogLimits) -> io::Result<bool> {
     if len <= limits.max_bytes {
         return Ok(false);
     }
+    let keep = if limits.files > 0 {
+        limits.max_bytes
+    } else {
+        0
+    };
+    let cut = cut_front(&mut file, len, keep).map_err(|e| named(log, e))?;
     for n in (limits.files + 1)..=MAX_LOG_FILES {
         remove_if_there(&rotated(log, n))?;
     }
@@ -81,28 +91,66 @@ pub fn rotate_if_full(log: &Path, limits: LogLimits) -> io::Result<bool> {
                 _ => {}
             }
         }
-        let start = len - limits.max_bytes;
-        let mut kept = Vec::with_capacity(limits.max_bytes as usize);
-        file.seek(SeekFrom::Start(start))
-            .map_err(|e| named(log, e))?;
-        (&mut file)
-            .take(limits.max_bytes)
-            .read_to_end(&mut kept)
-            .map_err(|e| named(log, e))?;
         // Not half a line: from the first line that starts in what is kept.
-        let from = match kept.iter().position(|&b| b == b'\n') {
-            Some(newline) if start > 0 && newline + 1 < kept.len() => newline + 1,
+        let from = match cut.bytes.iter().position(|&b| b == b'\n') {
+            Some(newline) if cut.partial && newline + 1 < cut.bytes.len() => newline + 1,
             _ => 0,
         };
         let tmp = rotating(log);
         File::create(&tmp)
-            .and_then(|mut out| out.write_all(&kept[from..]))
+            .and_then(|mut out| out.write_all(&cut.bytes[from..]))
             .map_err(|e| named(&tmp, e))?;
         fs::rename(&tmp, rotated(log, 1)).map_err(|e| named(&tmp, e))?;
     }
-    // What the service appended since the copy is lost here (see above).
-    file.set_len(0).map_err(|e| named(log, e))?;
     Ok(true)
+}
+
+/// What [`cut_front`] took off a log: its last bytes, and whether they are
+/// only part of it (so may start mid-line).
+struct Cut {
+    bytes: Vec<u8>,
+    partial: bool,
+}
+
+/// Takes the front off `file` (`len` bytes long when looked at) and gives
+/// back its last `keep` bytes, while the service may be appending.
+///
+/// Whole blocks go with `fallocate(FALLOC_FL_COLLAPSE_RANGE)` (ext4, XFS):
+/// the file system does it under the same lock as an append, so nothing the
+/// service writes is lost; the rest of the last block, under one block,
+/// stays in the log. Where that cannot be done (another file system, or a
+/// log under one block) the log is copied, then truncated: what the service
+/// appends between the last read and the truncate is lost.
+fn cut_front(file: &mut File, len: u64, keep: u64) -> io::Result<Cut> {
+    use std::os::unix::fs::MetadataExt;
+    let block = file.metadata()?.blksize().max(1);
+    let whole = (len - 1) / block * block;
+    if whole > 0 {
+        let start = whole.saturating_sub(keep);
+        let mut bytes = Vec::with_capacity((whole - start) as usize);
+        file.seek(SeekFrom::Start(start))?;
+        (&mut *file).take(whole - start).read_to_end(&mut bytes)?;
+        let collapse = rustix::fs::FallocateFlags::COLLAPSE_RANGE;
+        match rustix::fs::fallocate(&*file, collapse, 0, whole) {
+            Ok(()) => {
+                let partial = start > 0;
+                return Ok(Cut { bytes, partial });
+            }
+            // Not this file system, or not this alignment: copy, then truncate.
+            Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::INVAL) => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    let start = len.saturating_sub(keep);
+    let mut bytes = Vec::new();
+    file.seek(SeekFrom::Start(start))?;
+    file.read_to_end(&mut bytes)?;
+    // As soon as the last read is done: the window of loss is these two calls.
+    file.set_len(0)?;
+    let over = bytes.len().saturating_sub(keep as usize);
+    bytes.drain(..over);
+    let partial = start > 0 || over > 0;
+    Ok(Cut { bytes, partial })
 }
 
 /// Removes `log` and every rotated file of it; missing ones are fine.
@@ -372,6 +420,69 @@ mod tests {
         remove_all(&log).unwrap();
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
         assert!(!rotate_if_full(&log, limits(40, 1)).unwrap(), "missing");
+    }
+
+    /// Whether this file system cuts whole blocks off a file's front.
+    fn collapses(dir: &Path) -> bool {
+        let probe = dir.join("probe");
+        fs::write(&probe, vec![b'x'; 3 * 4096]).unwrap();
+        let file = OpenOptions::new().write(true).open(&probe).unwrap();
+        let flags = rustix::fs::FallocateFlags::COLLAPSE_RANGE;
+        let block = std::os::unix::fs::MetadataExt::blksize(&file.metadata().unwrap());
+        let collapsed = rustix::fs::fallocate(&file, flags, 0, block).is_ok();
+        fs::remove_file(&probe).unwrap();
+        collapsed
+    }
+
+    #[test]
+    fn a_log_cut_while_its_service_appends_loses_no_line() {
+        let dir = tempfile::tempdir().unwrap();
+        if !collapses(dir.path()) {
+            eprintln!("{}: no FALLOC_FL_COLLAPSE_RANGE here", dir.path().display());
+            return;
+        }
+        let log = dir.path().join("c.log");
+        let mut appender = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        const LINES: usize = 200_000;
+        let writer = std::thread::spawn(move || {
+            for i in 1..=LINES {
+                appender
+                    .write_all(format!("line {i}\n").as_bytes())
+                    .unwrap();
+            }
+        });
+        // Everything each cut took, in order, then what is left.
+        let mut seen = Vec::new();
+        let mut cuts = 0;
+        let mut reader = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&log)
+            .unwrap();
+        while !writer.is_finished() {
+            let len = reader.metadata().unwrap().len();
+            if len > 8192 {
+                let cut = cut_front(&mut reader, len, u64::MAX).unwrap();
+                assert!(!cut.partial);
+                seen.extend_from_slice(&cut.bytes);
+                cuts += 1;
+            }
+        }
+        writer.join().unwrap();
+        seen.extend_from_slice(&fs::read(&log).unwrap());
+        let seen = String::from_utf8(seen).unwrap();
+        let numbers = seen
+            .lines()
+            .map(|l| l["line ".len()..].parse::<usize>().unwrap());
+        assert!(
+            numbers.eq(1..=LINES),
+            "a line lost or doubled in {cuts} cuts"
+        );
+        assert!(cuts > 10, "only {cuts} cuts: the race was not run");
     }
 
     #[test]
