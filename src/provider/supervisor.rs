@@ -43,6 +43,9 @@ const MIN_PROBE: Duration = Duration::from_millis(500);
 
 /// Lines of output quoted when a provider fails.
 const TAIL_LINES: usize = 20;
+/// How long a lost link waits for its process's exit status: a process that
+/// died broke its link a moment before it is reaped.
+const EXIT_SEEN_WITHIN: Duration = Duration::from_millis(250);
 
 /// A provider fetched and ready to run.
 enum Prepared {
@@ -621,7 +624,16 @@ impl Supervisor {
             tokio::select! {
                 changed = watch.changed() => {
                     if changed.is_ok() && slot.session().is_none() {
-                        // Health checks failed or it unregistered on its own.
+                        // Health checks failed or it unregistered on its own;
+                        // a process that died broke its link first, and its
+                        // exit status, a moment behind, says more.
+                        if let Ok(status) = tokio::time::timeout(EXIT_SEEN_WITHIN, running.wait()).await {
+                            slot.end_launch();
+                            return Ended::Lost {
+                                reason: format!("the provider exited ({status})"),
+                                connected_for: since.elapsed(),
+                            };
+                        }
                         let reason = match slot.status() {
                             ProviderStatus::Disconnected => "the provider stopped answering".to_owned(),
                             other => format!("the link was lost ({})", other.as_str()),
