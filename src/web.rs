@@ -26,6 +26,7 @@ const SECTIONS: &[&str] = &[
     "projects",
     "users",
     "account",
+    "audit",
 ];
 
 /// Scripts, styles, fonts and connections only from this origin; no framing.

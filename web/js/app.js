@@ -7,10 +7,11 @@ import { errorBox, h, link, muted, replace } from "./dom.js";
 
 // A section's list (`/x`), new one (`/x/new`, not elements) and detail
 // (`/x/:id`); src/web.rs answers the same paths.
-const pages = new Map([["", "overview"], ["sign-in", "signin"], ["account", "account"]]);
+const pages = new Map([["", "overview"], ["sign-in", "signin"], ["account", "account"], ["audit", "audit"]]);
 const sections = ["providers", "repositories", "elements", "blueprints", "deployments", "projects", "users"];
 
-const nav = () => [["/", "Overview"], ...sections.filter((s) => s !== "users" || isAdmin()).map((s) => [`/${s}`, s[0].toUpperCase() + s.slice(1)])];
+const nav = () => [["/", "Overview"], ...sections.filter((s) => s !== "users" || isAdmin()).map((s) => [`/${s}`, s[0].toUpperCase() + s.slice(1)]),
+  ...(isAdmin() ? [["/audit", "Audit"]] : [])];
 
 /** The signed-in user (`{ id, username, role, memberships }`) or null, read again at each page. */
 export let me = null;

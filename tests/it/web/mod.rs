@@ -8,6 +8,7 @@ use serde_json::json;
 use crate::support::TestApp;
 use crate::support::browser::{Browser, PASSWORD, set_admin_password};
 
+mod audit;
 mod blueprints;
 mod deployments;
 mod providers;
@@ -331,14 +332,17 @@ async fn the_console_is_served_whole_from_the_binary_with_a_strict_policy() {
     );
 }
 
-/// The console's own code (not the vendored GraphiQL) stays small. Comment
-/// lines are not counted: the budget is on the code, and the comments that
-/// explain it are not traded for room. 150 KB until live health (issue 37)
-/// took it past, by some 2.4 KB.
+/// The console's own code (not the vendored GraphiQL) stays small, counted
+/// gzipped: its JavaScript and CSS as one stream (the size of what it says,
+/// not of how it is split in files). Comment lines are not counted: the
+/// budget is on the code, and the comments that explain it are not traded
+/// for room.
 #[test]
-fn the_consoles_own_code_stays_under_170_kb() {
+fn the_consoles_own_code_stays_under_60_kb_gzipped() {
+    use std::io::Write;
     let web = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("web");
-    let mut total = 0;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    let mut raw = 0;
     let mut stack = vec![web.clone()];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).unwrap() {
@@ -351,18 +355,19 @@ fn the_consoles_own_code_stays_under_170_kb() {
                 path.extension().and_then(|e| e.to_str()),
                 Some("js" | "css")
             ) {
-                total += std::fs::read_to_string(&path)
-                    .unwrap()
-                    .lines()
-                    .filter(|line| !line.trim_start().starts_with(['/', '*']))
-                    .map(|line| line.len() as u64 + 1)
-                    .sum::<u64>();
+                for line in std::fs::read_to_string(&path).unwrap().lines() {
+                    if !line.trim_start().starts_with(['/', '*']) {
+                        writeln!(gz, "{line}").unwrap();
+                        raw += line.len() + 1;
+                    }
+                }
             }
         }
     }
+    let total = gz.finish().unwrap().len();
     assert!(
-        total < 170 * 1024,
-        "web/ without vendor is {total} bytes of code"
+        total <= 60 * 1024,
+        "web/ without vendor is {total} bytes of code gzipped ({raw} raw)"
     );
 }
 

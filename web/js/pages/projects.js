@@ -2,6 +2,7 @@
 
 import { gql } from "../api.js";
 import { allows, navigate } from "../app.js";
+import { auditLog } from "./audit.js";
 import { badge, busy, chips, empty, errorSlot, facts, failed, field, fill, h, invalid, link, muted, note, replace, sending, table, time, typedConfirm } from "../dom.js";
 
 const FIELDS = "id name description myRole maxResources maxLeaseSeconds quotas usage { resources }";
@@ -86,6 +87,9 @@ export async function detail(view, { id }, scope) {
   const admin = allows(p.myRole, "ADMIN");
   const [heading, about, members, contents] = [h("h1"), h("section#project-facts.card"), h("div#members"), h("div#project-contents")];
   const del = h("button#delete-project.danger", { type: "button" }, "Delete project…");
+  // Its ADMINs see what was done in it.
+  const audit = h("details#project-audit-tab.card", h("summary", h("h2", "Audit log")));
+  audit.addEventListener("toggle", () => audit.open && !audit.dataset.read && (audit.dataset.read = "1") && auditLog(audit, scope, { projectId: id }), { once: false });
   const member = async (q, u, r) => {
     await gql(q, { p: id, u, r });
     draw(Object.assign(p, (await gql(ONE, { id })).project));
@@ -111,6 +115,7 @@ export async function detail(view, { id }, scope) {
     h("section.card", h("h2", "Members"), members, admin ? addMember(member) : note(`Your role is ${p.myRole}: a project ADMIN changes the project.`, { id: "read-only" })),
     admin && settings(p, (next) => draw(Object.assign(p, next))),
     h("h2", "Blueprints and deployments"), contents,
+    admin && audit,
     admin && h("section#danger", del, typedConfirm(del, () => p.name, "delete it (refused while it holds blueprints or deployments not destroyed)",
       h("button#delete-project-confirm.danger", "Delete project"), async () => {
         await gql("mutation($id: ID!) { deleteProject(id: $id) }", { id });
