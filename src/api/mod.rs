@@ -15,6 +15,7 @@ pub mod error;
 mod events;
 mod exec;
 pub mod http;
+mod overview;
 pub mod pagination;
 mod plans;
 pub mod policy;
@@ -47,6 +48,7 @@ pub struct Query(
     deploy::DeployQuery,
     plans::PlanQuery,
     audit::AuditQueryRoot,
+    overview::OverviewQuery,
 );
 
 #[derive(MergedObject, Default)]

@@ -117,6 +117,8 @@ pub const POLICY: &[(&str, Need)] = &[
     ("deployment", VIEWER),
     ("resourceNode", VIEWER),
     ("deploymentEvents", VIEWER),
+    ("changesByHour", VIEWER),
+    ("resourcesByHealth", VIEWER),
     ("deployBlueprint", DEPLOYER),
     ("destroyDeployment", DEPLOYER),
     ("redeployDeployment", DEPLOYER),

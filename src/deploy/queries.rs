@@ -103,6 +103,35 @@ impl Queries<'_> {
             .collect()
     }
 
+    /// Deployments and resource nodes changed in each of the last `hours`
+    /// clock hours (the current one last), of the deployments in `projects`
+    /// (every one for `None`).
+    pub async fn changes_by_hour(
+        &self,
+        hours: u32,
+        projects: Option<&[Uuid]>,
+    ) -> Result<Vec<rows::HourOfChanges>, DeployError> {
+        use chrono::{DurationRound, TimeDelta, Utc};
+        let this_hour = Utc::now()
+            .duration_trunc(TimeDelta::hours(1))
+            .unwrap_or_else(|_| Utc::now());
+        let from = this_hour - TimeDelta::hours(i64::from(hours.max(1)) - 1);
+        Ok(rows::changes_by_hour(&self.0.inner.db, from, hours.max(1), projects).await?)
+    }
+
+    /// Deployed resources by health, `(health, count)`, of the deployments
+    /// in `projects` (every one for `None`).
+    pub async fn nodes_by_health(
+        &self,
+        projects: Option<&[Uuid]>,
+    ) -> Result<Vec<(super::ResourceHealth, u64)>, DeployError> {
+        rows::nodes_by_health(&self.0.inner.db, projects)
+            .await?
+            .into_iter()
+            .map(|(health, n)| Ok((health.parse()?, n)))
+            .collect()
+    }
+
     /// Entries left in the journal: work in flight (or a crash's leftovers).
     pub async fn journal_len(&self) -> Result<u64, DeployError> {
         Ok(rows::journal_len(&self.0.inner.db).await?)

@@ -7,6 +7,7 @@
 //! one transaction; the call's result and the entry's deletion in another (the
 //! engine's writer groups them: [`commit_group`]).
 
+mod activity;
 mod journal;
 mod nodes;
 
@@ -22,6 +23,7 @@ use super::entities::{blueprint, deployment};
 use super::revisions::{NewRevision, insert_revision};
 use super::states::{DeploymentState, NodeState};
 
+pub use activity::{HourOfChanges, changes_by_hour, nodes_by_health};
 pub(super) use journal::Group;
 pub use journal::{
     CallStart, EventRow, GroupWrite, JournalRow, NewEvent, commit_group, drop_entry, events_of,

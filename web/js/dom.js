@@ -122,6 +122,15 @@ export function bars(rows, attrs = {}, top = Math.max(1, ...rows.map(([, n]) => 
       h("span.count", String(count)))));
 }
 
+/** `[label, used, total, dataset]` rows as "used of total" bars, each on its own total. */
+export function usedOf(rows, attrs = {}) {
+  return h("ul.capacity", attrs, rows.map(([label, used, total, dataset]) => {
+    const share = Math.min(100, (100 * Math.max(0, Number(used) || 0)) / Math.max(1, Number(total) || 0));
+    return h("li.cap", { dataset: { ...dataset, count: String(total), used: String(used) }, title: `${used} of ${total} used` },
+      code(label), h("span.bar", { "aria-hidden": "true" }, h("span", { style: `width: ${share}%` })), h("span.count", `${used} of ${total}`));
+  }));
+}
+
 /** A secret shown this once (a token); a click selects it. */
 export function shownOnce(heading, secret, id, ...more) {
   return h("div.token-box", { id: `${id}-box` }, h("strong", heading), h("code.secret.token", { id }, secret), ...more);

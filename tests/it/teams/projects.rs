@@ -51,6 +51,38 @@ async fn members_see_their_projects_and_an_outsider_is_told_nothing_exists() {
     assert_eq!(data(&unseen)["projects"], json!([{ "name": "beta" }]));
     assert_eq!(data(&unseen)["blueprints"]["nodes"], json!([]));
     assert_eq!(data(&unseen)["deployments"]["nodes"], json!([]));
+    // The overview's figures count only what the caller may see.
+    let figures =
+        "{ changesByHour(hours: 2) { deployments resources } resourcesByHealth { count } }";
+    let seen = app.gql_as(Some(&viewer), figures, json!({})).await;
+    let hours = data(&seen)["changesByHour"].as_array().unwrap();
+    assert_eq!(hours.len(), 2, "{seen}");
+    assert_eq!(
+        hours[1],
+        json!({ "deployments": 1, "resources": 1 }),
+        "{seen}"
+    );
+    let deployed: u64 = data(&seen)["resourcesByHealth"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(deployed, 1, "{seen}");
+    let unseen = app.gql_as(Some(&outsider), figures, json!({})).await;
+    assert_eq!(
+        data(&unseen)["changesByHour"],
+        json!([{ "deployments": 0, "resources": 0 }, { "deployments": 0, "resources": 0 }])
+    );
+    assert_eq!(data(&unseen)["resourcesByHealth"], json!([]));
+    let refused = app
+        .gql_as(
+            Some(&viewer),
+            "{ changesByHour(hours: 0) { from } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(error_code(&refused), Some("VALIDATION"), "{refused}");
 
     // An outsider asking by id gets what a missing id gets, word for word.
     let missing = uuid::Uuid::now_v7().to_string();

@@ -11,6 +11,7 @@ use crate::support::browser::{Browser, PASSWORD, set_admin_password};
 mod audit;
 mod blueprints;
 mod deployments;
+mod overview;
 mod providers;
 mod repositories;
 mod teams;
@@ -398,7 +399,7 @@ async fn the_shell_works_by_keyboard_and_fits_420_px() {
     browser.screenshot("overview-narrow").await;
     // Every navigation link is reachable by Tab, in order, after the skip link.
     let order = browser
-        .js("return [...document.querySelectorAll('a[href], button, input, select, textarea, [tabindex]')].filter(e => e.tabIndex >= 0).slice(0, 11).map(e => e.textContent.trim());")
+        .js("return [...document.querySelectorAll('a[href], button, input, select, textarea, [tabindex]')].filter(e => e.tabIndex >= 0).slice(0, 12).map(e => e.textContent.trim());")
         .await;
     assert_eq!(
         order,
@@ -413,6 +414,7 @@ async fn the_shell_works_by_keyboard_and_fits_420_px() {
             "Deployments",
             "Projects",
             "Users",
+            "Audit",
             "GraphQL"
         ])
     );

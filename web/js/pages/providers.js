@@ -2,7 +2,7 @@ import { gql } from "../api.js";
 import { isAdmin, navigate } from "../app.js";
 import {
   badge, busy, chips, code, confirmBox, empty, errorBox, errorSlot, facts, failed, field, fill, h, json, jsonArea,
-  later, link, liveList, muted, note, parseJson, replace, sending, shownOnce, status, table, time,
+  later, link, liveList, muted, note, parseJson, replace, sending, shownOnce, status, table, time, usedOf,
 } from "../dom.js";
 
 export const styles = "/ui/css/providers.css";
@@ -295,19 +295,11 @@ function metadata(p) {
 /** Each node's capacity by type, as used of total: `*` counts every type. */
 function drawNodes(el, list) {
   if (!list.length) return replace(el, empty("The provider reports no nodes."));
-  const row = (n, type, total) => {
-    const used = Number(n.used?.[type] ?? 0);
-    const share = Math.min(100, (100 * used) / Math.max(1, Number(total) || 0));
-    return h("li.cap", { dataset: { type, count: String(total), used: String(used) }, title: `${used} of ${total} used` },
-      code(type === "*" ? "* (any type)" : type),
-      h("span.bar", { "aria-hidden": "true" }, h("span", { style: `width: ${share}%` })),
-      h("span.count", `${used} of ${total}`));
-  };
   replace(el, list.map((n) => h("div.node", { dataset: { node: n.name } },
     h("div.node-head", h("strong", n.name),
       Object.entries(n.labels ?? {}).map(([k, v]) => h("span.label", `${k}=${v}`))),
-    h("ul.capacity", { "aria-label": `Capacity of ${n.name}, used of total` },
-      Object.entries(n.capacity).map(([type, total]) => row(n, type, total))))));
+    usedOf(Object.entries(n.capacity).map(([type, total]) => [type === "*" ? "* (any type)" : type, Number(n.used?.[type] ?? 0), total, { type }]),
+      { "aria-label": `Capacity of ${n.name}, used of total` }))));
 }
 
 function configuration(p) {

@@ -291,6 +291,16 @@ pub(super) fn operations(f: &Fixture) -> Vec<(&'static str, String, Value)> {
             json!({}),
         ),
         (
+            "changesByHour",
+            "{ changesByHour(hours: 1) { deployments } }",
+            json!({}),
+        ),
+        (
+            "resourcesByHealth",
+            "{ resourcesByHealth { count } }",
+            json!({}),
+        ),
+        (
             "deployment",
             "query($id: ID!) { deployment(id: $id) { name } }",
             json!({ "id": d }),
