@@ -51,6 +51,13 @@ pub enum Command {
         #[command(subcommand)]
         command: SecretKeyCommand,
     },
+    /// Print the shell's completion script for corbel: `source <(corbel
+    /// completion bash)`, `corbel completion zsh > ~/.zfunc/_corbel`,
+    /// `corbel completion fish > ~/.config/fish/completions/corbel.fish`.
+    Completion {
+        #[arg(value_enum)]
+        shell: Shell,
+    },
     /// Tools for provider authors.
     Provider {
         #[command(subcommand)]
@@ -59,6 +66,14 @@ pub enum Command {
     /// The client's commands, run against a server's API.
     #[command(flatten)]
     Client(ClientCommand),
+}
+
+/// The shells `corbel completion` writes for.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Shell {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 #[derive(Debug, Subcommand)]
@@ -105,7 +120,19 @@ pub enum SecretKeyCommand {
 }
 
 pub fn main() -> ExitCode {
-    let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
+    let command = command();
+    let matches = match command.clone().try_get_matches() {
+        Ok(matches) => matches,
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => {
+            if let Some(help) = client_help(&command, std::env::args_os()) {
+                print!("{help}");
+                return ExitCode::SUCCESS;
+            }
+            e.exit()
+        }
+        Err(e) => e.exit(),
+    };
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let Cli {
         config,
         overrides,
@@ -115,6 +142,19 @@ pub fn main() -> ExitCode {
     let command = match command {
         // A client command needs none of the server's configuration.
         Command::Client(command) => return crate::client::run(client, command),
+        Command::Completion { shell } => {
+            let shell = match shell {
+                Shell::Bash => clap_complete::Shell::Bash,
+                Shell::Zsh => clap_complete::Shell::Zsh,
+                Shell::Fish => clap_complete::Shell::Fish,
+            };
+            let mut line = self::command();
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut line, "corbel", &mut script);
+            // A reader that stops early (`| head`) is not an error.
+            let _ = std::io::Write::write_all(&mut std::io::stdout(), &script);
+            return ExitCode::SUCCESS;
+        }
         command => command,
     };
     contain_self();
@@ -205,6 +245,46 @@ pub fn command() -> clap::Command {
         let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
         arg.help(format!("{help} [default: {shown}]"))
     })
+}
+
+/// The help of a client command (`corbel get --help`, `corbel help get`):
+/// its own arguments and the client's flags, not the server's (which clap
+/// shows on every command, since `serve` and the others take them after
+/// their name). `None` for a server command, whose help is clap's.
+fn client_help(
+    root: &clap::Command,
+    args: impl Iterator<Item = std::ffi::OsString>,
+) -> Option<String> {
+    const CLIENT_FLAGS: [&str; 3] = ["server", "token", "output"];
+    let mut current = root.clone();
+    let mut path = vec![root.get_name().to_owned()];
+    let mut client = false;
+    let words = args.skip(1).filter_map(|a| a.into_string().ok());
+    for word in words.filter(|w| !w.starts_with('-') && w != "help") {
+        // A flag's value, or a positional argument.
+        let Some(sub) = current.find_subcommand(&word).cloned() else {
+            continue;
+        };
+        if path.len() == 1 {
+            let names = ClientCommand::augment_subcommands(clap::Command::new("client"));
+            client = names.find_subcommand(sub.get_name()).is_some();
+        }
+        path.push(sub.get_name().to_owned());
+        current = sub;
+    }
+    if !client {
+        return None;
+    }
+    let mut help = current
+        .bin_name(path.join(" "))
+        .after_help(crate::client::EXIT_CODES);
+    for flag in root
+        .get_arguments()
+        .filter(|a| CLIENT_FLAGS.contains(&a.get_id().as_str()))
+    {
+        help = help.arg(flag.clone().global(false));
+    }
+    Some(help.render_help().to_string())
 }
 
 /// The default of the setting a flag sets, as the help shows it.
@@ -321,7 +401,9 @@ fn run(
                     keep,
                 },
         } => runtime()?.block_on(check_provider(config, source, reference, path, keep)),
-        Command::Client(_) => unreachable!("`main` runs the client's commands"),
+        Command::Client(_) | Command::Completion { .. } => {
+            unreachable!("`main` runs the client's commands and completion")
+        }
     }
 }
 

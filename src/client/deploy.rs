@@ -201,7 +201,7 @@ pub(super) fn variables(vars: &[String]) -> Result<Value, ClientError> {
 
 /// A deployment just started (`--wait` not given).
 fn shown(context: &Context, deployment: &Value, what: &str) -> Result<(), ClientError> {
-    if context.output.json() {
+    if context.output.structured() {
         context.output.value(deployment);
     } else {
         println!(
@@ -222,7 +222,7 @@ pub(super) fn settled(
     wanted: &str,
 ) -> Result<(), ClientError> {
     let state = cell(&deployment["state"]);
-    if context.output.json() {
+    if context.output.structured() {
         context.output.value(deployment);
     } else {
         println!(

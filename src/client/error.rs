@@ -28,20 +28,20 @@ pub enum ClientError {
     #[error("{0}")]
     Usage(String),
     /// No token, or one the server does not take; `corbel login` helps.
-    #[error("{0} (UNAUTHENTICATED)")]
+    #[error("UNAUTHENTICATED: {0}")]
     NotSignedIn(String),
     /// A name no list holds (the API's `NOT_FOUND` arrives as [`Self::Api`]).
-    #[error("{0} (NOT_FOUND)")]
+    #[error("NOT_FOUND: {0}")]
     NotFound(String),
     /// A conflict found by the client (a live deployment of that name).
-    #[error("{0} (CONFLICT)")]
+    #[error("CONFLICT: {0}")]
     Conflict(String),
     /// The server could not be reached, or did not answer as a GraphQL
     /// server does.
-    #[error("{0} (UNREACHABLE)")]
+    #[error("UNREACHABLE: {0}")]
     Transport(String),
     /// A GraphQL error: its message and `extensions.code`.
-    #[error("{message} ({code})")]
+    #[error("{code}: {message}")]
     Api { code: String, message: String },
     /// Ctrl-C while waiting.
     #[error("{0}")]

@@ -158,7 +158,7 @@ struct Progress {
 impl Progress {
     fn new(output: Output) -> Progress {
         let terminal = std::io::stderr().is_terminal();
-        let bar = (terminal && !output.json()).then(|| {
+        let bar = (terminal && !output.structured()).then(|| {
             let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
             bar.set_style(
                 ProgressStyle::with_template(
@@ -170,7 +170,7 @@ impl Progress {
             bar
         });
         Progress {
-            lines: !terminal && !output.json(),
+            lines: !terminal && !output.structured(),
             bar,
             nodes: BTreeMap::new(),
         }

@@ -62,7 +62,7 @@ pub async fn get(context: &Context, command: GetCommand) -> Result<(), ClientErr
             false,
         ),
     };
-    if context.output.json() {
+    if context.output.structured() {
         match (one, items.first()) {
             (true, Some(item)) => context.output.value(item),
             _ => context.output.value(&Value::Array(items)),

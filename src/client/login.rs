@@ -63,7 +63,7 @@ pub async fn login(
         let _ = old_api.request("mutation { logout }", json!({})).await;
     }
     let path = credentials::store(&credentials)?;
-    if context.output.json() {
+    if context.output.structured() {
         context.output.value(&json!({
             "server": credentials.server,
             "username": credentials.username,
@@ -87,7 +87,7 @@ pub async fn logout(context: &Context) -> Result<(), ClientError> {
         context
             .output
             .note("Not signed in: there are no stored credentials.");
-        if context.output.json() {
+        if context.output.structured() {
             context.output.value(&json!({ "signedOut": false }));
         }
         return Ok(());
@@ -114,7 +114,7 @@ pub async fn logout(context: &Context) -> Result<(), ClientError> {
             });
         }
     }
-    if context.output.json() {
+    if context.output.structured() {
         context
             .output
             .value(&json!({ "signedOut": true, "server": stored.server }));

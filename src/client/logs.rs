@@ -120,7 +120,7 @@ pub async fn logs(context: &Context, command: LogsCommand) -> Result<(), ClientE
 }
 
 fn show_log_line(context: &Context, line: &Value) {
-    if context.output.json() {
+    if context.output.structured() {
         context.output.line(line);
     } else {
         println!(
@@ -185,7 +185,7 @@ pub async fn events(context: &Context, command: EventsCommand) -> Result<(), Cli
 }
 
 fn show_event(context: &Context, event: &Value) {
-    if context.output.json() {
+    if context.output.structured() {
         context.output.line(event);
     } else {
         println!("{}", event_line(event));

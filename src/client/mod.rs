@@ -59,7 +59,7 @@ pub struct ClientArgs {
     #[arg(long, env = "CORBEL_TOKEN", global = true, hide_env_values = true)]
     pub token: Option<String>,
     /// How the client commands show results: `json` prints only JSON on
-    /// stdout, and errors as JSON on stderr.
+    /// stdout, and errors as JSON on stderr; `yaml` the same as YAML.
     #[arg(short = 'o', long, global = true, value_enum)]
     pub output: Option<Format>,
 }

@@ -1,6 +1,7 @@
 //! How results are shown: aligned tables and lines for people (`text`), the
 //! API's own objects for programs (`json`: only JSON on stdout, errors as
-//! JSON on stderr).
+//! JSON on stderr; `yaml`: the same objects as YAML, a stream's items as
+//! documents, each after `---`).
 
 use std::io::Write as _;
 
@@ -13,6 +14,7 @@ pub enum Format {
     #[default]
     Text,
     Json,
+    Yaml,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -21,35 +23,45 @@ pub struct Output {
 }
 
 impl Output {
-    pub fn json(&self) -> bool {
-        self.format == Format::Json
+    /// Whether programs read it: the API's objects, as JSON or YAML.
+    pub fn structured(&self) -> bool {
+        self.format != Format::Text
     }
 
-    /// One JSON document on stdout, pretty.
+    /// One document on stdout: pretty JSON, or YAML.
     pub fn value(&self, value: &Value) {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(value).expect("JSON serialises")
-        );
+        match self.format {
+            Format::Yaml => print!("{}", yaml(value)),
+            _ => println!(
+                "{}",
+                serde_json::to_string_pretty(value).expect("JSON serialises")
+            ),
+        }
     }
 
-    /// One JSON document on one line (a stream of events or log lines).
+    /// One item of a stream (events, log lines): JSON on one line, or a
+    /// YAML document after `---`.
     pub fn line(&self, value: &Value) {
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{value}");
+        let _ = match self.format {
+            Format::Yaml => write!(out, "---\n{}", yaml(value)),
+            _ => writeln!(out, "{value}"),
+        };
         let _ = out.flush();
     }
 
     /// A note for people on stderr; nothing in `json` mode.
     pub fn note(&self, text: &str) {
-        if !self.json() {
+        if !self.structured() {
             eprintln!("{text}");
         }
     }
 
-    /// The error on stderr: `corbel: message (CODE)`, or as JSON.
+    /// The error on stderr: `corbel: CODE: message`, or as JSON or YAML.
     pub fn error(&self, error: &ClientError) {
-        if self.json() {
+        if self.format == Format::Yaml {
+            eprint!("{}", yaml(&error.to_json()));
+        } else if self.structured() {
             eprintln!("{}", error.to_json());
         } else {
             eprintln!("corbel: {error}");
@@ -113,4 +125,9 @@ mod tests {
              a-longer-name  -         2\n"
         );
     }
+}
+
+/// `value` as YAML (a JSON value always is).
+fn yaml(value: &Value) -> String {
+    serde_yaml_ng::to_string(value).expect("a JSON value serialises as YAML")
 }

@@ -61,7 +61,7 @@ pub async fn plan(context: &Context, args: PlanArgs) -> Result<(), ClientError> 
             "planDeployment",
         )
         .await?;
-    if context.output.json() {
+    if context.output.structured() {
         context.output.value(&planned);
         return Ok(());
     }
@@ -196,7 +196,7 @@ pub async fn rollback(context: &Context, args: RollbackArgs) -> Result<(), Clien
             "rollbackDeployment",
         )
         .await?;
-    if !context.output.json() {
+    if !context.output.structured() {
         print!("{}", render(&answer["plan"]));
     }
     follow_or_show(
@@ -218,7 +218,7 @@ async fn follow_or_show(
 ) -> Result<(), ClientError> {
     let id = cell(&started["id"]);
     if !wait {
-        if context.output.json() {
+        if context.output.structured() {
             context.output.value(started);
         } else {
             println!(
@@ -255,7 +255,7 @@ pub async fn revisions(context: &Context, args: RevisionsArgs) -> Result<(), Cli
         )
         .await?;
     let revisions = &found["revisions"];
-    if context.output.json() {
+    if context.output.structured() {
         context.output.value(revisions);
         return Ok(());
     }

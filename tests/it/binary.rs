@@ -387,6 +387,79 @@ fn help_shows_each_default_and_environment_variable() {
     }
 }
 
+/// A client command's help names its own arguments and the client's
+/// flags, none of the server's; a server command's shows those.
+#[test]
+fn client_help_has_no_server_flag() {
+    for args in [
+        &["get", "--help"][..],
+        &["get", "deployments", "-h"],
+        &["help", "deploy"],
+        &["--server", "http://x", "logs", "provider", "--help"],
+    ] {
+        let help = corbel_output(args, &[]);
+        assert!(help.contains("--server <URL>"), "{args:?}:\n{help}");
+        assert!(help.contains("--output"), "{args:?}:\n{help}");
+        assert!(help.contains("Exit codes"), "{args:?}:\n{help}");
+        for server in [
+            "--listen",
+            "--data-dir",
+            "--database-url",
+            "--provider-call-timeout-ms",
+            "--cluster",
+        ] {
+            assert!(!help.contains(server), "{server} in {args:?}:\n{help}");
+        }
+        assert!(help.lines().count() < 40, "{args:?}:\n{help}");
+    }
+    for args in [
+        &["serve", "--help"][..],
+        &["migrate", "--help"],
+        &["config", "--help"],
+    ] {
+        let help = corbel_output(args, &[]);
+        assert!(help.contains("--data-dir"), "{args:?}:\n{help}");
+    }
+}
+
+/// `corbel completion` writes each shell's script; bash loads it and
+/// completes the commands and a client command's flags.
+#[test]
+fn completion_scripts_load_and_complete() {
+    for shell in ["bash", "zsh", "fish"] {
+        let script = corbel_output(&["completion", shell], &[]);
+        assert!(script.contains("corbel"), "{shell}");
+        assert!(script.contains("deployments"), "{shell}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("corbel.bash");
+    std::fs::write(&script, corbel_output(&["completion", "bash"], &[])).unwrap();
+    let complete = |line: &str| {
+        let words: Vec<&str> = line.split(' ').collect();
+        let probe = format!(
+            "source {}; COMP_WORDS=({}); COMP_CWORD={}; COMP_LINE='{line}'; COMP_POINT=${{#COMP_LINE}}; _corbel corbel; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            script.display(),
+            words
+                .iter()
+                .map(|w| format!("'{w}'"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            words.len() - 1,
+        );
+        let out = Command::new("bash").args(["-c", &probe]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let commands = complete("corbel de");
+    assert!(commands.lines().any(|c| c == "deploy"), "{commands}");
+    let kinds = complete("corbel get ");
+    assert!(kinds.lines().any(|c| c == "deployments"), "{kinds}");
+}
+
 #[test]
 fn pretty_logs_have_no_colours_off_a_terminal() {
     let dir = tempfile::tempdir().unwrap();

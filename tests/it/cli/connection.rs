@@ -144,9 +144,17 @@ async fn an_unreachable_server_exits_6() {
     let nobody = Cli::new(format!("http://127.0.0.1:{port}"));
     let ran = nobody.expect(&["get", "deployment", "web"], 6).await;
     assert!(
-        ran.stderr.contains("cannot reach") && ran.stderr.contains("(UNREACHABLE)"),
+        ran.stderr.starts_with(&format!(
+            "corbel: UNREACHABLE: cannot reach the server at http://127.0.0.1:{port}"
+        )),
         "{ran:?}"
     );
+    let ran = nobody
+        .expect(&["-o", "yaml", "get", "deployment", "web"], 6)
+        .await;
+    let error: serde_json::Value = serde_yaml_ng::from_str(&ran.stderr).unwrap();
+    assert_eq!(error["error"]["code"], "UNREACHABLE", "{ran:?}");
+    assert_eq!(error["error"]["exitCode"], 6, "{ran:?}");
     let ran = cli
         .expect(&["-o", "json", "events", "deployment", "web"], 6)
         .await;

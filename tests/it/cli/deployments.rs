@@ -175,7 +175,8 @@ async fn deploy_wait_get_events_and_destroy_through_the_cli() {
 
     let unknown = cli.expect(&["destroy", "nothing-here"], 4).await;
     assert!(
-        unknown.stderr.contains("`nothing-here` (NOT_FOUND)"),
+        unknown.stderr.starts_with("corbel: NOT_FOUND: ")
+            && unknown.stderr.contains("`nothing-here`"),
         "the text names the code as JSON does: {unknown:?}"
     );
     cli.expect(&["events", "deployment", "nothing-here"], 4)
@@ -289,6 +290,13 @@ async fn get_shows_health_and_a_resources_reason() {
         .await
         .json();
     let id = listed["id"].as_str().unwrap().to_owned();
+    // The same object as YAML.
+    let yaml = cli
+        .expect(&["-o", "yaml", "get", "deployments", "pair"], 0)
+        .await;
+    let as_yaml: serde_json::Value = serde_yaml_ng::from_str(&yaml.stdout).unwrap();
+    assert_eq!(as_yaml["id"], listed["id"], "{yaml:?}");
+    assert_eq!(as_yaml["nodes"], listed["nodes"], "{yaml:?}");
     let healthy = until(&app, &id, "HEALTHY", |d| d["health"] == "HEALTHY").await;
     let table = cli.expect(&["get", "deployments"], 0).await;
     let mut lines = table.stdout.lines();
