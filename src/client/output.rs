@@ -105,6 +105,11 @@ pub fn cell(value: &Value) -> String {
     }
 }
 
+/// `value` as YAML (a JSON value always is).
+fn yaml(value: &Value) -> String {
+    serde_yaml_ng::to_string(value).expect("a JSON value serialises as YAML")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,9 +130,4 @@ mod tests {
              a-longer-name  -         2\n"
         );
     }
-}
-
-/// `value` as YAML (a JSON value always is).
-fn yaml(value: &Value) -> String {
-    serde_yaml_ng::to_string(value).expect("a JSON value serialises as YAML")
 }
