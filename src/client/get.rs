@@ -5,10 +5,10 @@
 
 use serde_json::{Value, json};
 
-use super::Context;
 use super::error::ClientError;
 use super::output::{cell, table};
 use super::resolve;
+use super::{Api, Context};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum GetCommand {
@@ -28,10 +28,46 @@ pub enum GetCommand {
 
 const REPLICA: &str = "id advertiseUrl host pid version keyId state leader startedAt heartbeatAt";
 
-pub async fn get(context: &Context, command: GetCommand) -> Result<(), ClientError> {
+pub async fn get(context: &Context, command: GetCommand, watch: bool) -> Result<(), ClientError> {
     let api = context.signed_in().await?;
-    let one_deployment = matches!(command, GetCommand::Deployments { name: Some(_) });
-    let (items, one) = match &command {
+    let kind = Kind::of(&command);
+    if watch && kind.events().is_empty() {
+        return Err(ClientError::Usage(
+            "-w follows deployments, providers and repositories; replicas have no events"
+                .to_owned(),
+        ));
+    }
+    let (items, one) = fetch(api, &command).await?;
+    if context.output.structured() {
+        if watch {
+            items.iter().for_each(|item| context.output.line(item));
+        } else {
+            match (one, items.first()) {
+                (true, Some(item)) => context.output.value(item),
+                _ => context.output.value(&Value::Array(items.clone())),
+            }
+        }
+    } else {
+        let (header, rows) = kind.table(&items);
+        print!("{}", table(header, &rows));
+        let one_deployment = one && kind == Kind::Deployments;
+        if let (true, false, Some(deployment)) = (one_deployment, watch, items.first()) {
+            println!();
+            print!("{}", resources(deployment));
+        }
+    }
+    if watch {
+        super::watch::follow(context, api, &command, kind, &items).await?;
+    }
+    Ok(())
+}
+
+/// What `command` lists: the items, and whether one was named.
+pub(super) async fn fetch(
+    api: &Api,
+    command: &GetCommand,
+) -> Result<(Vec<Value>, bool), ClientError> {
+    Ok(match command {
         GetCommand::Deployments { name: Some(name) } => {
             (vec![resolve::deployment(api, name).await?], true)
         }
@@ -61,48 +97,70 @@ pub async fn get(context: &Context, command: GetCommand) -> Result<(), ClientErr
             .await?,
             false,
         ),
-    };
-    if context.output.structured() {
-        match (one, items.first()) {
-            (true, Some(item)) => context.output.value(item),
-            _ => context.output.value(&Value::Array(items)),
+    })
+}
+
+/// What is listed, for its table and its events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Kind {
+    Deployments,
+    Providers,
+    Repositories,
+    Replicas,
+}
+
+impl Kind {
+    fn of(command: &GetCommand) -> Kind {
+        match command {
+            GetCommand::Deployments { .. } => Kind::Deployments,
+            GetCommand::Providers { .. } => Kind::Providers,
+            GetCommand::Repositories { .. } => Kind::Repositories,
+            GetCommand::Replicas => Kind::Replicas,
         }
-        return Ok(());
     }
-    let (header, rows): (&[&str], Vec<Vec<String>>) = match command {
-        GetCommand::Deployments { .. } => (
-            &["NAME", "STATE", "HEALTH", "PHASE", "NODES", "UPDATED", "ID"],
-            items.iter().map(deployment_row).collect(),
-        ),
-        GetCommand::Providers { .. } => (
-            &["NAME", "STATUS", "RESOURCE TYPES", "RESTARTS", "ID"],
-            items.iter().map(provider_row).collect(),
-        ),
-        GetCommand::Repositories { .. } => (
-            &["NAME", "STATUS", "MODE", "ELEMENTS", "LAST SYNC", "ID"],
-            items.iter().map(repository_row).collect(),
-        ),
-        GetCommand::Replicas => (
-            &[
-                "ID",
-                "STATE",
-                "LEADER",
-                "ADVERTISE URL",
-                "HOST",
-                "PID",
-                "VERSION",
-                "KEY",
-                "HEARTBEAT",
-            ],
-            items.iter().map(replica_row).collect(),
-        ),
-    };
-    print!("{}", table(header, &rows));
-    if let (true, Some(deployment)) = (one_deployment, items.first()) {
-        println!();
-        print!("{}", resources(deployment));
+
+    /// The `serverEvents` after which its items are read again.
+    pub(super) fn events(self) -> &'static [&'static str] {
+        match self {
+            Kind::Deployments => &["DeploymentChanged", "DeploymentHealthChanged"],
+            Kind::Providers => &["ProviderStatusChanged"],
+            Kind::Repositories => &["RepositorySync"],
+            Kind::Replicas => &[],
+        }
     }
-    Ok(())
+
+    /// Its table's header and a row per item; each row's last cell is the
+    /// item's id.
+    pub(super) fn table(self, items: &[Value]) -> (&'static [&'static str], Vec<Vec<String>>) {
+        match self {
+            Kind::Deployments => (
+                &["NAME", "STATE", "HEALTH", "PHASE", "NODES", "UPDATED", "ID"],
+                items.iter().map(deployment_row).collect(),
+            ),
+            Kind::Providers => (
+                &["NAME", "STATUS", "RESOURCE TYPES", "RESTARTS", "ID"],
+                items.iter().map(provider_row).collect(),
+            ),
+            Kind::Repositories => (
+                &["NAME", "STATUS", "MODE", "ELEMENTS", "LAST SYNC", "ID"],
+                items.iter().map(repository_row).collect(),
+            ),
+            Kind::Replicas => (
+                &[
+                    "ID",
+                    "STATE",
+                    "LEADER",
+                    "ADVERTISE URL",
+                    "HOST",
+                    "PID",
+                    "VERSION",
+                    "KEY",
+                    "HEARTBEAT",
+                ],
+                items.iter().map(replica_row).collect(),
+            ),
+        }
+    }
 }
 
 /// A deployment's resources, one row per replica.

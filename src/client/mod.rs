@@ -24,6 +24,7 @@ mod logs;
 mod output;
 mod plan;
 mod resolve;
+mod watch;
 mod ws;
 
 use std::process::ExitCode;
@@ -93,6 +94,10 @@ pub enum ClientCommand {
     Revisions(plan::RevisionsArgs),
     /// List deployments, providers or repositories, or show one.
     Get {
+        /// Then print each item again whenever it changes, until Ctrl-C
+        /// (not for replicas).
+        #[arg(short = 'w', long, global = true)]
+        watch: bool,
         #[command(subcommand)]
         what: get::GetCommand,
     },
@@ -210,7 +215,7 @@ async fn dispatch(context: &Context, command: ClientCommand) -> Result<u8, Clien
         ClientCommand::Apply(args) => plan::apply(context, args).await,
         ClientCommand::Rollback(args) => plan::rollback(context, args).await,
         ClientCommand::Revisions(args) => plan::revisions(context, args).await,
-        ClientCommand::Get { what } => get::get(context, what).await,
+        ClientCommand::Get { what, watch } => get::get(context, what, watch).await,
         ClientCommand::Logs { what } => logs::logs(context, what).await,
         ClientCommand::Events { what } => logs::events(context, what).await,
         ClientCommand::Exec(args) => return exec::exec(context, args).await,

@@ -72,28 +72,42 @@ impl Output {
 /// An aligned table: a header, then a row per item; the last column is not
 /// padded.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let widths = widths(header, rows);
+    let header: Vec<String> = header.iter().map(|h| (*h).to_owned()).collect();
+    std::iter::once(&header)
+        .chain(rows)
+        .map(|row| aligned(row, &widths) + "\n")
+        .collect()
+}
+
+/// Each column's width in the table of `header` and `rows`.
+pub fn widths(header: &[&str], rows: &[Vec<String>]) -> Vec<usize> {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
         }
     }
-    let mut out = String::new();
-    let header: Vec<String> = header.iter().map(|h| (*h).to_owned()).collect();
-    for row in std::iter::once(&header).chain(rows) {
-        let last = row.len().saturating_sub(1);
-        for (i, cell) in row.iter().enumerate() {
-            if i == last {
-                out.push_str(cell);
-            } else {
-                let pad = widths[i] - cell.chars().count();
-                out.push_str(cell);
-                out.push_str(&" ".repeat(pad + 2));
-            }
+    widths
+}
+
+/// One row in columns of `widths`, two spaces apart; the last cell not
+/// padded (a longer cell pushes the rest on).
+pub fn aligned(row: &[String], widths: &[usize]) -> String {
+    let last = row.len().saturating_sub(1);
+    let mut line = String::new();
+    for (i, cell) in row.iter().enumerate() {
+        line.push_str(cell);
+        if i != last {
+            let pad = widths
+                .get(i)
+                .copied()
+                .unwrap_or(0)
+                .saturating_sub(cell.chars().count());
+            line.push_str(&" ".repeat(pad + 2));
         }
-        out.push('\n');
     }
-    out
+    line
 }
 
 /// A JSON field as a table cell: strings bare, null as `-`.

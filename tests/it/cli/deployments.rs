@@ -310,9 +310,31 @@ async fn get_shows_health_and_a_resources_reason() {
         "{table:?}"
     );
 
+    // Watched: the table, then the row again when it changes.
+    let row = |health: &'static str| {
+        move |l: &str| {
+            l.split_whitespace()
+                .take(3)
+                .eq(["pair", "COMPLETE", health])
+        }
+    };
+    let mut watch = Running::spawn(&cli, &["get", "deployments", "-w"]);
+    watch.wait_for_lines("the table", 1, row("HEALTHY")).await;
+
     let pid = node(&healthy, "db")["outputs"]["pid"].as_i64().unwrap() as i32;
     crate::support::processes::signal(pid, libc::SIGKILL);
     until(&app, &id, "DOWN", |d| d["health"] == "DOWN").await;
+    watch.wait_for_lines("the row, DOWN", 1, row("DOWN")).await;
+    let printed = watch.lines.lock().unwrap().clone();
+    assert_eq!(
+        printed.iter().filter(|l| l.starts_with("NAME")).count(),
+        1,
+        "{printed:#?}"
+    );
+    let watched = i32::try_from(watch.child.id().unwrap()).unwrap();
+    // SAFETY: a signal to our own child process.
+    assert_eq!(unsafe { libc::kill(watched, libc::SIGINT) }, 0);
+    assert_eq!(watch.exit_code().await, 0);
     let listed = cli
         .expect(&["-o", "json", "get", "deployments"], 0)
         .await
