@@ -28,16 +28,22 @@ pub enum GetCommand {
 
 const REPLICA: &str = "id advertiseUrl host pid version keyId state leader startedAt heartbeatAt";
 
-pub async fn get(context: &Context, command: GetCommand, watch: bool) -> Result<(), ClientError> {
+/// Prints what `command` lists (for `-w`, the start of what is followed);
+/// the items printed.
+pub async fn get(
+    context: &Context,
+    command: &GetCommand,
+    watch: bool,
+) -> Result<Vec<Value>, ClientError> {
     let api = context.signed_in().await?;
-    let kind = Kind::of(&command);
+    let kind = Kind::of(command);
     if watch && kind.events().is_empty() {
         return Err(ClientError::Usage(
             "-w follows deployments, providers and repositories; replicas have no events"
                 .to_owned(),
         ));
     }
-    let (items, one) = fetch(api, &command).await?;
+    let (items, one) = fetch(api, command).await?;
     if context.output.structured() {
         if watch {
             items.iter().for_each(|item| context.output.line(item));
@@ -56,10 +62,7 @@ pub async fn get(context: &Context, command: GetCommand, watch: bool) -> Result<
             print!("{}", resources(deployment));
         }
     }
-    if watch {
-        super::watch::follow(context, api, &command, kind, &items).await?;
-    }
-    Ok(())
+    Ok(items)
 }
 
 /// What `command` lists: the items, and whether one was named.
@@ -110,7 +113,7 @@ pub(super) enum Kind {
 }
 
 impl Kind {
-    fn of(command: &GetCommand) -> Kind {
+    pub(super) fn of(command: &GetCommand) -> Kind {
         match command {
             GetCommand::Deployments { .. } => Kind::Deployments,
             GetCommand::Providers { .. } => Kind::Providers,

@@ -215,7 +215,13 @@ async fn dispatch(context: &Context, command: ClientCommand) -> Result<u8, Clien
         ClientCommand::Apply(args) => plan::apply(context, args).await,
         ClientCommand::Rollback(args) => plan::rollback(context, args).await,
         ClientCommand::Revisions(args) => plan::revisions(context, args).await,
-        ClientCommand::Get { what, watch } => get::get(context, what, watch).await,
+        ClientCommand::Get { what, watch } => {
+            let shown = get::get(context, &what, watch).await?;
+            if watch {
+                watch::follow(context, &what, &shown).await?;
+            }
+            Ok(())
+        }
         ClientCommand::Logs { what } => logs::logs(context, what).await,
         ClientCommand::Events { what } => logs::events(context, what).await,
         ClientCommand::Exec(args) => return exec::exec(context, args).await,

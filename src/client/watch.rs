@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::Context;
 use super::error::ClientError;
 use super::get::{GetCommand, Kind, fetch};
 use super::output::{aligned, widths};
 use super::ws::Subscription;
-use super::{Api, Context};
 
 /// How long events are gathered before the list is read again.
 const GATHER: Duration = Duration::from_millis(250);
@@ -22,11 +22,11 @@ const GATHER: Duration = Duration::from_millis(250);
 /// Follows what `command` lists until Ctrl-C; `shown`: the items printed.
 pub async fn follow(
     context: &Context,
-    api: &Api,
     command: &GetCommand,
-    kind: Kind,
     shown: &[Value],
 ) -> Result<(), ClientError> {
+    let api = context.signed_in().await?;
+    let kind = Kind::of(command);
     let (header, first) = kind.table(shown);
     let widths = widths(header, &first);
     let mut last: HashMap<String, Vec<String>> =
