@@ -211,15 +211,24 @@ pub struct SyncEvent {
     pub invalid: i64,
 }
 
+/// The first wait before a failed sync runs again (then twice as long after
+/// each failure in a row).
+pub const RETRY_FIRST: std::time::Duration = std::time::Duration::from_secs(1);
+/// The longest wait between tries of a failing sync.
+pub const RETRY_MOST: std::time::Duration = std::time::Duration::from_secs(300);
+
 #[derive(Clone)]
 pub struct Repositories {
     db: Db,
     settings: RepositorySettings,
     /// Repositories with a sync running in this process.
     syncing: Arc<Mutex<HashSet<Uuid>>>,
-    /// Repositories whose last syncs failed: how many in a row (see
-    /// [`Repositories::retry_in`]).
-    failures: Arc<Mutex<HashMap<Uuid, u32>>>,
+    /// Repositories whose last syncs failed: how many in a row, and when
+    /// the next try is due (see [`Repositories::retry_in`]).
+    failures: Arc<Mutex<HashMap<Uuid, (u32, tokio::time::Instant)>>>,
+    /// Wakes the refresh loop when a failed sync set a try sooner than its
+    /// next check.
+    retry_set: Arc<tokio::sync::Notify>,
     tasks: TaskTracker,
     stopping: CancellationToken,
     bus: Bus<SyncEvent>,
@@ -237,31 +246,47 @@ impl Repositories {
             settings,
             syncing: Arc::default(),
             failures: Arc::default(),
+            retry_set: Arc::default(),
             tasks: TaskTracker::new(),
             stopping,
             bus,
         }
     }
 
-    /// When a sync of `id` that just failed runs again: two refresh checks
-    /// later (10 s by default), twice as long after each failure in a row,
-    /// and never later than its own refresh interval. A source that was down
-    /// when the repository was made is read soon after it is up, not an hour
-    /// later.
+    /// When a sync of `id` that just failed runs again: [`RETRY_FIRST`]
+    /// after its first failure, twice as long after each failure in a row,
+    /// at most [`RETRY_MOST`], and never later than its own refresh
+    /// interval. A source that was down when the repository was made is
+    /// read within seconds of being up, not an hour later. The refresh loop
+    /// is woken to start it on time.
     fn retry_in(&self, id: Uuid, interval: std::time::Duration) -> std::time::Duration {
         let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let row = failures.entry(id).or_insert(0);
-        let wait = (self.settings.refresh_check * 2).saturating_mul(1 << (*row).min(16));
-        *row += 1;
-        wait.min(interval)
+        let row = failures.get(&id).map_or(0, |(row, _)| *row);
+        let wait = RETRY_FIRST
+            .saturating_mul(1 << row.min(16))
+            .min(RETRY_MOST)
+            .min(interval);
+        // A little after the row's `next_refresh_at`, written just after
+        // this: the loop then finds it due.
+        let due = tokio::time::Instant::now() + wait + std::time::Duration::from_millis(50);
+        failures.insert(id, (row + 1, due));
+        self.retry_set.notify_one();
+        wait
     }
 
-    /// A sync of `id` succeeded: its next failure is retried soon again.
+    /// A sync of `id` succeeded (or it was deleted): its next failure is
+    /// retried soon again.
     fn synced(&self, id: Uuid) {
         self.failures
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id);
+    }
+
+    /// The soonest try of a failed sync that is due, if any.
+    fn next_retry(&self) -> Option<tokio::time::Instant> {
+        let failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        failures.values().map(|(_, at)| *at).min()
     }
 
     /// Sync progress of every repository, as it happens.
@@ -341,6 +366,7 @@ impl Repositories {
             )));
         }
         rows::delete_repository(&self.db, id).await?;
+        self.synced(id);
         Ok(())
     }
 
@@ -402,9 +428,15 @@ impl Repositories {
         let mut every = tokio::time::interval(self.settings.refresh_check);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            // A failed sync's next try may come before the next check.
+            let retry = self
+                .next_retry()
+                .filter(|at| *at > tokio::time::Instant::now());
             tokio::select! {
                 _ = self.stopping.cancelled() => break,
                 _ = every.tick() => {}
+                _ = self.retry_set.notified() => continue,
+                _ = tokio::time::sleep_until(retry.unwrap_or_else(tokio::time::Instant::now)), if retry.is_some() => {}
             }
             match rows::due_repositories(&self.db, Utc::now()).await {
                 Ok(due) => due.into_iter().for_each(|r| self.start_sync(r.id)),

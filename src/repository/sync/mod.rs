@@ -158,7 +158,7 @@ async fn failed(
         | RepositoryError::Deployment(_) => message,
     };
     let message = format!(
-        "{message} (tried again in {})",
+        "{message} (retrying in {})",
         crate::text::duration_words(wait)
     );
     rows::finish_sync(

@@ -310,15 +310,13 @@ async fn a_source_that_trickles_fails_at_the_end_of_its_window() {
 }
 
 /// A repository made while its source is down is read as soon as the source
-/// is up, with no refresh asked for: a failed sync is tried again after two
-/// refresh checks, then twice as long each time, and says so.
+/// is up, with no refresh asked for: a failed sync is tried again a second
+/// later, then twice as long each time, and says so. With the default
+/// settings (a refresh check every 5 s), ACTIVE within 5 s of the source
+/// coming up.
 #[tokio::test]
 async fn a_source_down_at_first_is_read_once_it_is_up() {
-    let store = std::sync::Arc::new(TestStore::fresh().await);
-    let app = TestApp::spawn_with(store, |c| {
-        c.repository.refresh_check = Duration::from_millis(50);
-    })
-    .await;
+    let app = TestApp::spawn().await;
     let source = tempfile::tempdir().unwrap();
     let root = source.path();
     let nginx = Nginx::start(root);
@@ -330,11 +328,17 @@ async fn a_source_down_at_first_is_read_once_it_is_up() {
     let down = settled(&app, &id, "ERROR").await;
     let said = down.status_message.unwrap_or_default();
     assert!(
-        said.contains("404") && said.contains("(tried again in "),
+        said.contains("404") && said.contains("(retrying in 1s)"),
         "{said}"
     );
     write_inventory(root, &[put_element(root, "a", "1.0.0", json!({}), &[])]);
+    let up_at = std::time::Instant::now();
     let up = settled(&app, &id, "ACTIVE").await;
+    assert!(
+        up_at.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        up_at.elapsed()
+    );
     assert_eq!(up.status_message, None, "{up:?}");
     let ids = element_ids(&app, &id).await;
     assert_eq!(ids.keys().collect::<Vec<_>>(), ["a 1.0.0"]);
