@@ -100,6 +100,11 @@ pub enum ProviderCommand {
         /// print where it is.
         #[arg(long)]
         keep: bool,
+        /// How long after it registered the provider must still run and
+        /// answer health checks (probed all along), in milliseconds: one
+        /// that dies in its first seconds fails.
+        #[arg(long, default_value_t = 3000)]
+        settle_ms: u64,
     },
 }
 
@@ -399,8 +404,19 @@ fn run(
                     reference,
                     path,
                     keep,
+                    settle_ms,
                 },
-        } => runtime()?.block_on(check_provider(config, source, reference, path, keep)),
+        } => {
+            let options = crate::provider::check::CheckOptions {
+                source,
+                reference,
+                path,
+                settings: config.provider.clone(),
+                keep,
+                settle: std::time::Duration::from_millis(settle_ms),
+            };
+            runtime()?.block_on(check_provider(options))
+        }
         Command::Client(_) | Command::Completion { .. } => {
             unreachable!("`main` runs the client's commands and completion")
         }
@@ -408,25 +424,8 @@ fn run(
 }
 
 /// `corbel provider check`: progress on stderr, the table on stdout.
-async fn check_provider(
-    config: Config,
-    source: String,
-    reference: String,
-    path: String,
-    keep: bool,
-) -> anyhow::Result<()> {
-    use crate::provider::check;
-    let report = check::run(
-        check::CheckOptions {
-            source,
-            reference,
-            path,
-            settings: config.provider.clone(),
-            keep,
-        },
-        |line| eprintln!("{line}"),
-    )
-    .await;
+async fn check_provider(options: crate::provider::check::CheckOptions) -> anyhow::Result<()> {
+    let report = crate::provider::check::run(options, |line| eprintln!("{line}")).await;
     print!("\n{}", report.table());
     if let Some(dir) = &report.kept {
         println!("kept {}", dir.display());

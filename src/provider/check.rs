@@ -62,6 +62,9 @@ pub struct CheckOptions {
     pub settings: ProviderSettings,
     /// Keep the scratch directory (checkout, build, state) for a look after.
     pub keep: bool,
+    /// How long after registering it must still run and answer health
+    /// checks ("runs until stopped").
+    pub settle: std::time::Duration,
 }
 
 /// Runs every check. `say` gets the progress lines (what runs now, the build's
@@ -113,6 +116,8 @@ struct Started {
     running: Box<dyn Running>,
     session: String,
     endpoint: String,
+    /// When its registration was answered.
+    registered_at: tokio::time::Instant,
 }
 
 impl Check {
@@ -191,7 +196,7 @@ impl Check {
         };
         self.check_watch(&link, &meta, watch).await;
         self.check_expired_deadline(&link).await;
-        self.check_leaving(&host, &mut started, &meta).await;
+        self.check_leaving(&host, &link, &mut started, &meta).await;
         if let Some(mut again) = self.start(&runtime, &job, &host, 2).await {
             self.check_host_gone(&host, &mut again).await;
         }
@@ -434,6 +439,7 @@ impl Check {
             running,
             session,
             endpoint: request.endpoint,
+            registered_at: tokio::time::Instant::now(),
         })
     }
 

@@ -8,11 +8,14 @@ use nix::unistd::Pid;
 
 use super::super::binding::Binding;
 use super::super::check_host::CheckHost;
+use super::super::link::Link;
 use super::super::metadata::Metadata;
 use super::{Check, Outcome, Started};
 
 /// How long an exit already made takes to be seen.
 const STILL_RUNNING_WITHIN: Duration = Duration::from_millis(100);
+/// How often the provider's health is probed while it settles.
+const SETTLE_PROBE: Duration = Duration::from_millis(250);
 /// How long a provider has to exit once its host is gone.
 const HOST_GONE_EXIT: Duration = Duration::from_secs(10);
 
@@ -22,29 +25,69 @@ impl Check {
     pub(super) async fn check_leaving(
         &mut self,
         host: &CheckHost,
+        link: &Link,
         started: &mut Started,
         meta: &Metadata,
     ) {
-        if self.check_still_running(started).await {
+        if self.check_still_running(link, started).await {
             self.check_sigterm(host, started, meta).await;
         }
     }
 
-    /// Whether the provider still runs after the checks; a failure if not.
-    async fn check_still_running(&mut self, started: &mut Started) -> bool {
-        let ended = tokio::time::timeout(STILL_RUNNING_WITHIN, started.running.wait()).await;
-        match ended {
-            Err(_) => {
-                let said = "still running after the checks";
-                self.report.add("runs until stopped", Outcome::Pass, said);
-                true
+    /// Whether the provider still runs and answers health checks once the
+    /// protocol's checks are done and at least `settle` after it registered
+    /// (probed every [`SETTLE_PROBE`] until then); a failure if not.
+    async fn check_still_running(&mut self, link: &Link, started: &mut Started) -> bool {
+        let settle = self.options.settle;
+        let until = (started.registered_at + settle)
+            .max(tokio::time::Instant::now() + STILL_RUNNING_WITHIN);
+        let after = |started: &Started| {
+            format!(
+                "{} ms after it registered",
+                started.registered_at.elapsed().as_millis()
+            )
+        };
+        loop {
+            let probe = tokio::time::Instant::now() + SETTLE_PROBE;
+            tokio::select! {
+                exit = started.running.wait() => {
+                    let said = format!(
+                        "{exit} on its own, {}: a provider runs until Corbel stops it",
+                        after(started)
+                    );
+                    self.report.add("runs until stopped", Outcome::Fail, said);
+                    return false;
+                }
+                _ = tokio::time::sleep_until(probe.min(until)) => {}
             }
-            Ok(exit) => {
-                let said = format!(
-                    "{exit} on its own after it registered: a provider runs until Corbel stops it"
-                );
+            if let Err(e) = link.check_health(Some(SETTLE_PROBE)).await {
+                // A process that died broke its link a moment before it is seen to exit.
+                let exited =
+                    tokio::time::timeout(STILL_RUNNING_WITHIN, started.running.wait()).await;
+                let (said, running) = match exited {
+                    Ok(exit) => (
+                        format!(
+                            "{exit} on its own, {}: a provider runs until Corbel stops it",
+                            after(started)
+                        ),
+                        false,
+                    ),
+                    Err(_) => (
+                        format!("stopped answering health checks {}: {e}", after(started)),
+                        true,
+                    ),
+                };
                 self.report.add("runs until stopped", Outcome::Fail, said);
-                false
+                return running;
+            }
+            if tokio::time::Instant::now() >= until {
+                let said = format!(
+                    "running and healthy {} after it registered (--settle-ms {})",
+                    after(started).trim_end_matches(" after it registered"),
+                    settle.as_millis()
+                );
+                self.report.add("runs until stopped", Outcome::Pass, said);
+                return true;
             }
         }
     }

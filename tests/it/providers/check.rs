@@ -35,9 +35,16 @@ impl Checked {
 }
 
 fn check(flags: &[&str], args: &[&str]) -> Checked {
+    // A second of settling, not the default three: each check here pays it.
+    let settle: &[&str] = if args.contains(&"--settle-ms") {
+        &[]
+    } else {
+        &["--settle-ms", "1000"]
+    };
     let out = Command::new(corbel_bin())
         .args(flags)
         .args(["provider", "check"])
+        .args(settle)
         .args(args)
         .env_remove("CORBEL_CONFIG")
         .env("CORBEL_PROVIDER_SANDBOX_READ", joined(&sandbox_read()))
@@ -255,7 +262,7 @@ fn a_provider_in_a_subdirectory_is_pointed_at_and_checked_with_path() {
     let checked = check(&[], &[&repo.url(), "--path", "tools/noop"]);
     assert!(checked.success, "{}\n{}", checked.table, checked.progress);
     assert_eq!(
-        checked.outcome("deploy fixture.v1.noop"),
+        checked.outcome("survives an expired deadline"),
         Some("PASS"),
         "{}",
         checked.table
@@ -432,8 +439,8 @@ fn updates_in_place_are_checked_on_a_provider_that_speaks_them() {
 #[test]
 fn a_provider_that_exits_after_registering_fails_runs_until_stopped() {
     let metadata = fixture_metadata("exit-after-register")
-        .replace("FIXTURE_MODE=", "FIXTURE_EXIT_AFTER_MS=50 FIXTURE_MODE=");
-    assert!(metadata.contains("FIXTURE_EXIT_AFTER_MS=50"), "{metadata}");
+        .replace("FIXTURE_MODE=", "FIXTURE_EXIT_AFTER_MS=300 FIXTURE_MODE=");
+    assert!(metadata.contains("FIXTURE_EXIT_AFTER_MS=300"), "{metadata}");
     let repo = ProviderRepo::new(&metadata, &[]);
     let checked = check(&[], &[&repo.url()]);
     assert!(!checked.success, "{}", checked.table);
@@ -446,6 +453,28 @@ fn a_provider_that_exits_after_registering_fails_runs_until_stopped() {
     let row = checked.row("runs until stopped");
     assert!(
         row.contains("FAIL") && row.contains("exit status 3 on its own"),
+        "{}",
+        checked.table
+    );
+}
+
+/// One that dies after the protocol's checks passed, within the settle
+/// period (the default, 3 s), fails too; a healthy one passes it.
+#[test]
+fn a_provider_that_dies_while_it_settles_fails_runs_until_stopped() {
+    let metadata = fixture_metadata("exit-after-register")
+        .replace("FIXTURE_MODE=", "FIXTURE_EXIT_AFTER_MS=2000 FIXTURE_MODE=");
+    let repo = ProviderRepo::new(&metadata, &[]);
+    let checked = check(&[], &[&repo.url(), "--settle-ms", "3000"]);
+    let row = checked.row("runs until stopped");
+    assert!(
+        row.contains("FAIL") && row.contains("exit status 3 on its own, 2"),
+        "{}",
+        checked.table
+    );
+    assert_eq!(
+        checked.outcome("survives an expired deadline"),
+        Some("PASS"),
         "{}",
         checked.table
     );
