@@ -118,6 +118,16 @@ impl Browser {
                 .await
                 .expect("a narrow screen is emulated");
         }
+        // Every page records its uncaught errors, unhandled rejections and
+        // console.error calls (in sessionStorage: they outlive a page load);
+        // `close` fails the test on any.
+        client
+            .issue_cmd(Cdp(json!({
+                "cmd": "Page.addScriptToEvaluateOnNewDocument",
+                "params": { "source": RECORD_ERRORS },
+            })))
+            .await
+            .expect("the error recorder is installed");
         Browser {
             client,
             base: app.url(""),
@@ -346,11 +356,48 @@ impl Browser {
         path
     }
 
+    /// The console errors recorded so far (uncaught errors, unhandled
+    /// rejections, `console.error`), each with its page's path; forgotten
+    /// once read.
+    pub async fn console_errors(&self) -> Vec<String> {
+        let read = self
+            .client
+            .execute(
+                "try { const all = JSON.parse(sessionStorage.getItem('corbel-test-errors') || '[]'); \
+                 sessionStorage.removeItem('corbel-test-errors'); return all; } catch (e) { return []; }",
+                vec![],
+            )
+            .await;
+        read.ok()
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default()
+    }
+
+    /// Closes the browser; fails the test if a page it visited logged an
+    /// error (read it first with [`Self::console_errors`] where one is meant).
     pub async fn close(mut self) {
+        let errors = self.console_errors().await;
         self.client.clone().close().await.ok();
         self.driver.kill().await.ok();
+        assert!(errors.is_empty(), "the pages logged errors: {errors:#?}");
     }
 }
+
+/// Run before each page's own scripts: keeps what the page logs as an error.
+const RECORD_ERRORS: &str = r#"(() => {
+  const key = "corbel-test-errors";
+  const keep = (text) => {
+    try {
+      const all = JSON.parse(sessionStorage.getItem(key) || "[]");
+      all.push(`${location.pathname}: ${text}`);
+      sessionStorage.setItem(key, JSON.stringify(all));
+    } catch {}
+  };
+  addEventListener("error", (e) => keep(`${e.message} (${e.filename}:${e.lineno})`));
+  addEventListener("unhandledrejection", (e) => keep(`unhandled rejection: ${e.reason?.stack ?? e.reason}`));
+  const error = console.error.bind(console);
+  console.error = (...args) => { keep(args.map(String).join(" ")); error(...args); };
+})();"#;
 
 /// A DevTools protocol command through chromedriver's `goog/cdp/execute`.
 #[derive(Debug)]

@@ -421,6 +421,22 @@ async fn the_shell_works_by_keyboard_and_fits_420_px() {
     browser.goto("/account").await;
     browser.wait_text("h1", "Account").await;
     browser.wait_js("the account page fits", fits).await;
+    // What a page logs as an error is kept across page loads, for `close`
+    // to fail the test: none so far, then a logged and a thrown error (one
+    // thrown by a script WebDriver ran is "Script error.": its text is
+    // hidden from the page).
+    assert_eq!(browser.console_errors().await, Vec::<String>::new());
+    browser
+        .js("console.error('logged in the test'); setTimeout(() => { throw new Error('thrown in the test'); });")
+        .await;
+    let two = "JSON.parse(sessionStorage.getItem('corbel-test-errors') || '[]').length === 2";
+    browser.wait_js("both errors are kept", two).await;
+    browser.goto("/").await;
+    browser.wait_text("h1", "Overview").await;
+    let errors = browser.console_errors().await;
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert_eq!(errors[0], "/account: logged in the test", "{errors:?}");
+    assert!(errors[1].starts_with("/account: "), "{errors:?}");
     browser.close().await;
 }
 
