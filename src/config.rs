@@ -262,8 +262,10 @@ impl Config {
             }
             secret_files.push(db);
         }
+        let data_dir = std::path::absolute(&self.data_dir)?;
         Ok(ProviderSettings {
-            data_dir: std::path::absolute(&self.data_dir)?,
+            socket_root: crate::provider::socket_root_for(&data_dir),
+            data_dir,
             state_dir: match &self.provider.state_dir {
                 Some(dir) => Some(std::path::absolute(dir)?),
                 None => None,

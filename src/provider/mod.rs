@@ -63,7 +63,7 @@ pub use link::LinkError;
 pub use logs::{LogLine, LogStream};
 pub use registry::{check_socket_paths, serve_registry, serve_remote_registry};
 pub use secrets::reseal;
-pub use settings::{ProviderFlags, ProviderSettings};
+pub use settings::{ProviderFlags, ProviderSettings, socket_root_for};
 pub use watch::{Observation, Seen, Watch, Watched};
 
 use crate::events::Bus;

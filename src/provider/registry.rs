@@ -64,6 +64,9 @@ pub async fn serve_registry(
     let settings = providers.settings();
     let path = settings.registry_socket();
     check_socket_path(&path)?;
+    if !settings.socket_root.as_os_str().is_empty() {
+        private_dir(&settings.socket_root, &settings.socket_root_dirs())?;
+    }
     tokio::fs::create_dir_all(settings.socket_dir())
         .await
         .with_context(|| format!("creating {}", settings.socket_dir().display()))?;
@@ -159,20 +162,51 @@ pub async fn serve_remote_registry(
     })
 }
 
+/// Makes the socket root `dir` (mode 0711: a provider run as another user
+/// passes through it to the registry) and checks that each of `checked` (it,
+/// and the `corbel` directory holding it under `/run` or `/tmp`) is this
+/// user's: a real directory (not a link) that nobody else may write to or
+/// list. A socket root another user prepared in `/tmp` is refused, not used.
+fn private_dir(dir: &Path, checked: &[&Path]) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o711)
+        .create(dir)
+        .map_err(|e| anyhow::anyhow!("creating the socket directory {}: {e}", dir.display()))?;
+    let me = nix::unistd::getuid().as_raw();
+    for &checked in checked {
+        let seen = std::fs::symlink_metadata(checked)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", checked.display()))?;
+        if !seen.is_dir() || seen.uid() != me || seen.mode() & 0o066 != 0 {
+            anyhow::bail!(
+                "the socket directory {} is not this user's (a directory of uid {me} that others \
+                 may neither write to nor list, mode 0711): remove it, or set XDG_RUNTIME_DIR to a \
+                 directory of this user's",
+                checked.display()
+            );
+        }
+    }
+    // The mode asked for, whatever the umask made of it.
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
+        .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+    Ok(())
+}
+
 /// Checks every unix socket path the server will bind or hand out, before
 /// anything is made: `registry.sock`, and the longest provider socket, which
-/// the SDK binds at `<CORBEL_SOCKET_DIR>/<CORBEL_PROVIDER_ID>.sock` (a uuid is
-/// always 36 characters).
+/// a Docker or `runAs` provider binds in its own directory,
+/// `<socket dir>/<12 hex>/<CORBEL_PROVIDER_ID>.sock` (a uuid is always 36
+/// characters; others bind `<socket dir>/<id>.sock`).
 pub fn check_socket_paths(settings: &ProviderSettings) -> anyhow::Result<()> {
     check_socket_path(&settings.registry_socket())?;
-    let example = settings
-        .socket_dir()
+    let example = super::settings::own_socket_dir(&settings.socket_dir(), Uuid::nil())
         .join(format!("{}.sock", Uuid::nil().hyphenated()));
     let len = example.as_os_str().len();
     if len > MAX_SOCKET_PATH {
         anyhow::bail!(
-            "provider sockets would be {}/<provider id>.sock, {len} bytes long (such as {}); \
-             unix sockets allow {MAX_SOCKET_PATH}: choose a shorter --data-dir",
+            "provider sockets would be {}/<12 hex>/<provider id>.sock, {len} bytes long (such as {}); \
+             unix sockets allow {MAX_SOCKET_PATH}: set XDG_RUNTIME_DIR to a shorter directory",
             settings.socket_dir().display(),
             example.display()
         );
@@ -610,5 +644,35 @@ mod tests {
         assert!(same_secret(&token_hash(&token), &token_hash(&token)));
         assert!(!same_secret(&token_hash(&token), &token_hash("cbp_other")));
         assert!(!same_secret("abc", "abcd"));
+    }
+
+    #[test]
+    fn a_socket_root_others_may_write_to_or_a_link_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let tmp = tempfile::tempdir().unwrap();
+        let parent = tmp.path().join("corbel-test");
+        let root = parent.join("0123456789ab");
+        private_dir(&root, &[&parent, &root]).unwrap();
+        let mode = std::fs::metadata(&root).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o711);
+        // Made again: the same directory is taken.
+        private_dir(&root, &[&parent, &root]).unwrap();
+
+        std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let refused = private_dir(&root, &[&parent, &root]).unwrap_err();
+        assert!(
+            refused.to_string().contains("is not this user's"),
+            "{refused}"
+        );
+
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+        let refused = private_dir(&link, &[&link]).unwrap_err();
+        assert!(
+            refused.to_string().contains("is not this user's"),
+            "{refused}"
+        );
     }
 }

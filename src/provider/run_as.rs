@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use nix::unistd::{Gid, Uid, User};
 
 use super::ProviderError;
+use super::settings::ProviderSettings;
 
 /// The user a provider runs as.
 #[derive(Clone, Debug)]
@@ -58,6 +59,45 @@ pub(super) fn resolve(name: &str) -> Result<Option<RunAs>, String> {
         gid: user.gid,
         home: user.dir,
     }))
+}
+
+/// The user provider `id` runs as (`runAs` `name`), given its own state and
+/// socket directories and a way to its checkout and the registry; `None` to
+/// run it as the server's user.
+pub(super) async fn prepare(
+    settings: &ProviderSettings,
+    id: uuid::Uuid,
+    name: &str,
+) -> Result<Option<RunAs>, String> {
+    let Some(user) = resolve(name)? else {
+        return Ok(None);
+    };
+    let sockets = super::settings::own_socket_dir(&settings.socket_dir(), id);
+    check_socket(&sockets, id)?;
+    let state = settings.provider_state_dir(id);
+    let mut pass = vec![
+        settings.data_dir.clone(),
+        settings.data_dir.join("providers"),
+        settings.provider_dir(id),
+    ];
+    // The way to the sockets: the socket root (and its `corbel` parent).
+    pass.extend(
+        settings
+            .socket_root_dirs()
+            .into_iter()
+            .map(Path::to_path_buf),
+    );
+    pass.push(settings.socket_dir());
+    pass.extend(settings.state_dir.iter().cloned());
+    let registry = settings.registry_socket();
+    let given = user.clone();
+    tokio::task::spawn_blocking(move || {
+        let pass: Vec<&Path> = pass.iter().map(PathBuf::as_path).collect();
+        given.hand_over(&[&state, &sockets], &pass, &registry)
+    })
+    .await
+    .map_err(|e| format!("cannot prepare the provider's directories: {e}"))??;
+    Ok(Some(user))
 }
 
 /// Refuses a socket directory of its own, `sockets`, in which provider

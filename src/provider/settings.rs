@@ -15,10 +15,17 @@ use crate::settings::{at_least, millis, seconds};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProviderSettings {
-    /// Absolute; holds `registry.sock`, `sockets/` and `providers/<id>/`. Set
-    /// from the server's data directory, not configured here.
+    /// Absolute; holds `providers/<id>/`. Set from the server's data
+    /// directory, not configured here.
     #[serde(skip)]
     pub data_dir: PathBuf,
+    /// Absolute; a short directory of this server's own holding
+    /// `registry.sock` and `sockets/` ([`socket_root_for`] its data
+    /// directory), so that every socket path fits whatever the data
+    /// directory's length. Empty: the data directory holds them (a
+    /// conformance check's scratch directory).
+    #[serde(skip)]
+    pub socket_root: PathBuf,
     /// Files outside the data directory that hold the server's secrets (its
     /// secret key, its SQLite database, its config file): kept out of every
     /// provider's and build's sandbox with the data directory. Set from the
@@ -113,6 +120,7 @@ impl Default for ProviderSettings {
     fn default() -> Self {
         Self {
             data_dir: PathBuf::new(),
+            socket_root: PathBuf::new(),
             secret_files: Vec::new(),
             state_dir: None,
             git_schemes: ["https", "http", "git", "ssh", "file"]
@@ -162,12 +170,36 @@ impl ProviderSettings {
         }
     }
 
+    /// Where the sockets go: the socket root, or the data directory.
+    pub fn socket_home(&self) -> &std::path::Path {
+        if self.socket_root.as_os_str().is_empty() {
+            &self.data_dir
+        } else {
+            &self.socket_root
+        }
+    }
+
+    /// The directories on the way to the sockets that Corbel makes: the
+    /// socket root's `corbel` parent under `/run` or `/tmp` (shared by the
+    /// user's servers), and the root (none for the data directory).
+    pub(super) fn socket_root_dirs(&self) -> Vec<&std::path::Path> {
+        let root = self.socket_root.as_path();
+        if root.as_os_str().is_empty() {
+            return Vec::new();
+        }
+        let parent = root.parent().filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("corbel"))
+        });
+        parent.into_iter().chain([root]).collect()
+    }
+
     pub fn registry_socket(&self) -> PathBuf {
-        self.data_dir.join("registry.sock")
+        self.socket_home().join("registry.sock")
     }
 
     pub fn socket_dir(&self) -> PathBuf {
-        self.data_dir.join("sockets")
+        self.socket_home().join("sockets")
     }
 
     pub(super) fn provider_dir(&self, id: Uuid) -> PathBuf {
@@ -441,6 +473,26 @@ pub struct ProviderFlags {
     pub sandbox_write: Option<Vec<PathBuf>>,
 }
 
+/// The short directory of the unix sockets of the server whose data
+/// directory is `data_dir` (absolute): `$XDG_RUNTIME_DIR/corbel-<h>`, else
+/// `/run/corbel/<h>` for root, else `/tmp/corbel-<uid>/<h>`, `h` the first 12
+/// hex digits of the SHA-256 of the data directory's path: the same at every
+/// start (a provider left running finds the registry again), another for
+/// each data directory. At most 44 bytes under `/run` or `/tmp`, so that
+/// `<root>/sockets/<12 hex>/<uuid>.sock` fits a socket's 107.
+pub fn socket_root_for(data_dir: &std::path::Path) -> PathBuf {
+    use sha2::Digest as _;
+    use std::os::unix::ffi::OsStrExt as _;
+    let digest = sha2::Sha256::digest(data_dir.as_os_str().as_bytes());
+    let short = hex::encode(&digest[..6]);
+    let uid = nix::unistd::getuid();
+    match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+        Some(dir) if dir.is_absolute() => dir.join(format!("corbel-{short}")),
+        _ if uid.is_root() => PathBuf::from("/run/corbel").join(short),
+        _ => PathBuf::from(format!("/tmp/corbel-{uid}")).join(short),
+    }
+}
+
 /// Longest path a unix socket address holds on Linux.
 pub(super) const MAX_SOCKET_PATH: usize = 107;
 
@@ -449,7 +501,7 @@ pub(super) const MAX_SOCKET_PATH: usize = 107;
 /// container at the same path): `<socket dir>/<the last 12 hex digits of its
 /// id>`, the random part of a v4 or v7 uuid. Short, so that the socket in
 /// it, `<id>.sock` as the SDKs bind it, fits a unix socket's path under a
-/// data directory of up to 44 bytes (`<socket dir>/<id>/<id>.sock` left 20).
+/// socket root of up to 44 bytes (`<socket dir>/<id>/<id>.sock` left 20).
 pub(super) fn own_socket_dir(socket_dir: &std::path::Path, id: uuid::Uuid) -> std::path::PathBuf {
     let simple = id.simple().to_string();
     socket_dir.join(&simple[simple.len() - 12..])
@@ -460,7 +512,7 @@ pub(super) fn check_socket_path(path: &std::path::Path) -> anyhow::Result<()> {
     let len = path.as_os_str().len();
     if len > MAX_SOCKET_PATH {
         anyhow::bail!(
-            "the socket path {} is {len} bytes long; unix sockets allow {MAX_SOCKET_PATH}: choose a shorter --data-dir",
+            "the socket path {} is {len} bytes long; unix sockets allow {MAX_SOCKET_PATH}: set XDG_RUNTIME_DIR to a shorter directory",
             path.display()
         );
     }

@@ -28,7 +28,7 @@ use uuid::Uuid;
 use super::checkout::{describe_progress, missing_metadata, source_root};
 use super::docker::{DockerRuntime, Engine};
 use super::link::Link;
-use super::run_as::{self, RunAs};
+use super::run_as;
 use super::runtime::{Job, Running, Runtime, ShellRuntime};
 use super::state::{Command, Slot, Slots};
 use super::{
@@ -394,7 +394,9 @@ impl Supervisor {
         tokio::fs::create_dir_all(&state_dir)
             .await
             .map_err(|e| Stop::Failed(format!("cannot create {}: {e}", state_dir.display())))?;
-        let run_as = self.hand_over(slot.id, &row.run_as).await?;
+        let run_as = run_as::prepare(&self.settings, slot.id, &row.run_as)
+            .await
+            .map_err(Stop::Failed)?;
         let build_dir = dir.join("builds").join(&commit);
         let sandbox = settings.sandbox_paths(slot.id, &root, Some(&build_dir));
         let build_sandbox = settings.build_sandbox_paths(&dir.join("src"), &build_dir);
@@ -420,36 +422,6 @@ impl Supervisor {
             .await
             .map_err(|e| Stop::Failed(e.to_string()))?;
         Ok(Prepared::Local(runtime, Box::new(job)))
-    }
-
-    /// The user provider `id` runs as (`runAs`), given its own state and
-    /// socket directories and a way to its checkout and the registry; `None`
-    /// to run it as the server's user.
-    async fn hand_over(&self, id: Uuid, name: &str) -> Result<Option<RunAs>, Stop> {
-        let Some(user) = run_as::resolve(name).map_err(Stop::Failed)? else {
-            return Ok(None);
-        };
-        let settings = &self.settings;
-        let sockets = own_socket_dir(settings, id);
-        run_as::check_socket(&sockets, id).map_err(Stop::Failed)?;
-        let state = settings.provider_state_dir(id);
-        let mut pass = vec![
-            settings.data_dir.clone(),
-            settings.data_dir.join("providers"),
-            settings.provider_dir(id),
-            settings.socket_dir(),
-        ];
-        pass.extend(settings.state_dir.iter().cloned());
-        let registry = settings.registry_socket();
-        let given = user.clone();
-        let handed = tokio::task::spawn_blocking(move || {
-            let pass: Vec<&Path> = pass.iter().map(PathBuf::as_path).collect();
-            given.hand_over(&[&state, &sockets], &pass, &registry)
-        })
-        .await
-        .map_err(|e| Stop::Failed(format!("cannot prepare the provider's directories: {e}")))?;
-        handed.map_err(Stop::Failed)?;
-        Ok(Some(user))
     }
 
     /// Fetches the source into `src` and reads its metadata, stored with the

@@ -46,7 +46,8 @@ async fn a_second_binary_on_one_data_dir_is_refused_and_the_first_is_untouched()
     let store = TestStore::fresh().await;
     let mut first = serve(&store, &[ADMIN]);
     wait_ready(first.addr).await;
-    let socket = store.data_dir().join("registry.sock");
+    let data_dir = std::path::absolute(store.data_dir()).unwrap();
+    let socket = corbel::provider::socket_root_for(&data_dir).join("registry.sock");
     let before = inode(&socket);
 
     // On the first's own address (taken), and on another one.
@@ -202,40 +203,39 @@ async fn lose_and_retake_the_postgres_lock(store: &TestStore, served: &Served) {
     .await;
 }
 
+/// A data directory of 200 bytes serves: the sockets are in a short
+/// directory of their own (`socket_root_for`). A socket directory too long
+/// (a long `XDG_RUNTIME_DIR`) is refused before anything is made.
 #[tokio::test]
-async fn a_data_dir_too_long_for_provider_sockets_is_refused_before_anything_is_made() {
+async fn a_long_data_dir_serves_and_a_socket_root_too_long_is_refused_before_anything_is_made() {
     let store = TestStore::fresh().await;
     let base = std::path::absolute(store.data_dir()).unwrap();
-    // `<dir>/registry.sock` fits in 107 bytes, `<dir>/sockets/<uuid>.sock` does not.
-    let want = 107 - "/sockets/".len() - 36 - ".sock".len() + 10;
-    let dir = base.join("d".repeat(want - base.as_os_str().len() - 1));
-    assert_eq!(dir.as_os_str().len(), want);
-    assert!(dir.join("registry.sock").as_os_str().len() <= 107);
-
-    let mut config = store.config();
-    config.data_dir = dir.clone();
-    let refused = App::build(&config).await.err().expect("refused");
-    let message = format!("{refused:#}");
-    let socket_dir = dir.join("sockets");
-    assert!(
-        message.contains(&format!("{}/<provider id>.sock", socket_dir.display())),
-        "{message}"
-    );
-    assert!(
-        message.contains(&format!("{} bytes", want + 50)),
-        "{message}"
-    );
-    assert!(message.contains("allow 107"), "{message}");
-    assert!(message.contains("choose a shorter --data-dir"), "{message}");
-    assert!(!dir.exists(), "nothing was made");
-
-    let (ok, stderr) = run_to_end(serve_command(
+    let long = base.join("d".repeat(200 - base.as_os_str().len() - 1));
+    assert_eq!(long.as_os_str().len(), 200);
+    let mut served = serve(
         &store,
-        &[("CORBEL_DATA_DIR", dir.to_str().unwrap())],
-    ))
-    .await;
+        &[ADMIN, ("CORBEL_DATA_DIR", long.to_str().unwrap())],
+    );
+    wait_ready(served.addr).await;
+    let root = corbel::provider::socket_root_for(&long);
+    assert!(root.join("registry.sock").exists(), "{}", root.display());
+    assert!(root.as_os_str().len() <= 44, "{}", root.display());
+    tokio::task::spawn_blocking(move || terminate(&mut served.child))
+        .await
+        .unwrap();
+
+    let dir = base.join("never-made");
+    let runtime = base.join("r".repeat(80));
+    std::fs::create_dir_all(&runtime).unwrap();
+    let mut command = serve_command(&store, &[("CORBEL_DATA_DIR", dir.to_str().unwrap())]);
+    command.env("XDG_RUNTIME_DIR", &runtime);
+    let (ok, stderr) = run_to_end(command).await;
     assert!(!ok, "{stderr}");
-    assert!(stderr.contains("choose a shorter --data-dir"), "{stderr}");
+    assert!(stderr.contains("allow 107"), "{stderr}");
+    assert!(
+        stderr.contains("set XDG_RUNTIME_DIR to a shorter directory"),
+        "{stderr}"
+    );
     assert!(!dir.exists(), "nothing was made");
     if store.is_postgres() {
         use sea_orm::{ConnectionTrait, Database, Statement};

@@ -133,7 +133,7 @@ impl DockerRuntime {
         if len > MAX_SOCKET_PATH {
             return Err(RuntimeError::Docker(format!(
                 "the provider's socket path {} is {len} bytes long; unix sockets allow \
-                 {MAX_SOCKET_PATH}: choose a shorter --data-dir",
+                 {MAX_SOCKET_PATH}: set XDG_RUNTIME_DIR to a shorter directory",
                 socket.display()
             )));
         }

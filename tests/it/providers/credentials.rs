@@ -141,12 +141,13 @@ async fn a_service_holding_the_launch_token_cannot_register_as_its_provider() {
         workspace_bin("corbel-provider-fixture").display(),
         out.path().display()
     );
+    let sockets = corbel::provider::socket_root_for(&std::path::absolute(data_dir).unwrap());
     let env = json!({
-        "CORBEL_REGISTRY": format!("unix://{}", data_dir.join("registry.sock").display()),
+        "CORBEL_REGISTRY": format!("unix://{}", sockets.join("registry.sock").display()),
         "CORBEL_PROVIDER_ID": id,
         "CORBEL_PROVIDER_TOKEN": token,
         // Its own socket, so that the real provider's stays in place.
-        "CORBEL_SOCKET_DIR": data_dir.join("sockets").join("intruder").display().to_string(),
+        "CORBEL_SOCKET_DIR": sockets.join("sockets").join("intruder").display().to_string(),
         "FIXTURE_CONFIG_DUMP": out.path().join("config.jsonl").display().to_string(),
     });
     let bp = create_blueprint(&app, "intruder", &blueprint(&script, env)).await;

@@ -53,9 +53,9 @@ async fn load(app: &TestApp, id: &str) {
 #[tokio::test]
 async fn a_docker_provider_connects_is_restarted_when_killed_and_leaves_nothing() {
     let mut cleanup = Cleanup::new();
-    // A data directory as long as a user's may be: the provider's socket,
-    // `<data>/sockets/<12 hex>/<id>.sock`, is 107 bytes, as long as allowed.
-    let store = TestStore::fresh_of_length(44).await;
+    // A data directory of 100 bytes: the sockets are in a short directory of
+    // the server's own, whatever the data directory's length.
+    let store = TestStore::fresh_of_length(100).await;
     let app = TestApp::spawn_with(Arc::new(store), quick).await;
     let repo = docker_provider_repo();
     let (id, _) = create_provider(
@@ -113,6 +113,7 @@ async fn a_docker_provider_connects_is_restarted_when_killed_and_leaves_nothing(
     // Mounted: the registry socket, a socket directory of its own (never the
     // other providers' sockets), its state directory.
     let data_dir = app.store.data_dir();
+    let sockets = corbel::provider::socket_root_for(&std::path::absolute(data_dir).unwrap());
     let mut sources: Vec<String> = container["Mounts"]
         .as_array()
         .unwrap()
@@ -121,8 +122,8 @@ async fn a_docker_provider_connects_is_restarted_when_killed_and_leaves_nothing(
         .collect();
     sources.sort();
     let mut expected = [
-        data_dir.join("registry.sock"),
-        data_dir.join("sockets").join(own),
+        sockets.join("registry.sock"),
+        sockets.join("sockets").join(own),
         data_dir.join("providers").join(&id).join("state"),
     ]
     .map(|p| p.display().to_string());

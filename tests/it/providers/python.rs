@@ -75,7 +75,7 @@ fn line<'a>(output: &'a str, name: &str) -> &'a str {
 #[tokio::test]
 async fn a_grpcio_client_calls_the_registry_with_its_default_authority() {
     let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), quick).await;
-    let socket = app.store.data_dir().join("registry.sock");
+    let socket = corbel::provider::socket_root_for(app.store.data_dir()).join("registry.sock");
     let provider = uuid::Uuid::new_v4().to_string();
     let socket_text = socket.to_str().unwrap().to_owned();
     let out = tokio::task::spawn_blocking(move || python(RAW_CALLS, &[&socket_text, &provider]))
@@ -208,7 +208,7 @@ async fn the_python_example_provider_deploys_and_destroys_files() {
 
     // Unregister with a session that is not the provider's: NOT_FOUND, and
     // the provider stays connected.
-    let socket = app.store.data_dir().join("registry.sock");
+    let socket = corbel::provider::socket_root_for(app.store.data_dir()).join("registry.sock");
     let (socket_text, provider_id) = (socket.to_str().unwrap().to_owned(), id.clone());
     let out = tokio::task::spawn_blocking(move || python(RAW_CALLS, &[&socket_text, &provider_id]))
         .await
@@ -452,9 +452,7 @@ async fn the_python_example_watches_its_files() {
     )
     .await;
     wait_status(&app, &id, "CONNECTED").await;
-    let socket = app
-        .store
-        .data_dir()
+    let socket = corbel::provider::socket_root_for(app.store.data_dir())
         .join("sockets")
         .join(format!("{id}.sock"));
     let channel = tonic::transport::Endpoint::from_shared(format!("unix://{}", socket.display()))
