@@ -9,6 +9,9 @@ use corbel_provider_sdk::{Events, proto};
 use crate::config::{NetworkConfig, VolumeConfig};
 use crate::engine::{self, Problem, call, carries, default_name, networks_of, status, volumes_of};
 
+/// How long after creating a network the duplicates are looked for.
+const DUPLICATE_SETTLE: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Creates the network, or returns the one labelled with the resource id, or
 /// adopts the one of its name if that one is labelled so.
 ///
@@ -66,6 +69,10 @@ pub async fn deploy_network(
         client.create_network(request),
     )
     .await?;
+    // A racing call's network made a moment before may be listed by its
+    // time before it is listed at all: both calls look once both are seen,
+    // so that both keep the same one.
+    tokio::time::sleep(DUPLICATE_SETTLE).await;
     let mut found = networks_of(client, id).await?;
     if found.is_empty() {
         return Err(Problem::unavailable(format!(
