@@ -99,26 +99,35 @@ impl Check {
         (self.say)("stopping it with SIGTERM");
         signal(started.running.binding(), Signal::SIGTERM);
         let exit = tokio::time::timeout(grace, started.running.wait()).await;
-        let result = match exit {
-            Ok(exit) if exit == "exit status 0" => Ok(format!("{exit} within {grace:?}")),
-            Ok(exit) if exit == "killed by SIGTERM" && run.is_some_and(|r| !execs(r)) => {
-                Err(format!(
-                    "{exit}; a provider exits 0 on SIGTERM. The process Corbel waits for is \
-                     `sh -c` running `run:`, and a shell that starts the provider without \
-                     `exec` is what the signal ended, whatever the provider did: write \
-                     `run: exec {}`",
-                    run.unwrap_or_default().trim()
-                ))
+        let (outcome, said) = match exit {
+            Ok(exit) if exit == "exit status 0" => {
+                (Outcome::Pass, format!("{exit} within {grace:?}"))
             }
-            Ok(exit) => Err(format!("{exit}; a provider exits 0 on SIGTERM")),
+            // The shell's death, not the provider's doing: a warning that
+            // says so (the provider got the signal too, as its group did).
+            Ok(exit) if exit == "killed by SIGTERM" && run.is_some_and(|r| !execs(r)) => (
+                Outcome::Warn,
+                format!(
+                    "{exit}: the process Corbel waits for is `sh -c` running `run:`, and a \
+                     shell that starts the provider without `exec` is what the signal ended, \
+                     whatever the provider did; Corbel sees a provider killed, not one that \
+                     exited 0: write `run: exec {}`",
+                    run.unwrap_or_default().trim()
+                ),
+            ),
+            Ok(exit) => (
+                Outcome::Fail,
+                format!("{exit}; a provider exits 0 on SIGTERM"),
+            ),
             Err(_) => {
                 started.running.stop(Duration::ZERO).await;
-                Err(format!(
-                    "still running {grace:?} after SIGTERM (stop_grace_ms); killed"
-                ))
+                (
+                    Outcome::Fail,
+                    format!("still running {grace:?} after SIGTERM (stop_grace_ms); killed"),
+                )
             }
         };
-        self.report.result("exits 0 on SIGTERM", result);
+        self.report.add("exits 0 on SIGTERM", outcome, said);
         let session = started.session.clone();
         let unregistered = host
             .seen()

@@ -158,10 +158,9 @@ fn the_shipped_process_provider_passes_and_leaves_nothing_running() {
     assert_eq!(processes_running(&["sleep", &arg]), Vec::<i32>::new());
 }
 
-/// A sample that opts out of its sandbox is a warning, not a failure.
-/// A sample with `sandbox: none` is a warning; a `run:` that starts the
-/// provider from a shell without `exec` fails SIGTERM, saying that the shell
-/// is what the signal ended, and how to write it.
+/// A sample with `sandbox: none` is a warning, not a failure; so is a `run:`
+/// that starts the provider from a shell without `exec`, whose SIGTERM row
+/// says that the shell is what the signal ended, and how to write it.
 #[test]
 fn a_sample_with_sandbox_none_is_a_warning_and_a_run_without_exec_is_explained() {
     let arg = format!("{}.{}", 301 + std::process::id() % 1000, std::process::id());
@@ -179,8 +178,8 @@ fn a_sample_with_sandbox_none_is_a_warning_and_a_run_without_exec_is_explained()
     assert!(metadata.contains("&& true"), "{metadata}");
     let repo = ProviderRepo::new(&metadata, &[]);
     let checked = check(&[], &[&repo.url()]);
-    assert!(!checked.success, "{}\n{}", checked.table, checked.progress);
-    assert!(checked.table.contains(" 1 failed"), "{}", checked.table);
+    // Warnings both: the check passes.
+    assert!(checked.success, "{}\n{}", checked.table, checked.progress);
     let row = checked.row("sandbox process.v1.service");
     assert!(
         row.contains("WARN") && row.contains("sandbox: none"),
@@ -189,7 +188,7 @@ fn a_sample_with_sandbox_none_is_a_warning_and_a_run_without_exec_is_explained()
     );
     let row = checked.row("exits 0 on SIGTERM");
     assert!(
-        row.contains("FAIL") && row.contains("killed by SIGTERM") && row.contains("run: exec "),
+        row.contains("WARN") && row.contains("killed by SIGTERM") && row.contains("run: exec "),
         "{}",
         checked.table
     );
