@@ -224,6 +224,8 @@ async fn a_long_data_dir_serves_and_a_socket_root_too_long_is_refused_before_any
         .await
         .unwrap();
 
+    // Another database, which the server above has not migrated.
+    let store = TestStore::fresh().await;
     let dir = base.join("never-made");
     let runtime = base.join("r".repeat(80));
     std::fs::create_dir_all(&runtime).unwrap();
