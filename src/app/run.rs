@@ -83,8 +83,8 @@ impl App {
 }
 
 /// The singletons, which run on the leader only: the repositories' refresh
-/// loop, the deployments' reaper, and live health (the monitor, the
-/// roll-ups, the healer).
+/// loop, the deployments' reaper and event pruning, and live health (the
+/// monitor, the roll-ups, the healer).
 fn spawn_singletons(
     cluster: &Cluster,
     repositories: &Repositories,
@@ -94,10 +94,11 @@ fn spawn_singletons(
     let repositories = repositories.clone();
     let deployments = deployments.clone();
     tokio::spawn(cluster.clone().lead(stopping.clone(), move || {
-        let [reaper, monitor, rollups, healer] = [0; 4].map(|_| deployments.clone());
+        let [reaper, pruner, monitor, rollups, healer] = [0; 5].map(|_| deployments.clone());
         vec![
             tokio::spawn(repositories.clone().run_refresh_loop()),
             tokio::spawn(async move { reaper.recovery().run_reaper().await }),
+            tokio::spawn(async move { pruner.recovery().run_event_pruning().await }),
             tokio::spawn(async move { monitor.health().run_monitor().await }),
             tokio::spawn(async move { rollups.health().run_rollups().await }),
             tokio::spawn(async move { healer.health().run_healer().await }),

@@ -465,6 +465,29 @@ impl Recovery<'_> {
         })
     }
 
+    /// Deletes the deployment events older than `[deploy]
+    /// event_retention_days` (none when 0): at start, then hourly, until the
+    /// server stops. The deletes go in batches, so writers barely wait.
+    pub async fn run_event_pruning(&self) {
+        let days = self.0.inner.settings.event_retention_days;
+        if days == 0 {
+            return;
+        }
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(3600));
+        loop {
+            tokio::select! {
+                _ = self.0.inner.stopping.cancelled() => return,
+                _ = every.tick() => {}
+            }
+            let before = Utc::now() - chrono::TimeDelta::days(i64::from(days));
+            match rows::prune_events(&self.0.inner.db, before).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(events = n, days, "pruned old deployment events"),
+                Err(e) => tracing::warn!(error = %e, "pruning deployment events failed"),
+            }
+        }
+    }
+
     /// Destroys deployments whose lease has passed, until the server stops.
     pub async fn run_reaper(&self) {
         let mut every = tokio::time::interval(self.0.inner.settings.reaper_interval);

@@ -29,6 +29,9 @@ pub struct DeploySettings {
     /// `UNKNOWN`.
     #[serde(rename = "health_grace_ms", with = "millis")]
     pub health_grace: Duration,
+    /// Deployment events older than this many days are deleted (hourly, in
+    /// batches); 0 keeps them all.
+    pub event_retention_days: u32,
 }
 
 impl Default for DeploySettings {
@@ -39,6 +42,7 @@ impl Default for DeploySettings {
             provider_wait: Duration::from_secs(60),
             health_poll_interval: Duration::from_secs(10),
             health_grace: Duration::from_secs(30),
+            event_retention_days: 90,
         }
     }
 }
@@ -100,4 +104,12 @@ pub struct DeployFlags {
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub health_grace_ms: Option<u64>,
+    /// Days deployment events are kept (0 keeps them all).
+    #[arg(
+        long = "deploy-event-retention-days",
+        env = "CORBEL_DEPLOY_EVENT_RETENTION_DAYS",
+        global = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_retention_days: Option<u32>,
 }

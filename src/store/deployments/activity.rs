@@ -12,6 +12,7 @@ use sea_orm::{
 };
 use uuid::Uuid;
 
+use super::journal::first_event_since;
 use crate::store::entities::{deployment, deployment_event, deployment_node, resource_health};
 use crate::store::states::NodeState;
 
@@ -92,48 +93,6 @@ pub async fn changes_by_hour(
             resources: nodes.len() as u64,
         })
         .collect())
-}
-
-/// The id of the first event at or after `since`, if any. Events are
-/// written in time order, so a binary search over their ids finds it in
-/// about 25 lookups by primary key, with no index on their time.
-async fn first_event_since(
-    db: &DatabaseConnection,
-    since: DateTime<Utc>,
-) -> Result<Option<i64>, DbErr> {
-    let edge = |from_id: i64| async move {
-        deployment_event::Entity::find()
-            .select_only()
-            .columns([deployment_event::Column::Id, deployment_event::Column::At])
-            .filter(deployment_event::Column::Id.gte(from_id))
-            .order_by_asc(deployment_event::Column::Id)
-            .into_tuple::<(i64, DateTime<Utc>)>()
-            .one(db)
-            .await
-    };
-    let last: Option<(i64, DateTime<Utc>)> = deployment_event::Entity::find()
-        .select_only()
-        .columns([deployment_event::Column::Id, deployment_event::Column::At])
-        .order_by_desc(deployment_event::Column::Id)
-        .into_tuple()
-        .one(db)
-        .await?;
-    let Some((mut high, _)) = last.filter(|(_, at)| *at >= since) else {
-        return Ok(None);
-    };
-    let Some((mut low, _)) = edge(i64::MIN).await? else {
-        return Ok(None);
-    };
-    // The smallest id whose next event (itself, or the first after a gap)
-    // is at or after `since`.
-    while low < high {
-        let mid = low + (high - low) / 2;
-        match edge(mid).await? {
-            Some((_, at)) if at >= since => high = mid,
-            _ => low = mid + 1,
-        }
-    }
-    Ok(edge(low).await?.map(|(id, _)| id))
 }
 
 /// The deployed resource nodes (`COMPLETE`) of the deployments in

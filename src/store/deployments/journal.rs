@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DbErr,
     EntityTrait, FromQueryResult, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, QueryTrait,
@@ -372,4 +372,80 @@ pub async fn events_of(
         .limit(limit)
         .all(db)
         .await
+}
+
+/// The id of the first event at or after `since`, if any. Events are
+/// written in time order, so a binary search over their ids finds it in
+/// about 25 lookups by primary key, with no index on their time.
+pub(super) async fn first_event_since(
+    db: &DatabaseConnection,
+    since: DateTime<Utc>,
+) -> Result<Option<i64>, DbErr> {
+    let edge = |from_id: i64| async move {
+        deployment_event::Entity::find()
+            .select_only()
+            .columns([deployment_event::Column::Id, deployment_event::Column::At])
+            .filter(deployment_event::Column::Id.gte(from_id))
+            .order_by_asc(deployment_event::Column::Id)
+            .into_tuple::<(i64, DateTime<Utc>)>()
+            .one(db)
+            .await
+    };
+    let last: Option<(i64, DateTime<Utc>)> = deployment_event::Entity::find()
+        .select_only()
+        .columns([deployment_event::Column::Id, deployment_event::Column::At])
+        .order_by_desc(deployment_event::Column::Id)
+        .into_tuple()
+        .one(db)
+        .await?;
+    let Some((mut high, _)) = last.filter(|(_, at)| *at >= since) else {
+        return Ok(None);
+    };
+    let Some((mut low, _)) = edge(i64::MIN).await? else {
+        return Ok(None);
+    };
+    // The smallest id whose next event (itself, or the first after a gap)
+    // is at or after `since`.
+    while low < high {
+        let mid = low + (high - low) / 2;
+        match edge(mid).await? {
+            Some((_, at)) if at >= since => high = mid,
+            _ => low = mid + 1,
+        }
+    }
+    Ok(edge(low).await?.map(|(id, _)| id))
+}
+
+/// Events deleted at a time by [`prune_events`].
+const PRUNE_BATCH: u64 = 10_000;
+
+/// Deletes the events older than `before`, [`PRUNE_BATCH`] at a time, each
+/// batch a statement of its own (a writer waits for one batch at most);
+/// how many went. The oldest events have the lowest ids: the first event
+/// at or after `before` bounds them.
+pub async fn prune_events(db: &DatabaseConnection, before: DateTime<Utc>) -> Result<u64, DbErr> {
+    let edge = first_event_since(db, before).await?.unwrap_or(i64::MAX);
+    let mut deleted = 0;
+    loop {
+        let last: Option<i64> = deployment_event::Entity::find()
+            .select_only()
+            .column(deployment_event::Column::Id)
+            .filter(deployment_event::Column::Id.lt(edge))
+            .order_by_asc(deployment_event::Column::Id)
+            .offset(PRUNE_BATCH - 1)
+            .into_tuple()
+            .one(db)
+            .await?;
+        let upto = last.unwrap_or(edge - 1);
+        let done = deployment_event::Entity::delete_many()
+            .filter(deployment_event::Column::Id.lte(upto))
+            .filter(deployment_event::Column::Id.lt(edge))
+            .exec(db)
+            .await?;
+        deleted += done.rows_affected;
+        if last.is_none() || done.rows_affected == 0 {
+            return Ok(deleted);
+        }
+        tokio::task::yield_now().await;
+    }
 }

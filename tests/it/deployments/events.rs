@@ -173,3 +173,66 @@ async fn server_events_say_when_a_deployment_changes_state() {
     }
     assert!(states.contains(&Value::from("IN_PROGRESS")), "{states:?}");
 }
+
+/// Events older than `[deploy] event_retention_days` are deleted at start
+/// (then hourly): a deployment's history moved 100 days back in the store
+/// (the only way to have a past) is gone after a restart, a newer one's is
+/// kept whole.
+#[tokio::test]
+async fn events_past_their_retention_are_pruned() {
+    use sea_orm::sea_query::Expr;
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+
+    let store = std::sync::Arc::new(crate::support::TestStore::fresh().await);
+    let app =
+        crate::support::TestApp::spawn_with(store.clone(), crate::support::settings::quick).await;
+    // No provider serves the type: each deploy fails at once, with events.
+    let blueprint = create_blueprint(
+        &app,
+        "nowhere",
+        "resources:\n  a:\n    type: none.v1.thing\n",
+    )
+    .await;
+    // One after the other: events are written in time order, and the old
+    // one's, moved back below, stay before the new one's.
+    let old = deploy(&app, &blueprint, "old", json!({})).await;
+    settled(&app, &old, &["FAILED"]).await;
+    let new = deploy(&app, &blueprint, "new", json!({})).await;
+    settled(&app, &new, &["FAILED"]).await;
+    let kept = stored_event_ids(&app, &new).await;
+    let gone = stored_event_ids(&app, &old).await;
+    assert!(!gone.is_empty() && !kept.is_empty());
+    app.stop().await;
+
+    use corbel::store::entities::deployment_event;
+    let db = corbel::store::connect(&store.config().database().unwrap())
+        .await
+        .unwrap();
+    deployment_event::Entity::update_many()
+        .col_expr(
+            deployment_event::Column::At,
+            Expr::value(chrono::Utc::now() - chrono::TimeDelta::days(100)),
+        )
+        .filter(deployment_event::Column::DeploymentId.eq(uuid::Uuid::parse_str(&old).unwrap()))
+        .exec(&db)
+        .await
+        .unwrap();
+
+    let app = crate::support::TestApp::spawn_with(store, |config| {
+        crate::support::settings::quick(config);
+        config.deploy.event_retention_days = 90;
+    })
+    .await;
+    // (A restart may add events of its own to either.)
+    crate::support::eventually(Duration::from_secs(30), "the old events pruned", || async {
+        let left = stored_event_ids(&app, &old).await;
+        (!gone.iter().any(|id| left.contains(id))).then_some(())
+    })
+    .await;
+    let now = stored_event_ids(&app, &new).await;
+    assert!(
+        kept.iter().all(|id| now.contains(id)),
+        "{kept:?} in {now:?}"
+    );
+    app.stop().await;
+}
