@@ -475,7 +475,8 @@ pub struct ProviderFlags {
 
 /// The short directory of the unix sockets of the server whose data
 /// directory is `data_dir` (absolute): `$XDG_RUNTIME_DIR/corbel-<h>`, else
-/// `/run/corbel/<h>` for root, else `/tmp/corbel-<uid>/<h>`, `h` the first 12
+/// `/run/corbel/<h>` for root (where there is a `/run`), else
+/// `/tmp/corbel-<uid>/<h>`, `h` the first 12
 /// hex digits of the SHA-256 of the data directory's path: the same at every
 /// start (a provider left running finds the registry again), another for
 /// each data directory. At most 44 bytes under `/run` or `/tmp`, so that
@@ -488,7 +489,9 @@ pub fn socket_root_for(data_dir: &std::path::Path) -> PathBuf {
     let uid = nix::unistd::getuid();
     match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
         Some(dir) if dir.is_absolute() => dir.join(format!("corbel-{short}")),
-        _ if uid.is_root() => PathBuf::from("/run/corbel").join(short),
+        _ if uid.is_root() && std::path::Path::new("/run").is_dir() => {
+            PathBuf::from("/run/corbel").join(short)
+        }
         _ => PathBuf::from(format!("/tmp/corbel-{uid}")).join(short),
     }
 }
