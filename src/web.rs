@@ -4,6 +4,7 @@
 //! its modules, styles and the vendored GraphiQL bundles are under `/ui/`.
 
 use axum::Router;
+use axum::body::Bytes;
 use axum::extract::Path;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -85,18 +86,36 @@ async fn asset(Path(path): Path<String>, headers: HeaderMap) -> Response {
 }
 
 /// A file of `web/`, revalidated on each use (`no-cache`) by its ETag: an
-/// unchanged file is a `304` with no body.
+/// unchanged file is a `304` with no body. Text files go gzipped to a
+/// client that takes it (`Vary: Accept-Encoding`; their own ETag).
 fn serve(path: &str, request: &HeaderMap) -> Response {
     match Assets::get(path) {
         Some(file) => {
             let mime = mime_guess::from_path(path).first_or_octet_stream();
-            let etag = format!("\"{}\"", hex(&file.metadata.sha256_hash()[..12]));
+            let text = compressible(path, file.data.len());
+            let packed = (text && takes_gzip(request))
+                .then(|| gzipped(path, &file.data))
+                .flatten();
+            let etag = format!(
+                "\"{}{}\"",
+                hex(&file.metadata.sha256_hash()[..12]),
+                if packed.is_some() { "-gz" } else { "" }
+            );
             let fresh = request
                 .get(header::IF_NONE_MATCH)
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|v| v.split(',').any(|tag| tag.trim() == etag));
             let mut response = if fresh {
                 StatusCode::NOT_MODIFIED.into_response()
+            } else if let Some(packed) = packed {
+                (
+                    [
+                        (header::CONTENT_TYPE, mime.as_ref().to_owned()),
+                        (header::CONTENT_ENCODING, "gzip".to_owned()),
+                    ],
+                    packed,
+                )
+                    .into_response()
             } else {
                 (
                     [(header::CONTENT_TYPE, mime.as_ref().to_owned())],
@@ -106,6 +125,9 @@ fn serve(path: &str, request: &HeaderMap) -> Response {
             };
             let headers = response.headers_mut();
             headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+            if text {
+                headers.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+            }
             if let Ok(etag) = HeaderValue::from_str(&etag) {
                 headers.insert(header::ETAG, etag);
             }
@@ -125,6 +147,52 @@ fn serve(path: &str, request: &HeaderMap) -> Response {
         }
         None => (StatusCode::NOT_FOUND, "not found\n").into_response(),
     }
+}
+
+/// Files worth sending gzipped: text of 1 KiB or more.
+fn compressible(path: &str, len: usize) -> bool {
+    const TEXT: [&str; 7] = [".js", ".css", ".html", ".svg", ".json", ".md", ".txt"];
+    len >= 1024 && TEXT.iter().any(|ext| path.ends_with(ext))
+}
+
+/// Whether the request's `Accept-Encoding` takes gzip (not refused with
+/// `q=0`).
+fn takes_gzip(request: &HeaderMap) -> bool {
+    request
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|coding| {
+            let mut parts = coding.split(';').map(str::trim);
+            let name = parts.next().unwrap_or_default();
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .is_some_and(|q| q == 0.0)
+            });
+            (name.eq_ignore_ascii_case("gzip") || name == "*") && !refused
+        })
+}
+
+/// `path`'s gzip, made at its first request and kept (the files are the
+/// binary's: they never change while it runs); `None` if it cannot be made.
+fn gzipped(path: &str, data: &[u8]) -> Option<Bytes> {
+    use std::collections::HashMap;
+    use std::io::Write as _;
+    use std::sync::{Mutex, OnceLock};
+    static MADE: OnceLock<Mutex<HashMap<String, Bytes>>> = OnceLock::new();
+    let made = MADE.get_or_init(Mutex::default);
+    if let Some(packed) = made.lock().unwrap_or_else(|p| p.into_inner()).get(path) {
+        return Some(packed.clone());
+    }
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(data).ok()?;
+    let packed = Bytes::from(gz.finish().ok()?);
+    made.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(path.to_owned(), packed.clone());
+    Some(packed)
 }
 
 fn hex(bytes: &[u8]) -> String {
