@@ -52,16 +52,16 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
 
 /// GraphiQL, from the vendored bundles (`web/vendor/graphiql/`).
 pub async fn graphiql(headers: HeaderMap) -> Response {
-    serve("graphiql.html", &headers)
+    serve("graphiql.html", &headers).await
 }
 
 async fn index(headers: HeaderMap) -> Response {
-    serve("index.html", &headers)
+    serve("index.html", &headers).await
 }
 
 /// The icon browsers ask for on every page (an SVG: what `index.html` links).
 async fn favicon(headers: HeaderMap) -> Response {
-    serve("favicon.svg", &headers)
+    serve("favicon.svg", &headers).await
 }
 
 /// Any other path: a browser's page load gets the console (status 404), which
@@ -74,7 +74,7 @@ async fn not_found(headers: HeaderMap) -> Response {
     if !page {
         return (StatusCode::NOT_FOUND, "not found\n").into_response();
     }
-    let mut response = serve("index.html", &HeaderMap::new());
+    let mut response = serve("index.html", &HeaderMap::new()).await;
     if response.status() == StatusCode::OK {
         *response.status_mut() = StatusCode::NOT_FOUND;
     }
@@ -82,20 +82,21 @@ async fn not_found(headers: HeaderMap) -> Response {
 }
 
 async fn asset(Path(path): Path<String>, headers: HeaderMap) -> Response {
-    serve(&path, &headers)
+    serve(&path, &headers).await
 }
 
 /// A file of `web/`, revalidated on each use (`no-cache`) by its ETag: an
 /// unchanged file is a `304` with no body. Text files go gzipped to a
 /// client that takes it (`Vary: Accept-Encoding`; their own ETag).
-fn serve(path: &str, request: &HeaderMap) -> Response {
+async fn serve(path: &str, request: &HeaderMap) -> Response {
     match Assets::get(path) {
         Some(file) => {
             let mime = mime_guess::from_path(path).first_or_octet_stream();
             let text = compressible(path, file.data.len());
-            let packed = (text && takes_gzip(request))
-                .then(|| gzipped(path, &file.data))
-                .flatten();
+            let packed = match text && takes_gzip(request) {
+                true => gzipped(path, &file.data).await,
+                false => None,
+            };
             let etag = format!(
                 "\"{}{}\"",
                 hex(&file.metadata.sha256_hash()[..12]),
@@ -155,44 +156,66 @@ fn compressible(path: &str, len: usize) -> bool {
     len >= 1024 && TEXT.iter().any(|ext| path.ends_with(ext))
 }
 
-/// Whether the request's `Accept-Encoding` takes gzip (not refused with
-/// `q=0`).
+/// Whether the request's `Accept-Encoding` takes gzip: named, or `*`,
+/// without `q=0` (gzip named refused is refused whatever `*` says).
 fn takes_gzip(request: &HeaderMap) -> bool {
-    request
+    let mut named = None;
+    let mut any = false;
+    let codings = request
         .get_all(header::ACCEPT_ENCODING)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|coding| {
-            let mut parts = coding.split(';').map(str::trim);
-            let name = parts.next().unwrap_or_default();
-            let refused = parts.any(|p| {
-                p.strip_prefix("q=")
-                    .and_then(|q| q.parse::<f32>().ok())
-                    .is_some_and(|q| q == 0.0)
-            });
-            (name.eq_ignore_ascii_case("gzip") || name == "*") && !refused
-        })
+        .flat_map(|v| v.split(','));
+    for coding in codings {
+        let mut parts = coding.split(';').map(str::trim);
+        let name = parts.next().unwrap_or_default();
+        let taken = !parts.any(|p| {
+            p.strip_prefix("q=")
+                .and_then(|q| q.parse::<f32>().ok())
+                .is_some_and(|q| q == 0.0)
+        });
+        if name.eq_ignore_ascii_case("gzip") {
+            named = Some(taken);
+        } else if name == "*" {
+            any = taken;
+        }
+    }
+    named.unwrap_or(any)
 }
 
-/// `path`'s gzip, made at its first request and kept (the files are the
-/// binary's: they never change while it runs); `None` if it cannot be made.
-fn gzipped(path: &str, data: &[u8]) -> Option<Bytes> {
+/// `path`'s gzip, made once, off the async workers, at its first request
+/// and kept (the files are the binary's: they never change while it runs);
+/// `None` if it cannot be made.
+async fn gzipped(path: &str, data: &[u8]) -> Option<Bytes> {
     use std::collections::HashMap;
-    use std::io::Write as _;
-    use std::sync::{Mutex, OnceLock};
-    static MADE: OnceLock<Mutex<HashMap<String, Bytes>>> = OnceLock::new();
-    let made = MADE.get_or_init(Mutex::default);
-    if let Some(packed) = made.lock().unwrap_or_else(|p| p.into_inner()).get(path) {
-        return Some(packed.clone());
-    }
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-    gz.write_all(data).ok()?;
-    let packed = Bytes::from(gz.finish().ok()?);
-    made.lock()
+    use std::sync::{Arc, Mutex, OnceLock};
+    type Packed = Arc<OnceLock<Option<Bytes>>>;
+    static MADE: OnceLock<Mutex<HashMap<String, Packed>>> = OnceLock::new();
+    let packed: Packed = MADE
+        .get_or_init(Mutex::default)
+        .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .insert(path.to_owned(), packed.clone());
-    Some(packed)
+        .entry(path.to_owned())
+        .or_default()
+        .clone();
+    if let Some(done) = packed.get() {
+        return done.clone();
+    }
+    // Requests that come while it is made wait for the one making it.
+    let data = data.to_vec();
+    tokio::task::spawn_blocking(move || {
+        packed
+            .get_or_init(|| {
+                use std::io::Write as _;
+                let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+                gz.write_all(&data).ok()?;
+                gz.finish().ok().map(Bytes::from)
+            })
+            .clone()
+    })
+    .await
+    .ok()
+    .flatten()
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -131,6 +131,10 @@ export function usedOf(rows, attrs = {}) {
   }));
 }
 
+/** A provider node's capacity by type as `usedOf` bars: `*` counts every type. */
+export const nodeUsage = (n, attrs = {}) => usedOf(Object.entries(n.capacity)
+  .map(([type, total]) => [type === "*" ? "* (any type)" : type, Number(n.used?.[type] ?? 0), total, { node: n.name, type }]), attrs);
+
 /** A secret shown this once (a token); a click selects it. */
 export function shownOnce(heading, secret, id, ...more) {
   return h("div.token-box", { id: `${id}-box` }, h("strong", heading), h("code.secret.token", { id }, secret), ...more);

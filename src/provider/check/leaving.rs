@@ -47,15 +47,17 @@ impl Check {
                 started.registered_at.elapsed().as_millis()
             )
         };
+        let died = |exit: String, started: &Started| {
+            format!(
+                "{exit} on its own, {}: a provider runs until Corbel stops it",
+                after(started)
+            )
+        };
         loop {
             let probe = tokio::time::Instant::now() + SETTLE_PROBE;
             tokio::select! {
                 exit = started.running.wait() => {
-                    let said = format!(
-                        "{exit} on its own, {}: a provider runs until Corbel stops it",
-                        after(started)
-                    );
-                    self.report.add("runs until stopped", Outcome::Fail, said);
+                    self.report.add("runs until stopped", Outcome::Fail, died(exit, started));
                     return false;
                 }
                 _ = tokio::time::sleep_until(probe.min(until)) => {}
@@ -65,13 +67,7 @@ impl Check {
                 let exited =
                     tokio::time::timeout(STILL_RUNNING_WITHIN, started.running.wait()).await;
                 let (said, running) = match exited {
-                    Ok(exit) => (
-                        format!(
-                            "{exit} on its own, {}: a provider runs until Corbel stops it",
-                            after(started)
-                        ),
-                        false,
-                    ),
+                    Ok(exit) => (died(exit, started), false),
                     Err(_) => (
                         format!("stopped answering health checks {}: {e}", after(started)),
                         true,

@@ -8,7 +8,7 @@ use chrono::{DateTime, Duration, Utc};
 use sea_orm::sea_query::{Query, SelectStatement};
 use sea_orm::{
     ColumnTrait, DatabaseConnection, DbErr, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
-    QuerySelect,
+    QuerySelect, QueryTrait,
 };
 use uuid::Uuid;
 
@@ -69,9 +69,8 @@ pub async fn changes_by_hour(
         after = last.0;
         let full = rows.len() as u64 == BATCH;
         for (_, deployment_id, at, node_key) in rows {
-            let Ok(hour) = usize::try_from((at - from).num_hours()) else {
-                continue;
-            };
+            // (Before `from`: an event written out of time order.)
+            let hour = usize::try_from((at - from).num_hours()).unwrap_or(usize::MAX);
             let Some((deployments, nodes)) = buckets.get_mut(hour).filter(|_| at >= from) else {
                 continue;
             };
@@ -102,25 +101,21 @@ pub async fn nodes_by_health(
     db: &DatabaseConnection,
     projects: Option<&[Uuid]>,
 ) -> Result<Vec<(String, u64)>, DbErr> {
-    let mut deployed = Query::select()
-        .column(deployment_node::Column::Id)
-        .from(deployment_node::Entity)
-        .and_where(deployment_node::Column::State.eq(NodeState::Complete))
-        .to_owned();
-    if let Some(projects) = projects {
-        deployed.and_where(deployment_node::Column::DeploymentId.in_subquery(of(projects)));
-    }
-    let mut all = deployment_node::Entity::find()
+    let mut deployed = deployment_node::Entity::find()
         .filter(deployment_node::Column::State.eq(NodeState::Complete));
     if let Some(projects) = projects {
-        all = all.filter(deployment_node::Column::DeploymentId.in_subquery(of(projects)));
+        deployed = deployed.filter(deployment_node::Column::DeploymentId.in_subquery(of(projects)));
     }
-    let total = all.count(db).await?;
+    let total = deployed.clone().count(db).await?;
+    let ids = deployed
+        .select_only()
+        .column(deployment_node::Column::Id)
+        .into_query();
     let judged: Vec<(String, i64)> = resource_health::Entity::find()
         .select_only()
         .column(resource_health::Column::Health)
         .column_as(resource_health::Column::NodeId.count(), "count")
-        .filter(resource_health::Column::NodeId.in_subquery(deployed))
+        .filter(resource_health::Column::NodeId.in_subquery(ids))
         .group_by(resource_health::Column::Health)
         .into_tuple()
         .all(db)

@@ -436,10 +436,10 @@ pub async fn prune_events(db: &DatabaseConnection, before: DateTime<Utc>) -> Res
             .into_tuple()
             .one(db)
             .await?;
+        // The batch: up to its last id, or everything before the edge.
         let upto = last.unwrap_or(edge - 1);
         let done = deployment_event::Entity::delete_many()
             .filter(deployment_event::Column::Id.lte(upto))
-            .filter(deployment_event::Column::Id.lt(edge))
             .exec(db)
             .await?;
         deleted += done.rows_affected;

@@ -369,14 +369,22 @@ async fn the_console_is_served_whole_from_the_binary_with_a_strict_policy() {
         sent.1,
         sent.0
     );
-    let refused = app
-        .client
-        .get(app.url("/ui/js/app.js"))
-        .header("Accept-Encoding", "gzip;q=0, identity")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(refused.headers().get("content-encoding"), None);
+    // Refused by name, even beside `*`; taken through `*`.
+    for (accepted, gzipped) in [
+        ("gzip;q=0, identity", false),
+        ("gzip;q=0, *", false),
+        ("*", true),
+    ] {
+        let answer = app
+            .client
+            .get(app.url("/ui/js/app.js"))
+            .header("Accept-Encoding", accepted)
+            .send()
+            .await
+            .unwrap();
+        let encoding = answer.headers().get("content-encoding");
+        assert_eq!(encoding.is_some(), gzipped, "{accepted}: {encoding:?}");
+    }
     assert_eq!(
         app.client
             .get(app.url("/nothing-here"))

@@ -7,7 +7,7 @@
 
 import { gql } from "../api.js";
 import { isAdmin } from "../app.js";
-import { empty, fill, h, link, liveList, note, status, svg, table, usedOf } from "../dom.js";
+import { bars, empty, fill, h, link, liveList, nodeUsage, note, status, svg, table, usedOf } from "../dom.js";
 
 const QUERY = `query Overview {
   providers(first: 100) { totalCount nodes { id name status statusMessage } }
@@ -84,21 +84,15 @@ async function drawPictures() {
   return [
     card("changes", "Changes, last 24 hours", changesChart(data.changesByHour)),
     card("health", "Resources by health", [...byHealth.values()].some(Boolean)
-      ? h("ul.capacity", HEALTHS.map((health) => healthRow(health, byHealth.get(health) ?? 0, Math.max(...byHealth.values()))))
+      ? bars(HEALTHS.map((health) => [health, byHealth.get(health) ?? 0, { health }]))
       : empty("No resource is deployed.")),
     card("nodes", "Provider nodes, used of total", connected.length ? connected.map((p, i) => h("div.node", { dataset: { provider: p.name } },
       h("h3", link(`/providers/${p.id}`, p.name)),
       nodes[i] ? nodes[i].map((n) => [h("p.node-name", n.name),
-        usedOf(Object.entries(n.capacity).map(([type, total]) => [type === "*" ? "* (any type)" : type, Number(n.used?.[type] ?? 0), total, { node: n.name, type }]))])
+        nodeUsage(n)])
         : note("Did not answer."))) : empty("No provider is connected.")),
     card("busiest", "Busiest projects", busiest(data.projects)),
   ];
-}
-
-function healthRow(health, count, top) {
-  return h("li.cap", { dataset: { health, count: String(count) } }, h("code", health),
-    h("span.bar", { "aria-hidden": "true" }, h("span", { class: `state-${health.toLowerCase()}`, style: `width: ${(100 * count) / Math.max(1, top)}%` })),
-    h("span.count", String(count)));
 }
 
 /** Each project's use of its limits (resources, then each quota), fullest first: the five fullest with any limit. */

@@ -2,7 +2,7 @@ import { gql } from "../api.js";
 import { isAdmin, navigate } from "../app.js";
 import {
   badge, busy, chips, code, confirmBox, empty, errorBox, errorSlot, facts, failed, field, fill, h, json, jsonArea,
-  later, link, liveList, muted, note, parseJson, replace, sending, shownOnce, status, table, time, usedOf,
+  later, link, liveList, muted, note, parseJson, replace, sending, shownOnce, status, table, time, nodeUsage,
 } from "../dom.js";
 
 export const styles = "/ui/css/providers.css";
@@ -298,8 +298,7 @@ function drawNodes(el, list) {
   replace(el, list.map((n) => h("div.node", { dataset: { node: n.name } },
     h("div.node-head", h("strong", n.name),
       Object.entries(n.labels ?? {}).map(([k, v]) => h("span.label", `${k}=${v}`))),
-    usedOf(Object.entries(n.capacity).map(([type, total]) => [type === "*" ? "* (any type)" : type, Number(n.used?.[type] ?? 0), total, { type }]),
-      { "aria-label": `Capacity of ${n.name}, used of total` }))));
+    nodeUsage(n, { "aria-label": `Capacity of ${n.name}, used of total` }))));
 }
 
 function configuration(p) {
