@@ -458,7 +458,8 @@ fn a_provider_that_exits_after_registering_fails_runs_until_stopped() {
 }
 
 /// One that dies after the protocol's checks passed, within the settle
-/// period (the default, 3 s), fails too; a healthy one passes it.
+/// period (3 s, the default), fails too (healthy providers pass it: the
+/// shipped ones' checks above).
 #[test]
 fn a_provider_that_dies_while_it_settles_fails_runs_until_stopped() {
     let metadata = fixture_metadata("exit-after-register")
