@@ -20,7 +20,7 @@ use crate::store::audit::{self as rows, AuditRow};
 pub use crate::store::audit::{AuditQuery, OutcomeFilter};
 
 /// One recorded mutation.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Entry {
     pub id: Uuid,
     pub at: DateTime<Utc>,

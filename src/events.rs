@@ -24,11 +24,15 @@ pub enum Delivery<E> {
     Lagged(u64),
 }
 
+/// Where a bus also sends what is published on it (other replicas).
+pub type Outbound<E> = Arc<dyn Fn(&E) + Send + Sync>;
+
 pub struct Bus<E> {
     sender: broadcast::Sender<Arc<E>>,
     /// Cancelled at shutdown: every subscription stream then ends, so websocket
     /// clients get `complete` instead of a dropped connection.
     closed: CancellationToken,
+    outbound: Option<Outbound<E>>,
 }
 
 impl<E> Clone for Bus<E> {
@@ -36,6 +40,7 @@ impl<E> Clone for Bus<E> {
         Self {
             sender: self.sender.clone(),
             closed: self.closed.clone(),
+            outbound: self.outbound.clone(),
         }
     }
 }
@@ -43,11 +48,30 @@ impl<E> Clone for Bus<E> {
 impl<E: Send + Sync + 'static> Bus<E> {
     pub fn new(capacity: usize, closed: CancellationToken) -> Self {
         let (sender, _) = broadcast::channel(capacity);
-        Self { sender, closed }
+        Self {
+            sender,
+            closed,
+            outbound: None,
+        }
+    }
+
+    /// As [`Self::new`]; everything published is also given to `outbound`.
+    pub fn with_outbound(
+        capacity: usize,
+        closed: CancellationToken,
+        outbound: Option<Outbound<E>>,
+    ) -> Self {
+        Self {
+            outbound,
+            ..Self::new(capacity, closed)
+        }
     }
 
     /// Publishes to whoever listens now; nobody listening is fine.
     pub fn publish(&self, event: E) {
+        if let Some(outbound) = &self.outbound {
+            outbound(&event);
+        }
         let _ = self.sender.send(Arc::new(event));
     }
 

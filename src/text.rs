@@ -13,7 +13,8 @@
 //!
 //! gives the enum (`Clone, Copy, Debug, PartialEq, Eq, Hash`), `as_str`,
 //! `ALL` (every variant, in declaration order), `FromStr` (exact text only,
-//! failing with [`UnknownText`]) and `Display` (the text). Each area turns
+//! failing with [`UnknownText`]) and `Display` (the text); [`text_serde!`]
+//! adds serde as the text. Each area turns
 //! `UnknownText` into its own error.
 
 /// A text that names no variant of the enum `kind`.
@@ -83,6 +84,29 @@ macro_rules! text_enum {
 }
 
 pub(crate) use text_enum;
+
+/// Serde for enums of [`text_enum!`], as their text (for those without a
+/// serde derive of their own).
+macro_rules! text_serde {
+    ($($name:ty),+ $(,)?) => {
+        $(
+            impl ::serde::Serialize for $name {
+                fn serialize<S: ::serde::Serializer>(&self, s: S) -> ::std::result::Result<S::Ok, S::Error> {
+                    s.serialize_str(self.as_str())
+                }
+            }
+
+            impl<'de> ::serde::Deserialize<'de> for $name {
+                fn deserialize<D: ::serde::Deserializer<'de>>(d: D) -> ::std::result::Result<Self, D::Error> {
+                    let text = <::std::borrow::Cow<'de, str> as ::serde::Deserialize>::deserialize(d)?;
+                    text.parse().map_err(::serde::de::Error::custom)
+                }
+            }
+        )+
+    };
+}
+
+pub(crate) use text_serde;
 
 /// `text` cut to at most `max` bytes at a character boundary, with `marker`
 /// appended when it was cut.

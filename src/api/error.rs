@@ -52,6 +52,9 @@ text_enum! {
         RateLimited = "RATE_LIMITED",
         /// No replica leads just now (a failover is under way): retry.
         Unavailable = "UNAVAILABLE",
+        /// Asked of a standby replica, which sends the request on to the
+        /// leader: a client sees it only if that failed too.
+        OnLeader = "ON_LEADER",
         Internal = "INTERNAL",
     }
 }
@@ -152,6 +155,7 @@ impl From<ProviderError> for ApiError {
             ProviderError::NotFound(m) => Self::new(ErrorCode::NotFound, m),
             ProviderError::Conflict(m) => Self::new(ErrorCode::Conflict, m),
             ProviderError::Unavailable(m) => Self::new(ErrorCode::ProviderUnavailable, m),
+            ProviderError::OnLeader => Self::new(ErrorCode::OnLeader, e.to_string()),
             ProviderError::Failed { message, .. } => Self::new(ErrorCode::ProviderFailed, message),
             ProviderError::Db(_) | ProviderError::Corrupt(_) | ProviderError::Sealed(_) => {
                 Self::internal(&e)

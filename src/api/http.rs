@@ -78,7 +78,22 @@ pub struct HttpShared {
     pub ws_sockets: Arc<SocketCounts>,
     /// The bytes queued over all websockets, against `ws_send_queue_total_bytes`.
     pub ws_queues: Arc<SendQueues>,
+    /// A standby's (`--cluster`): where a websocket's mutations go (the
+    /// leader); `None` runs them here.
+    pub forward_mutations: Option<ForwardMutation>,
 }
+
+/// Sends a mutation to the leader: the request as GraphQL's JSON, the
+/// caller's token (if any) and address; the leader's answer.
+pub type ForwardMutation = Arc<
+    dyn Fn(
+            serde_json::Value,
+            Option<String>,
+            ClientAddress,
+        ) -> futures_util::future::BoxFuture<'static, async_graphql::Response>
+        + Send
+        + Sync,
+>;
 
 /// The gate anonymous requests pass one at a time per two cores: however many
 /// arrive, they leave the other cores to `/healthz`, probes and signed-in callers.

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
+use super::feed::{Message, Notifier};
 use crate::audit::Audit;
 use crate::auth::Auth;
 use crate::cluster::Cluster;
@@ -44,16 +45,61 @@ pub(super) struct Registry {
     pub stop: CancellationToken,
 }
 
+/// Every area, each started once those it needs are; the registry to
+/// serve; the admin token made at the first start. A leading replica's
+/// (`leader`) areas tell the other replicas what happens (`feed`).
+pub(super) async fn start(
+    config: &Config,
+    db: &Db,
+    provider_settings: provider::ProviderSettings,
+    secret_key: SecretKey,
+    leader: Option<&Cluster>,
+    stopping: &CancellationToken,
+) -> anyhow::Result<(Areas, Registry, Option<String>)> {
+    let notifier = leader.map(|_| Notifier::spawn(db.clone(), stopping.clone()));
+    let notifier = notifier.as_ref();
+    let (auth, new_admin_token) = start_auth(config, db, stopping, notifier).await?;
+    let (providers, registry) = start_providers(
+        db,
+        provider_settings,
+        secret_key.clone(),
+        stopping,
+        notifier,
+    )
+    .await?;
+    let deployments = start_deployments(config, db, &providers, leader, stopping);
+    let repositories = start_repositories(
+        config,
+        db,
+        &providers,
+        &deployments,
+        secret_key,
+        stopping,
+        notifier,
+    )
+    .await?;
+    let audit = start_audit(config, db, stopping, notifier);
+    let areas = Areas {
+        auth,
+        providers,
+        deployments,
+        repositories,
+        audit,
+    };
+    Ok((areas, registry, new_admin_token))
+}
+
 /// Auth, with the admin bootstrapped: the token made at the first start.
-pub(super) async fn start_auth(
+async fn start_auth(
     config: &Config,
     db: &Db,
     stopping: &CancellationToken,
+    notifier: Option<&Notifier>,
 ) -> anyhow::Result<(Auth, Option<String>)> {
     let auth = Auth::new(
         db.clone(),
         config.session_ttl,
-        Bus::new(BUS_CAPACITY, stopping.clone()),
+        bus(stopping, notifier, Message::Auth),
         &config.login,
     );
     let new_admin_token = auth
@@ -65,11 +111,12 @@ pub(super) async fn start_auth(
 
 /// The providers, their stored secrets sealed and statuses reset, and the
 /// registry they register through (bound, not yet served).
-pub(super) async fn start_providers(
+async fn start_providers(
     db: &Db,
     settings: provider::ProviderSettings,
     secret_key: SecretKey,
     stopping: &CancellationToken,
+    notifier: Option<&Notifier>,
 ) -> anyhow::Result<(Providers, Registry)> {
     // Remote providers' listener and CA, read before the key goes to
     // the providers.
@@ -81,7 +128,7 @@ pub(super) async fn start_providers(
         db.clone(),
         settings,
         secret_key,
-        Bus::new(BUS_CAPACITY, stopping.clone()),
+        bus(stopping, notifier, Message::Provider),
         stopping.clone(),
     );
     settle_stored_providers(&providers).await?;
@@ -144,7 +191,7 @@ fn load_provider_ca(
 
 /// The deploy engine; a leading replica's (`leader`) writes under the leader
 /// lease's fence.
-pub(super) fn start_deployments(
+fn start_deployments(
     config: &Config,
     db: &Db,
     providers: &Providers,
@@ -171,13 +218,14 @@ pub(super) fn start_deployments(
 /// The repositories, reading through providers and installing through
 /// deployments, their credentials sealed, with the syncs an earlier run
 /// left recovered.
-pub(super) async fn start_repositories(
+async fn start_repositories(
     config: &Config,
     db: &Db,
     providers: &Providers,
     deployments: &Deployments,
     secret_key: SecretKey,
     stopping: &CancellationToken,
+    notifier: Option<&Notifier>,
 ) -> anyhow::Result<Repositories> {
     let mut settings = config.repository.clone();
     settings.providers = ProviderSources(Some(Arc::new(providers.clone())));
@@ -186,7 +234,7 @@ pub(super) async fn start_repositories(
     let repositories = Repositories::new(
         db.clone(),
         settings,
-        Bus::new(BUS_CAPACITY, stopping.clone()),
+        bus(stopping, notifier, Message::Sync),
         stopping.clone(),
     );
     let sealed = repositories
@@ -207,8 +255,27 @@ pub(super) async fn start_repositories(
 }
 
 /// The audit log, with its pruning running.
-pub(super) fn start_audit(config: &Config, db: &Db, stopping: &CancellationToken) -> Audit {
-    let audit = Audit::new(db.clone(), Bus::new(BUS_CAPACITY, stopping.clone()));
+fn start_audit(
+    config: &Config,
+    db: &Db,
+    stopping: &CancellationToken,
+    notifier: Option<&Notifier>,
+) -> Audit {
+    let audit = Audit::new(db.clone(), bus(stopping, notifier, Message::Audit));
     audit.spawn_pruning(config.audit_retention_days, stopping.clone());
     audit
+}
+
+/// An area's bus, ended at shutdown; a leading replica's also tells the
+/// other replicas (`notifier`, see `feed`).
+fn bus<E: Clone + Send + Sync + 'static>(
+    stopping: &CancellationToken,
+    notifier: Option<&Notifier>,
+    wrap: fn(E) -> Message,
+) -> Bus<E> {
+    Bus::with_outbound(
+        BUS_CAPACITY,
+        stopping.clone(),
+        notifier.map(|notifier| notifier.outbound(wrap)),
+    )
 }

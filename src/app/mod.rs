@@ -9,8 +9,13 @@
 //! HTTP edge over them, `run` serves and stops.
 
 mod areas;
+mod feed;
+mod reader;
 mod router;
 mod run;
+
+pub use feed::Feed;
+pub use reader::{Reader, reader_router};
 
 pub use router::NOT_LEADING;
 pub use run::shutdown_signal;
@@ -37,7 +42,6 @@ use crate::repository::Repositories;
 use crate::store::Db as DatabaseConnection;
 use crate::store::lock::{Holder, ServerLock};
 use crate::store::{self, DatabaseLocation};
-use areas::Areas;
 use router::Websockets;
 
 pub struct App {
@@ -169,24 +173,18 @@ impl App {
         let secret_key = config.secret_key_file().load()?;
         let db = open_store(config, &location, replica.is_some()).await?;
         let stopping = CancellationToken::new();
-        let (auth, new_admin_token) = areas::start_auth(config, &db, &stopping).await?;
-        let instance_id = hex::encode(Sha256::digest(location.identity().as_bytes()));
+        let instance_id = instance_id(&location);
         provider_settings.instance_id = instance_id.clone();
-        let (providers, registry) =
-            areas::start_providers(&db, provider_settings, secret_key.clone(), &stopping).await?;
         let leader = replica.as_ref().map(|(cluster, _)| cluster);
-        let deployments = areas::start_deployments(config, &db, &providers, leader, &stopping);
-        let repositories =
-            areas::start_repositories(config, &db, &providers, &deployments, secret_key, &stopping)
-                .await?;
-        let audit = areas::start_audit(config, &db, &stopping);
-        let areas = Areas {
-            auth,
-            providers,
-            deployments,
-            repositories,
-            audit,
-        };
+        let (areas, registry, new_admin_token) = areas::start(
+            config,
+            &db,
+            provider_settings,
+            secret_key,
+            leader,
+            &stopping,
+        )
+        .await?;
         let is_replica = replica.is_some();
         let (listener, bound, cluster) = listen(config, &db, replica, &stopping).await?;
         let facts = ServerFacts {
@@ -198,15 +196,12 @@ impl App {
             close: CancellationToken::new(),
             tasks: TaskTracker::new(),
         };
-        let router = router::router(
-            config,
-            &db,
-            &areas,
-            &cluster,
-            &facts,
-            &websockets,
-            is_replica,
-        );
+        let role = if is_replica {
+            router::Role::Leader
+        } else {
+            router::Role::Alone
+        };
+        let router = router::router(config, &db, &areas, &cluster, &facts, &websockets, role);
         let mut lock = held.take().expect("build holds the server lock");
         lock.set_listen(bound).await;
         Ok(App {
@@ -256,6 +251,12 @@ impl App {
     pub fn facts(&self) -> &ServerFacts {
         &self.facts
     }
+}
+
+/// This server's `instanceId` (see `ProviderSettings::instance_id`): the
+/// database's, so the same for every replica of it.
+fn instance_id(location: &DatabaseLocation) -> String {
+    hex::encode(Sha256::digest(location.identity().as_bytes()))
 }
 
 /// The store, migrated; a replica's (`replica`) pool lets idle connections

@@ -13,7 +13,7 @@ use tower_http::trace::TraceLayer;
 
 use super::areas::Areas;
 use crate::api::documents::DocumentCache;
-use crate::api::http::{self as api_http, HttpShared};
+use crate::api::http::{self as api_http, ForwardMutation, HttpShared};
 use crate::api::{self, ServerFacts};
 use crate::cluster::Cluster;
 use crate::config::Config;
@@ -29,8 +29,19 @@ pub(super) struct Websockets {
     pub tasks: TaskTracker,
 }
 
+/// Which server the router is for.
+pub(super) enum Role {
+    /// A server alone (not `--cluster`).
+    Alone,
+    /// A leading replica: it takes requests only while it leads.
+    Leader,
+    /// A standby's own server (`reader`): a websocket's mutations go on to
+    /// the leader.
+    Standby(ForwardMutation),
+}
+
 /// Everything a request can reach: the schemas over `areas`, the routes and
-/// their layers; a replica's (`replica`) takes requests only while it leads.
+/// their layers.
 pub(super) fn router(
     config: &Config,
     db: &Db,
@@ -38,9 +49,13 @@ pub(super) fn router(
     cluster: &Cluster,
     facts: &ServerFacts,
     websockets: &Websockets,
-    replica: bool,
+    role: Role,
 ) -> Router {
-    let state = shared(config, db, areas, cluster, facts, websockets);
+    let forward = match &role {
+        Role::Standby(forward) => Some(forward.clone()),
+        Role::Alone | Role::Leader => None,
+    };
+    let state = shared(config, db, areas, cluster, facts, websockets, forward);
     crate::telemetry::metrics();
     let router = Router::new()
         .route(
@@ -67,10 +82,9 @@ pub(super) fn router(
             )
         }))
         .layer(TraceLayer::new_for_http());
-    if replica {
-        only_while_leading(router, cluster.clone())
-    } else {
-        router
+    match role {
+        Role::Leader => only_while_leading(router, cluster.clone()),
+        Role::Alone | Role::Standby(_) => router,
     }
 }
 
@@ -83,6 +97,7 @@ fn shared(
     cluster: &Cluster,
     facts: &ServerFacts,
     websockets: &Websockets,
+    forward_mutations: Option<ForwardMutation>,
 ) -> Arc<HttpShared> {
     let with_data = |builder: async_graphql::SchemaBuilder<_, _, _>| {
         builder
@@ -121,6 +136,7 @@ fn shared(
         ws_tasks: websockets.tasks.clone(),
         ws_sockets: Arc::default(),
         ws_queues: Arc::default(),
+        forward_mutations,
     })
 }
 

@@ -144,7 +144,7 @@ impl From<DbErr> for AuthError {
 }
 
 /// What the auth area publishes on its bus (a secret is never part of one).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum AuthEvent {
     /// A user signed in and got a session.
     UserLoggedIn { user_id: Uuid, username: String },

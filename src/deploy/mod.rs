@@ -66,7 +66,7 @@ pub use health::{Health, NodeHealth, ResourceHealth, node_health};
 pub use plan::Planner;
 pub use plans::{Ask, PlanState, Plans, Revision, StoredPlan};
 pub use power::{MAX_LOG_LINES, Power};
-pub use queries::Queries;
+pub use queries::{Queries, events_between, last_event_id};
 pub use recovery::Recovery;
 pub use rows::DeploymentFilter;
 pub use runs::Runs;

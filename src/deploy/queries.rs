@@ -247,3 +247,23 @@ impl ParsedCopies {
         Ok(parsed)
     }
 }
+
+/// Every deployment's events after id `after` up to `upto`, oldest first (at
+/// most `limit`): what another replica's leader committed (`app::feed`).
+pub async fn events_between(
+    db: &crate::store::Db,
+    after: i64,
+    upto: i64,
+    limit: u64,
+) -> Result<Vec<DeploymentEvent>, DeployError> {
+    rows::events_between(db, after, upto, limit)
+        .await?
+        .into_iter()
+        .map(to_event)
+        .collect()
+}
+
+/// The id of the last deployment event stored (0 when there is none).
+pub async fn last_event_id(db: &crate::store::Db) -> Result<i64, DeployError> {
+    Ok(rows::last_event_id(db).await?)
+}

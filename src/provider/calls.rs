@@ -181,6 +181,9 @@ impl Calls {
 
     /// The link of a connected provider, or why there is none.
     pub async fn connected(&self, id: Uuid) -> Result<Link, ProviderError> {
+        if self.catalog.settings().standby {
+            return Err(ProviderError::OnLeader);
+        }
         if let Some(link) = self.slots.existing(id).and_then(|slot| slot.link()) {
             return Ok(link);
         }

@@ -204,6 +204,10 @@ impl Catalog {
         self.get(id).await
     }
 
+    pub fn settings(&self) -> &ProviderSettings {
+        &self.settings
+    }
+
     pub async fn get(&self, id: Uuid) -> Result<Provider, ProviderError> {
         let row = self.row(id).await?;
         self.to_provider(row)

@@ -30,7 +30,9 @@ text_enum! {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+crate::text::text_serde!(LogStream);
+
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LogLine {
     pub at: DateTime<Utc>,
     pub stream: LogStream,

@@ -86,6 +86,10 @@ pub enum ProviderError {
     /// The provider is not connected, or a call to it failed.
     #[error("{0}")]
     Unavailable(String),
+    /// Asked of a standby replica, which has no provider links: the leader
+    /// answers it (the standby sends the request on).
+    #[error("only the leading replica reaches providers")]
+    OnLeader,
     /// The provider answered, and the answer is a failure of the work itself.
     #[error("{message}")]
     Failed { message: String, retryable: bool },
@@ -193,7 +197,7 @@ pub struct ProviderPatch {
 }
 
 /// What the provider area publishes on its bus.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ProviderEvent {
     /// A provider's status changed (or its status message, e.g. fetch progress).
     Status {

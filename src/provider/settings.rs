@@ -92,6 +92,11 @@ pub struct ProviderSettings {
     /// containers from others on the same engine. Set by the server.
     #[serde(skip)]
     pub instance_id: String,
+    /// A standby replica's view of the providers (`--cluster`): their rows
+    /// only; what needs a provider's link is the leader's to answer
+    /// ([`super::ProviderError::OnLeader`]). Set by the server.
+    #[serde(skip)]
+    pub standby: bool,
     /// Where remote providers register, over TCP with mutual TLS (see
     /// `tls.rs`). Unset: providers register on the local socket only.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -141,6 +146,7 @@ impl Default for ProviderSettings {
             docker_host: None,
             docker_call_timeout: Duration::from_secs(60),
             instance_id: String::new(),
+            standby: false,
             listen: None,
             ca_cert_file: None,
             ca_key_file: None,

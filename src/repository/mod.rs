@@ -198,7 +198,7 @@ pub use rows::ElementFilter;
 
 /// Where a repository's sync stands: published when it starts, per stored
 /// batch, and when it ends.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SyncEvent {
     pub repository_id: Uuid,
     pub status: RepositoryStatus,

@@ -4,13 +4,16 @@
 //! Several replicas share one PostgreSQL database. One of them, the holder of
 //! the leader lease (`cluster`), runs the whole server: providers, runs,
 //! recovery, the singletons. The others are standbys: members with a
-//! heartbeat that forward every request they receive to the leader (its
-//! advertised URL), as Vault's standbys and Nomad's followers do, so a client
-//! may use any replica. When the leader's lease runs out (it died, or was cut
-//! off from the database and stopped itself), the standby that claims the
-//! lease stops forwarding, takes the database's server lock over (ending the
-//! old leader's session) and starts the server on the same address; its
-//! start settles the journal the old leader left, as after any crash.
+//! heartbeat that answer queries and subscriptions themselves from the
+//! database (`app::reader_router`, the leader's events on their own buses
+//! through `app::Feed`) and forward what changes something to the leader
+//! (its advertised URL), as Vault's performance standbys and Nomad's
+//! followers do, so a client may use any replica. When the leader's lease
+//! runs out (it died, or was cut off from the database and stopped itself),
+//! the standby that claims the lease stops taking connections, takes the
+//! database's server lock over (ending the old leader's session) and starts
+//! the server on the same address; its start settles the journal the old
+//! leader left, as after any crash. The standby's open websockets go on.
 //!
 //! A leader that loses its lease stops at once ([`LostLeadership`]): by its
 //! own clock that happens a heartbeat before the database would let another
@@ -18,17 +21,15 @@
 //!
 //! Forwarding: HTTP requests are relayed with their headers (less hop-by-hop
 //! ones) and bodies streamed both ways, with the client's address added to
-//! `X-Forwarded-For`; `/graphql/ws` is relayed frame by frame. When the
-//! leader goes away, a relayed websocket is closed with 1012 (service
-//! restart): the client subscribes again on any replica, and
-//! `deploymentEvents(after:)` resumes past the last event it saw. While no
-//! replica leads, a request waits up to one lease for a leader, then gets 503
-//! `UNAVAILABLE`.
+//! `X-Forwarded-For`; `/exec` is relayed frame by frame, closed with 1012
+//! when the leader goes away. While no replica leads, a change waits up to
+//! one lease for a leader, then gets 503 `UNAVAILABLE`.
 //!
 //! Here: a replica's life, from its start to the server it runs once it
-//! leads. `relay` forwards HTTP requests to the leader, `socket` relays
-//! websockets.
+//! leads. `edge` chooses what is answered here and what goes to the leader,
+//! `relay` forwards HTTP requests, `socket` relays websockets.
 
+mod edge;
 mod relay;
 mod socket;
 
@@ -36,13 +37,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use axum::Router;
-use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use crate::app::LostLeadership;
-use crate::app::{App, Listen};
+use crate::app::{App, Feed, Listen, Reader};
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::store::lock::{Holder, ServerLock};
@@ -65,6 +64,7 @@ pub async fn serve(
     let lock =
         ServerLock::acquire_data_dir(&provider_settings.data_dir, &location, me.clone()).await?;
     let db = crate::store::connect_limited(&location, Some(config.cluster.lease)).await?;
+    let store = db.clone();
     crate::store::lock::migrating(&location, &me, migrate_under_none(&db)).await?;
     let listener = TcpListener::bind(config.listen)
         .await
@@ -72,43 +72,32 @@ pub async fn serve(
     let bound = listener
         .local_addr()
         .context("reading the listener's address")?;
-    let advertise_url = config
-        .cluster
-        .advertise_url
-        .clone()
-        .unwrap_or_else(|| format!("http://{bound}"));
     // Membership outlives the server a leader runs: the lease is given up
     // only once that server has stopped, so no successor starts while it
     // still finishes work.
     let membership_stop = CancellationToken::new();
-    let cluster = Cluster::join(
-        db,
-        config.cluster.clone(),
-        advertise_url,
-        config.shared_with_replicas()?,
-        false,
-        membership_stop.clone(),
-    )
-    .await
-    .context("joining as a replica")?;
+    let cluster = join(config, db, bound, &membership_stop).await?;
     let membership = tokio::spawn(cluster.clone().run());
     let leading = cluster.leader_epoch().is_some();
+    // The leader's events, on this replica's own buses: a standby's
+    // subscriptions follow them, and go on after it starts leading.
+    let feed_stop = CancellationToken::new();
+    let feed = Feed::start(store.clone(), feed_stop.clone()).await?;
     announce(bound, leading);
 
+    let mut standby = None;
     let ran = async {
         let listen = if leading {
             Listen::Bound(listener)
-        } else if forward_until_leading(
-            &cluster,
-            config.graphql.max_body_bytes,
-            listener,
-            &shutdown,
-        )
-        .await?
-        {
-            Listen::At(bound)
         } else {
-            return Ok(());
+            let served =
+                Standby::serve(config, &store, &cluster, &feed, &feed_stop, listener).await?;
+            let leads = until_leading(cluster.leadership(), &shutdown).await;
+            standby = Some(served.stop(&cluster, leads).await);
+            if !leads {
+                return Ok(());
+            }
+            Listen::At(bound)
         };
         tracing::info!(replica = %cluster.id(), "leading: starting the server");
         let app = App::build_leader(config, lock, cluster.clone(), listen).await?;
@@ -122,58 +111,124 @@ pub async fn serve(
         // The lease is gone already; nothing more is done here.
         return ran;
     }
+    // The standby's websockets, still served after it began leading, end
+    // with the replica.
+    if let Some(reader) = standby {
+        reader.ws_close.cancel();
+        feed_stop.cancel();
+        reader.ws_tasks.close();
+        reader.ws_tasks.wait().await;
+    }
+    feed_stop.cancel();
     membership_stop.cancel();
     let _ = membership.await;
     ran
 }
 
-/// Forwards requests to the leader until this replica leads (true) or
-/// `shutdown` fires (false).
-async fn forward_until_leading(
-    cluster: &Cluster,
-    max_body: usize,
-    listener: TcpListener,
-    shutdown: &CancellationToken,
-) -> anyhow::Result<bool> {
-    let relay = Arc::new(Relay::new(cluster, max_body)?);
-    let router = Router::new()
-        .route("/healthz", get(crate::api::http::healthz))
-        .route("/graphql/ws", get(socket::relay_ws).post(relay::relay_http))
-        .fallback(relay::relay_http)
-        .with_state(relay.clone());
-    let leadership = cluster.leadership();
-    let promoted = CancellationToken::new();
-    let stop = promoted.clone();
-    let serving = tokio::spawn(
-        axum::serve(
-            listener,
-            router.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .into_future(),
-    );
-    let watching = tokio::spawn(watch_leader(relay.clone(), promoted.clone()));
-    tracing::info!("standby: forwarding requests to the leader");
-    let leads = until_leading(leadership, shutdown).await;
-    // The listener is dropped as the graceful shutdown begins, so the server
-    // can bind the same address while relayed requests finish.
-    promoted.cancel();
-    let _ = watching.await;
-    if leads {
-        // Requests still waiting on the old leader go to this one, whose
-        // server starts on the address this relay served.
-        relay.learned((cluster.id(), cluster.advertise_url().to_owned()));
+/// This replica, a member (at `bound`, unless an address is advertised)
+/// until `stop`.
+async fn join(
+    config: &Config,
+    db: crate::store::Db,
+    bound: SocketAddr,
+    stop: &CancellationToken,
+) -> anyhow::Result<Cluster> {
+    let advertise_url = config
+        .cluster
+        .advertise_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{bound}"));
+    Cluster::join(
+        db,
+        config.cluster.clone(),
+        advertise_url,
+        config.shared_with_replicas()?,
+        false,
+        stop.clone(),
+    )
+    .await
+    .context("joining as a replica")
+}
+
+/// A standby serving: its own server, and its relay to the leader.
+struct Standby {
+    relay: Arc<Relay>,
+    reader: Reader,
+    /// Stops taking connections (those open finish).
+    promoted: CancellationToken,
+    serving: tokio::task::JoinHandle<Result<(), std::io::Error>>,
+    watching: tokio::task::JoinHandle<()>,
+}
+
+impl Standby {
+    /// Answers what it can from the database and sends the rest to the
+    /// leader (see `edge`), until [`Self::stop`].
+    async fn serve(
+        config: &Config,
+        db: &crate::store::Db,
+        cluster: &Cluster,
+        feed: &Feed,
+        feed_stop: &CancellationToken,
+        listener: TcpListener,
+    ) -> anyhow::Result<Standby> {
+        let relay = Arc::new(Relay::new(cluster, config.graphql.max_body_bytes)?);
+        let forward = relay::mutations_to_leader(relay.clone());
+        let reader = crate::app::reader_router(config, db, cluster, feed, forward, feed_stop)?;
+        let router = reader
+            .router
+            .clone()
+            .layer(axum::middleware::from_fn_with_state(
+                relay.clone(),
+                edge::dispatch,
+            ));
+        let promoted = CancellationToken::new();
+        let stop = promoted.clone();
+        let serving = tokio::spawn(
+            axum::serve(
+                listener,
+                router.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .into_future(),
+        );
+        let watching = tokio::spawn(watch_leader(relay.clone(), promoted.clone()));
+        tracing::info!(
+            "standby: answering queries and subscriptions, sending changes to the leader"
+        );
+        Ok(Standby {
+            relay,
+            reader,
+            promoted,
+            serving,
+            watching,
+        })
     }
-    relay.sockets.cancel();
-    relay.socket_tasks.close();
-    if !leads {
-        let _ = serving.await;
-        relay.socket_tasks.wait().await;
-    } else {
-        // Requests under way finish in the background.
-        tokio::spawn(serving);
+
+    /// Stops taking connections: this replica leads (`leads`) or stops. Its
+    /// websockets go on (closed with the replica, see [`serve`]); relayed
+    /// ones (`/exec`) close.
+    async fn stop(self, cluster: &Cluster, leads: bool) -> Reader {
+        // The listener is dropped as the graceful shutdown begins, so the
+        // server can bind the same address while requests finish.
+        self.promoted.cancel();
+        let _ = self.watching.await;
+        if leads {
+            // Requests still waiting on the old leader go to this one, whose
+            // server starts on the address this relay served.
+            self.relay
+                .learned((cluster.id(), cluster.advertise_url().to_owned()));
+        }
+        self.relay.sockets.cancel();
+        self.relay.socket_tasks.close();
+        if leads {
+            // Requests under way finish in the background.
+            tokio::spawn(self.serving);
+        } else {
+            let _ = self.serving.await;
+            self.relay.socket_tasks.wait().await;
+        }
+        self.reader
     }
-    Ok(leads)
 }
 
 /// Reads who leads every heartbeat, until `stop`: a request or a socket

@@ -18,7 +18,7 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::api::ErrorCode;
-use crate::api::http::edge_error;
+use crate::api::http::{ForwardMutation, edge_error};
 use crate::cluster::Cluster;
 
 /// How long the relay of a request waits to connect to the leader.
@@ -227,7 +227,7 @@ pub(super) type Shared = State<Arc<Relay>>;
 /// Whether a request only reads: a GET or HEAD, or a GraphQL body (one
 /// request or a batch) every operation of which is a query. Anything
 /// unreadable counts as a write.
-fn reads_only(method: &axum::http::Method, body: &[u8]) -> bool {
+pub(super) fn reads_only(method: &axum::http::Method, body: &[u8]) -> bool {
     use async_graphql::parser::types::OperationType;
     if matches!(*method, axum::http::Method::GET | axum::http::Method::HEAD) {
         return true;
@@ -283,15 +283,27 @@ pub(super) async fn relay_http(
 ) -> Response {
     let (parts, body) = request.into_parts();
     let Ok(body) = axum::body::to_bytes(body, relay.max_body).await else {
-        return edge_error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorCode::BadRequest,
-            &format!(
-                "the request body is larger than {} bytes (graphql.max_body_bytes)",
-                relay.max_body
-            ),
-        );
+        return too_large(relay.max_body);
     };
+    relay_read(&relay, parts, body, peer).await
+}
+
+/// What a request larger than `max_body` is told.
+pub(super) fn too_large(max_body: usize) -> Response {
+    edge_error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorCode::BadRequest,
+        &format!("the request body is larger than {max_body} bytes (graphql.max_body_bytes)"),
+    )
+}
+
+/// Sends a request read whole on to the leader; its answer, streamed back.
+pub(super) async fn relay_read(
+    relay: &Relay,
+    parts: axum::http::request::Parts,
+    body: axum::body::Bytes,
+    peer: SocketAddr,
+) -> Response {
     let path = parts
         .uri
         .path_and_query()
@@ -302,39 +314,11 @@ pub(super) async fn relay_http(
     // its lease refused it: the request was not taken, so it goes to
     // whoever leads next.
     let resendable = reads_only(&parts.method, &body);
-    let sent = relay
-        .to_leader(resendable, |leader| {
-            let request = relay
-                .http
-                .request(parts.method.clone(), format!("{leader}{path}"))
-                .headers(headers.clone())
-                .body(body.clone());
-            async move {
-                match request.send().await {
-                    Ok(answer) if answer.headers().contains_key(crate::app::NOT_LEADING) => {
-                        Sent::Untaken(format!("{leader} no longer leads"))
-                    }
-                    Ok(answer) => Sent::Taken(answer),
-                    Err(e) if e.is_connect() => Sent::Untaken(crate::error_chain(&e)),
-                    // Sent, and then lost: whether the leader took it is not
-                    // known, so it is not sent again.
-                    Err(e) => {
-                        tracing::warn!(leader = %leader, error = %crate::error_chain(&e), "the leader's answer was lost");
-                        Sent::Refused(edge_error(
-                            StatusCode::BAD_GATEWAY,
-                            ErrorCode::Unavailable,
-                            &format!(
-                                "the leader at {leader} did not answer: whether it took the \
-                                 request is not known"
-                            ),
-                        ))
-                    }
-                }
-            }
-        })
-        .await;
-    let answer = match sent {
-        Ok((answer, _)) => answer,
+    let answer = match relay
+        .send(parts.method.clone(), &path, headers, body, resendable)
+        .await
+    {
+        Ok(answer) => answer,
         Err(refused) => return refused,
     };
     let mut response = Response::builder().status(answer.status());
@@ -348,6 +332,102 @@ pub(super) async fn relay_http(
     response
         .body(Body::from_stream(answer.bytes_stream()))
         .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
+}
+
+impl Relay {
+    /// Sends a request to the leader (see [`Self::to_leader`]); its answer.
+    async fn send(
+        &self,
+        method: axum::http::Method,
+        path: &str,
+        headers: HeaderMap,
+        body: axum::body::Bytes,
+        resendable: bool,
+    ) -> Result<reqwest::Response, Response> {
+        let sent = self
+            .to_leader(resendable, |leader| {
+                let request = self
+                    .http
+                    .request(method.clone(), format!("{leader}{path}"))
+                    .headers(headers.clone())
+                    .body(body.clone());
+                async move {
+                    match request.send().await {
+                        Ok(answer) if answer.headers().contains_key(crate::app::NOT_LEADING) => {
+                            Sent::Untaken(format!("{leader} no longer leads"))
+                        }
+                        Ok(answer) => Sent::Taken(answer),
+                        Err(e) if e.is_connect() => Sent::Untaken(crate::error_chain(&e)),
+                        // Sent, and then lost: whether the leader took it is
+                        // not known, so it is not sent again.
+                        Err(e) => {
+                            tracing::warn!(leader = %leader, error = %crate::error_chain(&e), "the leader's answer was lost");
+                            Sent::Refused(edge_error(
+                                StatusCode::BAD_GATEWAY,
+                                ErrorCode::Unavailable,
+                                &format!(
+                                    "the leader at {leader} did not answer: whether it took the \
+                                     request is not known"
+                                ),
+                            ))
+                        }
+                    }
+                }
+            })
+            .await;
+        sent.map(|(answer, _)| answer)
+    }
+}
+
+/// A standby's websocket mutations (see `api::http::ForwardMutation`),
+/// sent to the leader as `POST /graphql` with the caller's token.
+pub(super) fn mutations_to_leader(relay: Arc<Relay>) -> ForwardMutation {
+    Arc::new(move |request, token, client| {
+        let relay = relay.clone();
+        Box::pin(async move {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            if let Some(token) = token
+                && let Ok(value) = HeaderValue::from_str(&format!("Bearer {token}"))
+            {
+                headers.insert(header::AUTHORIZATION, value);
+            }
+            if let Some(address) = client.0
+                && let Ok(value) = HeaderValue::from_str(&address.to_string())
+            {
+                headers.insert(HeaderName::from_static("x-forwarded-for"), value);
+            }
+            let body = serde_json::to_vec(&request).unwrap_or_default().into();
+            let answer = relay
+                .send(axum::http::Method::POST, "/graphql", headers, body, false)
+                .await;
+            let read = match answer {
+                Ok(answer) => answer.bytes().await.map_err(|e| crate::error_chain(&e)),
+                Err(refused) => {
+                    let body = axum::body::to_bytes(refused.into_body(), 64 * 1024).await;
+                    body.map_err(|e| e.to_string())
+                }
+            };
+            read.and_then(|bytes| {
+                serde_json::from_slice::<async_graphql::Response>(&bytes).map_err(|e| e.to_string())
+            })
+            .unwrap_or_else(|why| {
+                let mut error = async_graphql::ServerError::new(
+                    format!("the leader did not answer the mutation: {why}"),
+                    None,
+                );
+                error.extensions = Some({
+                    let mut extensions = async_graphql::ErrorExtensionValues::default();
+                    extensions.set("code", ErrorCode::Unavailable.as_str());
+                    extensions
+                });
+                async_graphql::Response::from_errors(vec![error])
+            })
+        })
+    })
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
-//! A standby's relay of `/graphql/ws` to the leader: the same socket opened
-//! there, then frames relayed both ways until either side closes, the
+//! A standby's relay of a websocket (`/exec`) to the leader: the same
+//! socket opened there, then frames relayed both ways until either side closes, the
 //! leader is replaced, or this replica starts leading.
 
 use std::net::SocketAddr;
@@ -23,8 +23,8 @@ use crate::api::http::edge_error;
 /// The close code of a relayed websocket whose leader went away.
 const SERVICE_RESTART: u16 = 1012;
 
-/// `/graphql/ws`: opens the same socket to the leader, then relays frames
-/// both ways until either side closes.
+/// A websocket (`/exec`): opens the same socket to the leader, then relays
+/// frames both ways until either side closes.
 pub(super) async fn relay_ws(
     State(relay): Shared,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -46,7 +46,7 @@ pub(super) async fn relay_ws(
     // always resendable.
     let sent = relay
         .to_leader(true, |leader| {
-            let request = upstream_request(&leader, &parts.headers, peer);
+            let request = upstream_request(&leader, &parts.uri, &parts.headers, peer);
             async move {
                 let request = match request {
                     Ok(request) => request,
@@ -110,14 +110,16 @@ pub(super) async fn relay_ws(
 /// headers and subprotocols.
 fn upstream_request(
     leader: &str,
+    uri: &axum::http::Uri,
     client: &HeaderMap,
     peer: SocketAddr,
 ) -> Result<tokio_tungstenite::tungstenite::handshake::client::Request, String> {
     let url = format!(
-        "{}/graphql/ws",
+        "{}{}",
         leader
             .replacen("https://", "wss://", 1)
-            .replacen("http://", "ws://", 1)
+            .replacen("http://", "ws://", 1),
+        uri.path_and_query().map_or("/", |p| p.as_str())
     );
     let Ok(mut request) = url.as_str().into_client_request() else {
         return Err(format!("the leader's URL {leader} is not usable"));

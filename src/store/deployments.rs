@@ -26,8 +26,9 @@ use super::states::{DeploymentState, NodeState};
 pub use activity::{HourOfChanges, changes_by_hour, nodes_by_health};
 pub(super) use journal::Group;
 pub use journal::{
-    CallStart, EventRow, GroupWrite, JournalRow, NewEvent, commit_group, drop_entry, events_of,
-    insert_event, journal, journal_len, journal_of, prune_events,
+    CallStart, EventRow, GroupWrite, JournalRow, NewEvent, commit_group, drop_entry,
+    events_between, events_of, insert_event, journal, journal_len, journal_of, last_event_id,
+    prune_events,
 };
 pub use nodes::{
     HOLDING_STATES, Holder, NewNode, NodeChange, NodeRow, change_node, find_node, find_nodes,

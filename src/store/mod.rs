@@ -12,6 +12,7 @@ pub mod entities;
 pub mod health;
 mod location;
 pub mod lock;
+pub mod notify;
 pub mod plans;
 pub mod projects;
 pub mod providers;

@@ -200,6 +200,9 @@ impl From<NodeState> for EventState {
     }
 }
 
+// Sent between replicas in events (`app::feed`).
+crate::text::text_serde!(RepositoryStatus, ProviderStatus);
+
 #[cfg(test)]
 mod tests {
     use sea_orm::ActiveEnum;

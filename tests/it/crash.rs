@@ -14,6 +14,7 @@
 //! of at the first one. `scripts/soak.sh` runs them long.
 
 mod chaos;
+mod followers;
 mod heal;
 mod invariants;
 mod job;

@@ -21,8 +21,8 @@ use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, Stream, StreamExt};
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::caller::{PeerSocket, authenticate, caller_from_headers, client_of};
-use super::ws_executor::BoundedExecutor;
+use super::caller::{PeerSocket, authenticate, bearer_token, caller_from_headers, client_of};
+use super::ws_executor::{BoundedExecutor, Credential};
 use super::ws_sockets::{self, Full, Outbox, Pace, Queue, SocketSlot};
 use super::{HttpState, api_error_response, edge_error};
 use crate::api::{ApiError, Caller, ClientAddress, ErrorCode};
@@ -51,6 +51,7 @@ pub async fn graphql_ws(
         Ok(caller) => caller,
         Err(e) => return api_error_response(StatusCode::INTERNAL_SERVER_ERROR, e),
     };
+    let token_from_headers = bearer_token(headers).map(str::to_owned);
     if let Some(socket) = parts.extensions.get::<PeerSocket>() {
         bound_send_buffer(*socket);
     }
@@ -66,6 +67,7 @@ pub async fn graphql_ws(
                 state,
                 protocol,
                 from_headers: caller,
+                token_from_headers,
                 client,
             };
             tasks.track_future(serve_ws(connection, socket, slot))
@@ -155,6 +157,8 @@ struct Connection {
     protocol: WebSocketProtocols,
     /// The caller the upgrade's headers named.
     from_headers: Caller,
+    /// The token they named it with (a standby sends it on with a mutation).
+    token_from_headers: Option<String>,
     client: ClientAddress,
 }
 
@@ -261,7 +265,11 @@ async fn run_protocol(
     );
     let auth = state.auth.clone();
     let refused = tracked.init_refused.clone();
-    let (from_headers, client) = (connection.from_headers.clone(), connection.client);
+    let from_headers = (
+        connection.from_headers.clone(),
+        connection.token_from_headers.clone(),
+    );
+    let client = connection.client;
     let executor = BoundedExecutor::new(state.clone(), pace);
     let protocol_handler = async_graphql::http::WebSocket::new(executor, input, protocol)
         .on_connection_init(move |payload| init_data(auth, refused, from_headers, client, payload));
@@ -430,11 +438,13 @@ fn too_many_operations(id: &str, max: usize, protocol: WebSocketProtocols) -> St
 async fn init_data(
     auth: Auth,
     refused: Arc<AtomicBool>,
-    from_headers: Caller,
+    (from_headers, token_from_headers): (Caller, Option<String>),
     client: ClientAddress,
     payload: serde_json::Value,
 ) -> async_graphql::Result<Data> {
-    let caller = match token_from_init(&payload) {
+    let from_init = token_from_init(&payload);
+    let credential = Credential(from_init.clone().or(token_from_headers));
+    let caller = match from_init {
         Some(token) => match authenticate(&auth, &token).await {
             Ok(Some(principal)) => Caller::SignedIn(principal),
             Ok(None) => {
@@ -451,6 +461,7 @@ async fn init_data(
     let mut data = Data::default();
     data.insert(caller);
     data.insert(client);
+    data.insert(credential);
     Ok(data)
 }
 

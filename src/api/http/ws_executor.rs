@@ -134,7 +134,25 @@ impl Operation {
         // puts this operation at the back of the queue.
         tokio::task::yield_now().await;
         self.state.documents.prepare(&mut self.request);
-        if operation_type(&mut self.request) == Some(OperationType::Subscription) {
+        let kind = operation_type(&mut self.request);
+        if kind == Some(OperationType::Mutation)
+            && let Some(forward) = self.state.forward_mutations.clone()
+        {
+            // A standby's: the leader runs it, with its own checks.
+            let token = session
+                .as_deref()
+                .and_then(connection_value::<Credential>)
+                .and_then(|credential| credential.0);
+            let request = serde_json::json!({
+                "query": self.request.query,
+                "operationName": self.request.operation_name,
+                "variables": self.request.variables,
+            });
+            let response = forward(request, token, self.client).await;
+            drop(permit);
+            return futures_util::stream::once(async { response }).boxed();
+        }
+        if kind == Some(OperationType::Subscription) {
             drop(permit);
             // The schema's extensions check its cost and policy, with the
             // caller from the connection's data.
@@ -183,6 +201,11 @@ impl Stream for Gated {
         self.events.poll_next_unpin(cx)
     }
 }
+
+/// The token the socket's caller was named by (`connection_init`'s, else
+/// the upgrade's): what a standby sends a mutation to the leader with.
+#[derive(Clone)]
+pub(super) struct Credential(pub Option<String>);
 
 /// One of the connection's values, put there by `connection_init`.
 fn connection_value<T: Clone + 'static>(data: &Data) -> Option<T> {

@@ -88,6 +88,14 @@ pub async fn commit_group(
             stored.push(EventRow::from_query_result(&row, "")?);
         }
     }
+    // A leading replica tells the others, at the commit, how far the
+    // events go (`app::feed`): they read them from here.
+    if fence.is_some()
+        && let Some(last) = stored.iter().map(|row| row.id).max()
+    {
+        let payload = crate::store::notify::deployment_events(last);
+        crate::store::notify::notify(&txn, &payload).await?;
+    }
     txn.commit().await?;
     group.answers(stored)
 }
@@ -372,6 +380,36 @@ pub async fn events_of(
         .limit(limit)
         .all(db)
         .await
+}
+
+/// Every deployment's events after id `after` up to `upto`, oldest first
+/// (at most `limit`): what a replica's feed reads when the leader says it
+/// committed events up to `upto`.
+pub async fn events_between(
+    db: &DatabaseConnection,
+    after: i64,
+    upto: i64,
+    limit: u64,
+) -> Result<Vec<EventRow>, DbErr> {
+    deployment_event::Entity::find()
+        .filter(deployment_event::Column::Id.gt(after))
+        .filter(deployment_event::Column::Id.lte(upto))
+        .order_by_asc(deployment_event::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await
+}
+
+/// The id of the last event stored (0 when there is none).
+pub async fn last_event_id(db: &DatabaseConnection) -> Result<i64, DbErr> {
+    let last = deployment_event::Entity::find()
+        .select_only()
+        .column(deployment_event::Column::Id)
+        .order_by_desc(deployment_event::Column::Id)
+        .into_tuple::<i64>()
+        .one(db)
+        .await?;
+    Ok(last.unwrap_or(0))
 }
 
 /// The id of the first event at or after `since`, if any. Events are

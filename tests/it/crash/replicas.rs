@@ -3,10 +3,11 @@
 //! and the providers' state directory. The leader, which runs the provider
 //! and the deployment, is SIGKILLed mid-run; a standby takes over, relaunches
 //! the provider and finishes the run; the processes running are then exactly
-//! those Corbel records, each once; a `deploymentEvents` subscription held on
-//! a surviving replica sees every event once, in order, to the run's end.
+//! those Corbel records, each once. The standbys answer queries themselves
+//! (the leader's request count does not move), also while the leader is
+//! down; `deploymentEvents` and `serverEvents` held on both standbys see no
+//! close, and every event once, in order, to the run's end.
 
-use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -17,6 +18,7 @@ use futures_util::FutureExt as _;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use super::followers::{ServerEvents, assert_followed, follow, requests, stored_events};
 use super::*;
 use crate::support::binary::serve_command;
 use crate::support::eventually;
@@ -98,64 +100,6 @@ async fn members(api: &Api) -> Result<Vec<(u32, String, bool)>, String> {
         .collect())
 }
 
-/// The ids of the deployment's stored events.
-pub(super) async fn stored_events(api: &Api, id: &str) -> Vec<i64> {
-    let data = api
-        .gql(
-            "query($id: ID!) { deployment(id: $id) { events(first: 10000) { id } } }",
-            json!({ "id": id }),
-        )
-        .await
-        .expect("the history reads");
-    data["deployment"]["events"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .map(|e| e["id"].as_str().unwrap().parse().unwrap())
-        .collect()
-}
-
-/// Follows `id` as a client would across a failover: subscribes, and when
-/// the socket ends subscribes again with `after:` the last event seen, until
-/// the run's end. Every event id received, in order; `sockets` counts the
-/// subscriptions made so far.
-pub(super) async fn follow(
-    api: ClientApi,
-    id: String,
-    sockets: Arc<AtomicUsize>,
-) -> Result<Vec<i64>, String> {
-    const QUERY: &str = "subscription($id: ID!, $after: ID) { \
-        deploymentEvents(id: $id, after: $after) { id kind state } }";
-    let deadline = Instant::now() + Duration::from_secs(180);
-    let mut seen: Vec<i64> = Vec::new();
-    while Instant::now() < deadline {
-        let after = seen.last().map(|last| last.to_string());
-        let mut subscription =
-            match Subscription::start(&api, QUERY, json!({ "id": id, "after": after })).await {
-                Ok(s) => s,
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-        sockets.fetch_add(1, Ordering::SeqCst);
-        while let Ok(Some(event)) = subscription.next().await {
-            let event = &event["deploymentEvents"];
-            seen.push(event["id"].as_str().unwrap_or("0").parse().unwrap_or(0));
-            if event["kind"] == "STATE" && event["state"] == "COMPLETE" {
-                subscription.close().await;
-                return Ok(seen);
-            }
-        }
-    }
-    Err(format!(
-        "no COMPLETE within 180 s; {} events seen on {} sockets",
-        seen.len(),
-        sockets.load(Ordering::SeqCst)
-    ))
-}
-
 /// Each replica's state and what it logged about leading: why a failover
 /// went wrong.
 fn told(replicas: &mut [Replica]) -> String {
@@ -178,25 +122,6 @@ fn told(replicas: &mut [Replica]) -> String {
     told
 }
 
-/// `seen` (what a follower received, to the run's end) is every `stored`
-/// event up to its last, once, in order.
-pub(super) fn assert_followed(seen: &[i64], stored: &[i64]) {
-    assert!(
-        seen.windows(2).all(|w| w[0] < w[1]),
-        "events in order, none twice: {seen:?}"
-    );
-    let seen_set: BTreeSet<i64> = seen.iter().copied().collect();
-    let last = seen.last().copied().unwrap_or_default();
-    let missed: Vec<&i64> = stored
-        .iter()
-        .filter(|e| **e <= last && !seen_set.contains(e))
-        .collect();
-    assert!(
-        missed.is_empty(),
-        "events missed across the failover: {missed:?}"
-    );
-}
-
 /// The live provider processes among the replicas' pid files.
 fn provider_processes(replicas: &[Replica], provider: &str) -> Vec<i32> {
     replicas
@@ -204,6 +129,63 @@ fn provider_processes(replicas: &[Replica], provider: &str) -> Vec<i32> {
         .filter_map(|r| provider_process(&r.store, provider))
         .map(|(pid, _)| pid)
         .collect()
+}
+
+/// Queries sent to a standby are answered there: its own count of GraphQL
+/// requests grows by them, the leader's does not move; what needs a
+/// provider's link, and mutations (here over the standby's websocket), go
+/// to the leader.
+async fn reads_stay_on_the_standby(replicas: &[Replica]) {
+    let leader = replicas[0].served().addr;
+    let standby = replicas[1].served().addr;
+    let (leader_before, standby_before) = (requests(leader).await, requests(standby).await);
+    let api = replicas[1].api_for(0);
+    for _ in 0..20 {
+        api.gql(
+            "{ serverInfo { version } deployments(first: 5) { nodes { id } } }",
+            json!({}),
+        )
+        .await
+        .expect("a standby answers queries");
+    }
+    let (leader_after, standby_after) = (requests(leader).await, requests(standby).await);
+    assert_eq!(
+        leader_after, leader_before,
+        "the leader counted reads sent to a standby"
+    );
+    assert!(
+        standby_after >= standby_before + 20.0,
+        "the standby answered them: {standby_before} -> {standby_after}"
+    );
+
+    // What needs a provider's link is the leader's to answer.
+    let nodes = api
+        .gql("{ providers { nodes { name nodes { name } } } }", json!({}))
+        .await
+        .expect("a provider's nodes asked of a standby");
+    assert!(
+        nodes["providers"]["nodes"][0]["nodes"][0]["name"].is_string(),
+        "{nodes}"
+    );
+    // A mutation over a standby's websocket is made by the leader.
+    let mut made = Subscription::start(
+        &replicas[1].client(),
+        "mutation { createProject(input: { name: \"over-a-standby-socket\" }) { name } }",
+        json!({}),
+    )
+    .await
+    .expect("a standby's websocket");
+    let answer = made.next().await.expect("an answer");
+    assert_eq!(
+        answer.as_ref().map(|a| &a["createProject"]["name"]),
+        Some(&json!("over-a-standby-socket")),
+        "{answer:?}"
+    );
+    made.close().await;
+    assert!(
+        requests(leader).await >= leader_after + 2.0,
+        "the leader made the mutation and answered the nodes"
+    );
 }
 
 /// What befalls the leader mid-run.
@@ -386,12 +368,20 @@ async fn leader_struck_mid_run(test: &'static str, struck: Struck) {
         refused_unshared(other(), &key, &state);
         refused_migration(other(), &key, &state).await;
     }
+    reads_stay_on_the_standby(&replicas).await;
 
-    // The run, asked through a standby and followed on the other.
+    // The run, asked through a standby and followed on both.
     let api = replicas[2].api_for(leader);
     let id = chaos.deploy(&api, &blueprint).await.expect("deployed");
-    let sockets = Arc::new(AtomicUsize::new(0));
-    let following = tokio::spawn(follow(replicas[1].client(), id.clone(), sockets.clone()));
+    let sockets = [(); 2].map(|()| Arc::new(AtomicUsize::new(0)));
+    let following = [1, 2].map(|r| {
+        let (client, id, sockets) = (replicas[r].client(), id.clone(), sockets[r - 1].clone());
+        tokio::spawn(follow(client, id, sockets))
+    });
+    let mut server_events = Vec::new();
+    for r in [1, 2] {
+        server_events.push(ServerEvents::follow(replicas[r].client(), &id).await);
+    }
     let (when, under_way) = moment(&api, &id, &Progress::Deploy, 8, Duration::ZERO).await;
     let before = stored_events(&api, &id).await.last().copied().unwrap_or(0);
     let leader_pid = i32::try_from(leader).unwrap();
@@ -402,14 +392,39 @@ async fn leader_struck_mid_run(test: &'static str, struck: Struck) {
     let killed = Instant::now();
     chaos.struck(under_way);
     println!("replicas: the leader (pid {leader}) {struck:?} at {when}");
+    // Read on a standby at once, while no replica leads (a lease is 2 s):
+    // answered from the database, not waiting for a leader.
+    let read = tokio::time::timeout(
+        Duration::from_millis(1500),
+        replicas[2].api_for(0).gql(
+            "query($id: ID!) { deployment(id: $id) { state } }",
+            json!({ "id": id }),
+        ),
+    )
+    .await;
+    let read_after = killed.elapsed();
+    assert!(
+        matches!(&read, Ok(Ok(data)) if data["deployment"]["state"].is_string()),
+        "a standby answers a query while the leader is down: {read:?}"
+    );
+    println!(
+        "replicas: a standby answered a query {} ms after the leader went",
+        read_after.as_millis()
+    );
 
-    // A standby takes over; the run goes on. A request sent to a standby
-    // meanwhile is answered by the new leader: it waits for it, and a read
-    // that reached a paused leader is sent on once another leads.
+    // A standby takes over; the run goes on. A change sent to a standby
+    // meanwhile waits for the new leader, and is made once.
     let api_b = replicas[1].api_for(0);
     let during = tokio::spawn({
         let api_b = replicas[1].api_for(0);
-        async move { members(&api_b).await }
+        async move {
+            api_b
+                .gql(
+                    "mutation { createProject(input: { name: \"during-failover\" }) { id } }",
+                    json!({}),
+                )
+                .await
+        }
     });
     // Read from the database: a request relayed to a paused leader would
     // wait for it.
@@ -426,19 +441,9 @@ async fn leader_struck_mid_run(test: &'static str, struck: Struck) {
     })
     .await;
     if struck == Struck::Paused {
-        // The old leader still paused, its connections open: the follower's
-        // relayed socket was closed once another led, and it subscribed
-        // again. (The run itself waits for the paused leader's provider to
+        // Another leads while the old one is still paused, its connections
+        // open. (The run itself waits for the paused leader's provider to
         // end: its successor shares the state directory's lock.)
-        eventually(
-            Duration::from_secs(20),
-            "the follower to subscribe again",
-            || {
-                let sockets = sockets.load(Ordering::SeqCst);
-                async move { (sockets >= 2).then_some(()) }
-            },
-        )
-        .await;
         signal(leader_pid, libc::SIGCONT);
         let stale = &mut replicas[0].server.served.as_mut().unwrap().child;
         let status = eventually(Duration::from_secs(20), "the stale leader to stop", || {
@@ -449,16 +454,38 @@ async fn leader_struck_mid_run(test: &'static str, struck: Struck) {
         assert_eq!(status.code(), Some(75), "a stale leader exits with 75");
         replicas[0].server.kill();
     }
-    // Never answered by the old leader as the leader.
-    let during = during
+    // Sent to a leader killed, it was not taken, and goes to the next one;
+    // sent to a paused one, whether it took it is not known, which the
+    // client is told (that leader, fenced, never makes it).
+    let during = during.await.unwrap();
+    match struck {
+        Struck::Killed => assert!(
+            during.is_ok(),
+            "a change asked during the failover is made: {during:?}"
+        ),
+        Struck::Paused => assert!(
+            during.as_ref().is_ok() || during.as_ref().is_err_and(|e| e.contains("is not known")),
+            "{during:?}"
+        ),
+    }
+    let projects = api_b
+        .gql("{ projects { name } }", json!({}))
         .await
-        .unwrap()
-        .expect("a request during the failover is answered");
-    assert!(
-        during
-            .iter()
-            .any(|(pid, state, leads)| *leads && state == "ALIVE" && *pid != leader),
-        "answered by a new leader: {during:?}"
+        .expect("projects");
+    let made = projects["projects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["name"] == "during-failover")
+        .count();
+    let once = if struck == Struck::Killed {
+        1
+    } else {
+        usize::from(during.is_ok())
+    };
+    assert_eq!(
+        made, once,
+        "the change made once, or not at all: {projects}"
     );
     let took_over = killed.elapsed();
     let continued = eventually(Duration::from_secs(30), "the run to go on", || async {
@@ -519,14 +546,26 @@ async fn leader_struck_mid_run(test: &'static str, struck: Struck) {
     .await;
     assert_eq!(parent(running[0]), Some(new_leader as i32));
 
-    // The follower saw every stored event once, in order, to the end.
-    let seen = following.await.unwrap().expect("followed to the end");
-    assert_followed(&seen, &stored_events(&api, &id).await);
-    println!(
-        "replicas: the follower saw {} events on {} socket(s)",
-        seen.len(),
-        sockets.load(Ordering::SeqCst)
-    );
+    // Each follower saw every stored event once, in order, to the end, on
+    // the one socket it opened.
+    let stored = stored_events(&api, &id).await;
+    for (following, sockets) in following.into_iter().zip(&sockets) {
+        let seen = following.await.unwrap().expect("followed to the end");
+        assert_followed(&seen, &stored);
+        assert_eq!(seen.first(), stored.first(), "the whole history");
+        assert_eq!(
+            sockets.load(Ordering::SeqCst),
+            1,
+            "a standby's subscription is never closed by a failover"
+        );
+        println!(
+            "replicas: a follower on a standby saw {} events on one socket",
+            seen.len()
+        );
+    }
+    for events in server_events {
+        events.finish().await;
+    }
 
     // Cleaned up through the survivors.
     chaos.destroy(&api, 0).await.expect("destroy asked");
