@@ -197,15 +197,68 @@ fn below_grpc(status: &tonic::Status, tls: bool) -> Option<String> {
     }
     reasons.dedup();
     let reason = reasons.join(": ");
-    Some(match tls {
-        true => format!(
+    Some(match (tls, tls_refusal(&reason)) {
+        (true, Some(what)) => format!("the TLS handshake failed: {what} ({reason})"),
+        (true, None) => format!(
             "the TLS handshake failed or the registry closed the connection ({reason}): \
              the registry trusts only a certificate this Corbel issued to this provider \
              (issueProviderCertificate), unexpired, with its key; this provider trusts only \
              a registry of the CA file it was given"
         ),
-        false => reason,
+        (false, _) => reason,
     })
+}
+
+/// What a TLS failure's error chain says was wrong, in a user's words: the
+/// alert the registry sent about this provider's certificate, or what this
+/// provider found wrong with the registry's (rustls's words for both).
+fn tls_refusal(reason: &str) -> Option<&'static str> {
+    const REFUSALS: [(&[&str], &str); 7] = [
+        (
+            &["alert: UnknownCA"],
+            "the registry does not trust this provider's certificate: it was issued by another \
+             CA (unknown CA); ask this Corbel for one (issueProviderCertificate)",
+        ),
+        (
+            &["alert: CertificateExpired"],
+            "the registry refused this provider's certificate as expired (or not yet valid): \
+             ask for a new one (issueProviderCertificate), and check both hosts' clocks",
+        ),
+        (
+            &["alert: CertificateRequired"],
+            "the registry asks for a client certificate and none was sent: give this \
+             provider its certificate and key",
+        ),
+        (
+            &["alert: BadCertificate"],
+            "the registry refused this provider's certificate (bad certificate): use the \
+             certificate and key issueProviderCertificate gave, unchanged",
+        ),
+        (
+            &["UnknownIssuer"],
+            "the registry's certificate is not from the CA file this provider was given \
+             (unknown CA): give it the `ca` issueProviderCertificate returned",
+        ),
+        (
+            &["not valid for name", "NotValidForName"],
+            "the registry's certificate is not for the name this provider expects \
+             (wrong name): the address may lead to another TLS server than Corbel's registry",
+        ),
+        (
+            &[
+                "certificate expired",
+                "Expired",
+                "NotValidYet",
+                "not valid yet",
+            ],
+            "the registry's certificate has expired (or is not valid yet): check both \
+             hosts' clocks, and the provider CA's dates",
+        ),
+    ];
+    REFUSALS
+        .iter()
+        .find(|(said, _)| said.iter().any(|said| reason.contains(said)))
+        .map(|(_, what)| *what)
 }
 
 struct Started {
@@ -610,4 +663,30 @@ fn bind(settings: &Settings) -> Result<(UnixListener, PathBuf), SdkError> {
     }
     let listener = UnixListener::bind(&path).map_err(|e| failed(&path, e))?;
     Ok((listener, path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tls_refusal;
+
+    #[test]
+    fn tls_failures_say_what_was_wrong() {
+        // As rustls 0.23 words them, inside the connection's error chain.
+        let said = |chain: &str| tls_refusal(chain).unwrap_or("nothing");
+        assert!(said("transport error: received fatal alert: UnknownCA").contains("unknown CA"));
+        assert!(
+            said("received fatal alert: CertificateExpired")
+                .contains("refused this provider's certificate as expired")
+        );
+        assert!(said("invalid peer certificate: UnknownIssuer").contains("CA file"));
+        assert!(
+            said("invalid peer certificate: certificate not valid for name \"corbel-registry\"; certificate is only valid for DnsName(\"x\")")
+                .contains("wrong name")
+        );
+        assert!(
+            said("invalid peer certificate: certificate expired: verification time 2 (UNIX), but certificate is not valid after 1 (1 seconds ago)")
+                .contains("registry's certificate has expired")
+        );
+        assert_eq!(tls_refusal("connection refused"), None);
+    }
 }

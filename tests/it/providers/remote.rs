@@ -228,8 +228,10 @@ async fn a_remote_provider_registers_over_mutual_tls_and_runs_a_deployment() {
     let env = remote_env(dir.path(), &id, &token, &foreign, &registry, free_port());
     let (code, said) = Remote::start(dir.path(), &env).exited().await;
     assert_eq!(code, 1, "{said}");
-    // Said as what it is: the TLS handshake, not protocol versions.
+    // Said as what it is: the TLS handshake, not protocol versions, and
+    // what was wrong with it.
     assert!(said.contains("the TLS handshake failed"), "{said}");
+    assert!(said.contains("issued by another CA (unknown CA)"), "{said}");
     assert!(!said.contains("this provider speaks"), "{said}");
 
     // Refused: another provider's certificate, with this one's id and token.
