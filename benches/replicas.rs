@@ -14,10 +14,17 @@
 //!    it is COMPLETE. Five rounds; the killed replica comes back as a
 //!    standby each time.
 //!
+//! 3. reads: queries per second with 1, 2 and 3 replicas, 16 clients
+//!    spread over them (each replica answers queries itself);
+//! 4. first event: how long after the leader a standby delivers each event
+//!    of a run both follow (the standby reads them from the history when
+//!    PostgreSQL notifies it of the leader's commit).
+//!
 //! Run with `CORBEL_BENCH_POSTGRES_URL=postgres://… cargo bench --profile dist --bench
 //! replicas`. It builds the server and the fixture in release mode first
 //! (`CORBEL_BENCH_BIN` and `CORBEL_BENCH_FIXTURE` name other binaries
-//! instead). `REPLICAS_BENCH=throughput` or `failover` runs one part.
+//! instead). `REPLICAS_BENCH=throughput`, `failover`, `reads` or `first-event`
+//! runs one part.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -31,6 +38,8 @@ mod fixture;
 mod postgres;
 #[path = "common/profile.rs"]
 mod profile;
+#[path = "replicas/reads.rs"]
+mod reads;
 
 const TOKEN: &str = "bench-admin-token-0123456789abcdef";
 
@@ -387,10 +396,18 @@ async fn main() {
     };
     let root = tempfile::tempdir().unwrap();
     let fixture_url = fixture::fixture_repo(root.path(), &fixture_bin);
-    if std::env::var("REPLICAS_BENCH").as_deref() != Ok("failover") {
+    let only = std::env::var("REPLICAS_BENCH").ok();
+    let runs = |part: &str| only.as_deref().is_none_or(|only| only == part);
+    if runs("throughput") {
         throughput(&bin, &server, &fixture_url).await;
     }
-    if std::env::var("REPLICAS_BENCH").as_deref() != Ok("throughput") {
+    if runs("failover") {
         failover(&bin, &server, &fixture_url).await;
+    }
+    if runs("reads") {
+        reads::queries(&bin, &server, &fixture_url).await;
+    }
+    if runs("first-event") {
+        reads::first_event(&bin, &server, &fixture_url).await;
     }
 }

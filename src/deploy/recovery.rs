@@ -429,20 +429,15 @@ impl Recovery<'_> {
                 ..NodeChange::to(NodeState::ToDeploy)
             }),
             // A deploy given up on (the node already says why): what it may
-            // have made must go, and what the provider records of it (an
-            // intent, a dead process's record) even when Inspect finds
-            // nothing running. The node itself is left as the run left it.
-            (Intent::Deploy, _, present) => {
-                let outputs = present.unwrap_or_else(|| serde_json::json!({}));
-                match providers
+            // have made must go. The node itself is left as the run left it.
+            (Intent::Deploy, _, Some(outputs)) => {
+                providers
                     .destroy(entry.provider_id, call, &outputs, |_| {})
                     .await
-                {
-                    Ok(()) | Err(crate::provider::ProviderError::NotFound(_)) => {}
-                    Err(e) => return Err(e.to_string()),
-                }
+                    .map_err(|e| e.to_string())?;
                 None
             }
+            (Intent::Deploy, _, None) => None,
             // Interrupted while updating: update again when the apply
             // resumes (`UpdateResource` to the same config is idempotent);
             // the node still holds the config it had.
