@@ -213,11 +213,19 @@ fn below_grpc(status: &tonic::Status, tls: bool) -> Option<String> {
 /// alert the registry sent about this provider's certificate, or what this
 /// provider found wrong with the registry's (rustls's words for both).
 fn tls_refusal(reason: &str) -> Option<&'static str> {
-    const REFUSALS: [(&[&str], &str); 7] = [
+    const REFUSALS: [(&[&str], &str); 8] = [
         (
             &["alert: UnknownCA"],
             "the registry does not trust this provider's certificate: it was issued by another \
              CA (unknown CA); ask this Corbel for one (issueProviderCertificate)",
+        ),
+        (
+            // The registry's CA has the same name as the one that signed the
+            // certificate (another Corbel's, say), but not its key.
+            &["alert: DecryptError"],
+            "the registry does not trust this provider's certificate: its signature does not \
+             verify with the registry's CA, so it was issued by another CA (of the same name); \
+             ask this Corbel for one (issueProviderCertificate)",
         ),
         (
             &["alert: CertificateExpired"],
@@ -674,6 +682,7 @@ mod tests {
         // As rustls 0.23 words them, inside the connection's error chain.
         let said = |chain: &str| tls_refusal(chain).unwrap_or("nothing");
         assert!(said("transport error: received fatal alert: UnknownCA").contains("unknown CA"));
+        assert!(said("received fatal alert: DecryptError").contains("issued by another CA"));
         assert!(
             said("received fatal alert: CertificateExpired")
                 .contains("refused this provider's certificate as expired")

@@ -167,7 +167,15 @@ async fn reads_stay_on_the_standby(replicas: &[Replica]) {
         nodes["providers"]["nodes"][0]["nodes"][0]["name"].is_string(),
         "{nodes}"
     );
-    // A mutation over a standby's websocket is made by the leader.
+    // A mutation over a standby's websocket is made by the leader, and its
+    // audit entry reaches the other standby's `auditEvents`.
+    let mut audited = Subscription::start(
+        &replicas[2].client(),
+        "subscription { auditEvents { action outcome } }",
+        json!({}),
+    )
+    .await
+    .expect("auditEvents on a standby");
     let mut made = Subscription::start(
         &replicas[1].client(),
         "mutation { createProject(input: { name: \"over-a-standby-socket\" }) { name } }",
@@ -182,6 +190,19 @@ async fn reads_stay_on_the_standby(replicas: &[Replica]) {
         "{answer:?}"
     );
     made.close().await;
+    let entry = tokio::time::timeout(Duration::from_secs(10), audited.next())
+        .await
+        .expect("the audit entry within 10 s");
+    assert_eq!(
+        entry
+            .as_ref()
+            .ok()
+            .and_then(|e| e.as_ref())
+            .map(|e| e["auditEvents"].clone()),
+        Some(json!({ "action": "createProject", "outcome": "OK" })),
+        "{entry:?}"
+    );
+    audited.close().await;
     assert!(
         requests(leader).await >= leader_after + 2.0,
         "the leader made the mutation and answered the nodes"

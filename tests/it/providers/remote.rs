@@ -229,9 +229,14 @@ async fn a_remote_provider_registers_over_mutual_tls_and_runs_a_deployment() {
     let (code, said) = Remote::start(dir.path(), &env).exited().await;
     assert_eq!(code, 1, "{said}");
     // Said as what it is: the TLS handshake, not protocol versions, and
-    // what was wrong with it.
+    // what was wrong with it when the registry's alert arrived before the
+    // connection closed (TLS 1.3 checks the client's certificate after the
+    // client is done: its first write may meet the close instead).
     assert!(said.contains("the TLS handshake failed"), "{said}");
-    assert!(said.contains("issued by another CA (unknown CA)"), "{said}");
+    assert!(
+        said.contains("issued by another CA") || said.contains("broken pipe"),
+        "{said}"
+    );
     assert!(!said.contains("this provider speaks"), "{said}");
 
     // Refused: another provider's certificate, with this one's id and token.

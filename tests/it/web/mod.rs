@@ -208,6 +208,21 @@ async fn graphiql_runs_a_query_and_a_subscription_with_no_network() {
         )
         .await;
     browser.screenshot("graphiql").await;
+    // What loading it cost: every file the page fetched, as sent (brotli),
+    // fonts included once they are drawn; only the faces it uses.
+    let sent = browser
+        .js("return document.fonts.ready.then(() => { \
+            const files = [performance.getEntriesByType('navigation')[0], \
+              ...performance.getEntriesByType('resource')] \
+              .filter(e => !['fetch', 'xmlhttprequest'].includes(e.initiatorType)); \
+            return { bytes: files.reduce((n, e) => n + e.transferSize, 0), files: files.length, \
+              fonts: files.filter(e => e.name.includes('/fonts/')).length }; })")
+        .await;
+    let bytes = sent["bytes"].as_u64().unwrap_or(u64::MAX);
+    println!("GraphiQL's page: {sent}");
+    assert!(bytes < 500_000, "GraphiQL's transfer: {sent}");
+    let fonts = sent["fonts"].as_u64().unwrap_or(99);
+    assert!((1..=6).contains(&fonts), "only the faces drawn: {sent}");
 
     // A subscription over /graphql/ws: the editor's text is replaced through
     // CodeMirror, then an event is caused through the API.
@@ -322,57 +337,65 @@ async fn the_console_is_served_whole_from_the_binary_with_a_strict_policy() {
         .await
         .unwrap();
     assert_eq!(again.status(), 304);
-    // Text goes gzipped to a client that takes it, the same bytes once
-    // inflated; GraphiQL's files together in under half their size.
-    let mut sent = (0, 0);
+    // Text goes compressed to a client that takes it, brotli before gzip,
+    // the same bytes once inflated; GraphiQL's files together in well under
+    // half their size.
+    let mut sent = (0, 0, 0);
     for file in [
         "graphiql.html",
         "js/graphiql-init.js",
         "vendor/graphiql/graphiql.min.js",
         "vendor/graphiql/graphiql.min.css",
+        "vendor/graphiql/react.production.min.js",
+        "vendor/graphiql/react-dom.production.min.js",
+        "vendor/graphiql/graphql-ws.min.js",
     ] {
-        let get = |gzip: bool| {
+        let get = |accepted: Option<&str>| {
             let request = app.client.get(app.url(&format!("/ui/{file}")));
-            if gzip {
-                request.header("Accept-Encoding", "br;q=1, gzip;q=0.8")
-            } else {
-                request
+            match accepted {
+                Some(accepted) => request.header("Accept-Encoding", accepted),
+                None => request,
             }
         };
-        let plain = get(false).send().await.unwrap();
+        let plain = get(None).send().await.unwrap();
         assert_eq!(plain.headers().get("content-encoding"), None, "{file}");
         let plain = plain.bytes().await.unwrap();
-        let packed = get(true).send().await.unwrap();
-        if plain.len() < 1024 {
-            // Too small to be worth it.
-            assert_eq!(packed.headers().get("content-encoding"), None, "{file}");
-            sent = (sent.0 + plain.len(), sent.1 + plain.len());
-            continue;
+        let mut sizes = Vec::new();
+        for (accepted, coding) in [("gzip", "gzip"), ("br;q=1, gzip;q=0.8", "br")] {
+            let packed = get(Some(accepted)).send().await.unwrap();
+            if plain.len() < 1024 {
+                // Too small to be worth it.
+                assert_eq!(packed.headers().get("content-encoding"), None, "{file}");
+                sizes.push(plain.len());
+                continue;
+            }
+            assert_eq!(packed.headers()["content-encoding"], coding, "{file}");
+            assert_eq!(packed.headers()["vary"], "accept-encoding", "{file}");
+            let packed = packed.bytes().await.unwrap();
+            let mut inflated = Vec::new();
+            let reader: Box<dyn std::io::Read> = match coding {
+                "gzip" => Box::new(flate2::read::GzDecoder::new(&packed[..])),
+                _ => Box::new(brotli::Decompressor::new(&packed[..], 4096)),
+            };
+            std::io::Read::read_to_end(&mut { reader }, &mut inflated).unwrap();
+            assert_eq!(inflated, plain, "{file} ({coding})");
+            sizes.push(packed.len());
         }
-        assert_eq!(packed.headers()["content-encoding"], "gzip", "{file}");
-        assert_eq!(packed.headers()["vary"], "accept-encoding", "{file}");
-        let packed = packed.bytes().await.unwrap();
-        let mut inflated = Vec::new();
-        std::io::Read::read_to_end(
-            &mut flate2::read::GzDecoder::new(&packed[..]),
-            &mut inflated,
-        )
-        .unwrap();
-        assert_eq!(inflated, plain, "{file}");
-        sent = (sent.0 + plain.len(), sent.1 + packed.len());
+        sent = (sent.0 + plain.len(), sent.1 + sizes[0], sent.2 + sizes[1]);
     }
-    // (1,398 KB as they are, 564 KB gzipped: the CSS's base64 fonts barely
-    // shrink.)
-    assert!(
-        sent.1 * 2 < sent.0,
-        "GraphiQL: {} bytes sent gzipped of {}",
-        sent.1,
-        sent.0
+    // (1,139 KB as they are since the CSS's fonts are files of their own,
+    // 1,505 KB before; gzip and brotli send a third of it or less.)
+    println!(
+        "GraphiQL's files: {} bytes, {} gzipped, {} with brotli",
+        sent.0, sent.1, sent.2
     );
+    assert!(sent.1 * 3 < sent.0, "gzipped: {sent:?}");
+    assert!(sent.2 < sent.1, "brotli smaller than gzip: {sent:?}");
     // Refused by name, even beside `*`; taken through `*`.
     for (accepted, gzipped) in [
-        ("gzip;q=0, identity", false),
-        ("gzip;q=0, *", false),
+        ("gzip;q=0, br;q=0, identity", false),
+        ("gzip;q=0, br;q=0, *", false),
+        ("br;q=0, *", true),
         ("*", true),
     ] {
         let answer = app
