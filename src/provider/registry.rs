@@ -144,18 +144,17 @@ pub async fn serve_remote_registry(
     reporter
         .set_service_status(REGISTRY_SERVICE, ServingStatus::Serving)
         .await;
-    let mut server = tonic::transport::Server::builder()
-        .tls_config(tls.server_config())
-        .context("the provider registry's TLS")?;
+    // The handshakes are made here, so that a refused one says why.
+    let acceptor = tls.acceptor().context("the provider registry's TLS")?;
     tracing::info!(address = %bound, "provider registry listening for remote providers (mutual TLS)");
     Ok(async move {
-        let served = server
+        let served = tonic::transport::Server::builder()
             .add_service(health)
             .add_service(RegistryServer::new(
                 RegistryService::new(&providers).remote(tls),
             ))
             .serve_with_incoming_shutdown(
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                super::tls::handshaken(listener, acceptor),
                 not_serving(reporter, stop.clone()),
             );
         until_stopped(served, stop, "remote provider registry").await;

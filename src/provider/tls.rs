@@ -14,16 +14,20 @@
 //!   dials the provider's endpoint expecting that name, so an endpoint that is
 //!   not the provider's own fails the handshake.
 
+mod accept;
+
 use std::path::{Path, PathBuf};
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
-use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
+use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 use uuid::Uuid;
 
 use crate::seal::SecretKey;
+
+pub use accept::{REFUSALS, handshaken};
 
 /// The name in Corbel's own certificate; providers check the registry for it.
 pub const REGISTRY_NAME: &str = "registry.corbel";
@@ -113,14 +117,6 @@ impl ProviderTls {
     /// The CA certificate, in PEM: what a provider trusts.
     pub fn ca_pem(&self) -> &str {
         &self.ca_pem
-    }
-
-    /// The registry's listener: Corbel's certificate, and a client certificate
-    /// from the CA required.
-    pub fn server_config(&self) -> ServerTlsConfig {
-        ServerTlsConfig::new()
-            .identity(Identity::from_pem(&self.own.certificate, &self.own.key))
-            .client_ca_root(Certificate::from_pem(&self.ca_pem))
     }
 
     /// Dialling provider `id`: its certificate must name it; Corbel presents

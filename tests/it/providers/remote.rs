@@ -237,6 +237,24 @@ async fn a_remote_provider_registers_over_mutual_tls_and_runs_a_deployment() {
         said.contains("issued by another CA") || said.contains("broken pipe"),
         "{said}"
     );
+    // The registry's side always knows: it counts the refusal by reason
+    // (and logs it with the peer's address).
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with(corbel::provider::tls::REFUSALS)
+                && l.contains("reason=\"unknown_ca\"")),
+        "{metrics}"
+    );
     assert!(!said.contains("this provider speaks"), "{said}");
 
     // Refused: another provider's certificate, with this one's id and token.
