@@ -181,14 +181,19 @@ fn noop_blueprint(count: usize, chained: bool) -> String {
     source
 }
 
+/// A deployment's state, nodes done and last event id; nothing (an empty
+/// state) while the replica asked cannot answer (a failover under way).
 async fn state_of(http: &reqwest::Client, url: &str, id: &str) -> (String, usize, i64) {
-    let data = gql(
+    let Ok(data) = try_gql(
         http,
         url,
         "query($id: ID!) { deployment(id: $id) { state nodes { state } events(first: 10000) { id } } }",
         json!({ "id": id }),
     )
-    .await;
+    .await
+    else {
+        return (String::new(), 0, 0);
+    };
     let d = &data["deployment"];
     let done = d["nodes"]
         .as_array()

@@ -90,6 +90,11 @@ pub async fn serve(
         let listen = if leading {
             Listen::Bound(listener)
         } else {
+            // The same socket, kept for the server this replica runs once it
+            // leads: between the standby's last accept and the server's first,
+            // a client's connection waits in the socket's backlog instead of
+            // being refused.
+            let (listener, kept) = same_socket(listener)?;
             let served =
                 Standby::serve(config, &store, &cluster, &feed, &feed_stop, listener).await?;
             let leads = until_leading(cluster.leadership(), &shutdown).await;
@@ -97,7 +102,7 @@ pub async fn serve(
             if !leads {
                 return Ok(());
             }
-            Listen::At(bound)
+            Listen::Bound(kept)
         };
         tracing::info!(replica = %cluster.id(), "leading: starting the server");
         let app = App::build_leader(config, lock, cluster.clone(), listen).await?;
@@ -123,6 +128,16 @@ pub async fn serve(
     membership_stop.cancel();
     let _ = membership.await;
     ran
+}
+
+/// `listener` twice: two descriptors of one listening socket.
+fn same_socket(listener: TcpListener) -> anyhow::Result<(TcpListener, TcpListener)> {
+    let listener = listener.into_std().context("taking the listener")?;
+    let kept = listener.try_clone().context("keeping the listener")?;
+    Ok((
+        TcpListener::from_std(listener)?,
+        TcpListener::from_std(kept)?,
+    ))
 }
 
 /// This replica, a member (at `bound`, unless an address is advertised)
@@ -208,8 +223,8 @@ impl Standby {
     /// websockets go on (closed with the replica, see [`serve`]); relayed
     /// ones (`/exec`) close.
     async fn stop(self, cluster: &Cluster, leads: bool) -> Reader {
-        // The listener is dropped as the graceful shutdown begins, so the
-        // server can bind the same address while requests finish.
+        // This descriptor of the socket is closed as the graceful shutdown
+        // begins; requests under way finish.
         self.promoted.cancel();
         let _ = self.watching.await;
         if leads {
