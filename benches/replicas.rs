@@ -2,7 +2,7 @@
 //!
 //! Real `corbel serve --cluster` processes on one PostgreSQL (a fresh
 //! database on `CORBEL_BENCH_POSTGRES_URL`), with the fast cluster timings
-//! the tests use (heartbeat 200 ms, lease 1,500 ms; the defaults, 1 s and 6 s,
+//! the tests use (heartbeat 200 ms, lease 1,500 ms; the defaults, 500 ms and 4 s,
 //! with `REPLICAS_BENCH_DEFAULT_TIMINGS=1`), each replica with its
 //! own data directory, and `corbel-provider-fixture` (no-op deploys):
 //!
@@ -237,7 +237,7 @@ async fn deploy(http: &reqwest::Client, url: &str, blueprint: &str, name: &str) 
 }
 
 /// `REPLICAS_BENCH_DEFAULT_TIMINGS=1`: the replicas run with the default
-/// heartbeat and lease (1 s, 6 s) instead of the tests' (200 ms, 1.5 s).
+/// heartbeat and lease (500 ms, 4 s) instead of the tests' (200 ms, 1.5 s).
 fn default_timings() -> bool {
     std::env::var_os("REPLICAS_BENCH_DEFAULT_TIMINGS").is_some()
 }
@@ -396,7 +396,7 @@ async fn failover(bin: &Path, server: &str, fixture_url: &str) {
         figures[ROUNDS / 2].as_millis(),
         figures[ROUNDS - 1].as_millis(),
         if default_timings() {
-            "the default lease, 6,000 ms, and heartbeat, 1,000 ms"
+            "the default lease, 4,000 ms, and heartbeat, 500 ms"
         } else {
             "lease 1,500 ms, heartbeat 200 ms"
         }

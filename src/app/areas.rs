@@ -227,13 +227,9 @@ async fn start_repositories(
     stopping: &CancellationToken,
     notifier: Option<&Notifier>,
 ) -> anyhow::Result<Repositories> {
-    let mut settings = config.repository.clone();
-    settings.providers = ProviderSources(Some(Arc::new(providers.clone())));
-    settings.installations = InstallationsHandle(Some(Arc::new(deployments.clone())));
-    settings.secret_key = Some(Arc::new(secret_key));
     let repositories = Repositories::new(
         db.clone(),
-        settings,
+        repository_settings(config, providers, deployments, secret_key),
         bus(stopping, notifier, Message::Sync),
         stopping.clone(),
     );
@@ -278,4 +274,19 @@ fn bus<E: Clone + Send + Sync + 'static>(
         stopping.clone(),
         notifier.map(|notifier| notifier.outbound(wrap)),
     )
+}
+
+/// `[repository]`, reading through `providers` and installing through
+/// `deployments`, its credentials sealed with `secret_key`.
+pub(super) fn repository_settings(
+    config: &Config,
+    providers: &Providers,
+    deployments: &Deployments,
+    secret_key: SecretKey,
+) -> crate::repository::RepositorySettings {
+    let mut settings = config.repository.clone();
+    settings.providers = ProviderSources(Some(Arc::new(providers.clone())));
+    settings.installations = InstallationsHandle(Some(Arc::new(deployments.clone())));
+    settings.secret_key = Some(Arc::new(secret_key));
+    settings
 }

@@ -299,24 +299,34 @@ async fn listen(
         .context("reading the listener's address")?;
     let cluster = match replica {
         Some(cluster) => cluster,
-        None => {
-            // The server lock is held: no other replica of this database is alive.
-            let advertise_url = config
-                .cluster
-                .advertise_url
-                .clone()
-                .unwrap_or_else(|| format!("http://{bound}"));
-            Cluster::join(
-                db.clone(),
-                config.cluster.clone(),
-                advertise_url,
-                config.shared_with_replicas()?,
-                true,
-                stopping.clone(),
-            )
-            .await
-            .context("joining as a replica")?
-        }
+        // The server lock is held: no other replica of this database is alive.
+        None => join(config, db.clone(), bound, true, stopping).await?,
     };
     Ok((listener, bound, cluster))
+}
+
+/// This server as a member (at `bound`, unless an address is advertised),
+/// until `stop`; `alone` when no other replica can be alive.
+pub async fn join(
+    config: &Config,
+    db: DatabaseConnection,
+    bound: SocketAddr,
+    alone: bool,
+    stop: &CancellationToken,
+) -> anyhow::Result<Cluster> {
+    let advertise_url = config
+        .cluster
+        .advertise_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{bound}"));
+    Cluster::join(
+        db,
+        config.cluster.clone(),
+        advertise_url,
+        config.shared_with_replicas()?,
+        alone,
+        stop.clone(),
+    )
+    .await
+    .context("joining as a replica")
 }

@@ -9,7 +9,6 @@
 
 use axum::Router;
 use chrono::Utc;
-use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -25,8 +24,6 @@ use crate::config::Config;
 use crate::deploy::Deployments;
 use crate::provider::Providers;
 use crate::repository::Repositories;
-use crate::repository::driver::ProviderSources;
-use crate::repository::installations::InstallationsHandle;
 use crate::store::Db;
 
 /// A standby's server, and its websockets (closed at its end).
@@ -114,13 +111,9 @@ fn reader_areas(
         stop.clone(),
         Some(never_held),
     );
-    let mut repository_settings = config.repository.clone();
-    repository_settings.providers = ProviderSources(Some(Arc::new(providers.clone())));
-    repository_settings.installations = InstallationsHandle(Some(Arc::new(deployments.clone())));
-    repository_settings.secret_key = Some(Arc::new(secret_key));
     let repositories = Repositories::new(
         db.clone(),
-        repository_settings,
+        super::areas::repository_settings(config, &providers, &deployments, secret_key),
         feed.repositories.clone(),
         stop.clone(),
     );

@@ -76,7 +76,7 @@ pub async fn serve(
     // only once that server has stopped, so no successor starts while it
     // still finishes work.
     let membership_stop = CancellationToken::new();
-    let cluster = join(config, db, bound, &membership_stop).await?;
+    let cluster = crate::app::join(config, db, bound, false, &membership_stop).await?;
     let membership = tokio::spawn(cluster.clone().run());
     let leading = cluster.leader_epoch().is_some();
     // The leader's events, on this replica's own buses: a standby's
@@ -138,31 +138,6 @@ fn same_socket(listener: TcpListener) -> anyhow::Result<(TcpListener, TcpListene
         TcpListener::from_std(listener)?,
         TcpListener::from_std(kept)?,
     ))
-}
-
-/// This replica, a member (at `bound`, unless an address is advertised)
-/// until `stop`.
-async fn join(
-    config: &Config,
-    db: crate::store::Db,
-    bound: SocketAddr,
-    stop: &CancellationToken,
-) -> anyhow::Result<Cluster> {
-    let advertise_url = config
-        .cluster
-        .advertise_url
-        .clone()
-        .unwrap_or_else(|| format!("http://{bound}"));
-    Cluster::join(
-        db,
-        config.cluster.clone(),
-        advertise_url,
-        config.shared_with_replicas()?,
-        false,
-        stop.clone(),
-    )
-    .await
-    .context("joining as a replica")
 }
 
 /// A standby serving: its own server, and its relay to the leader.
