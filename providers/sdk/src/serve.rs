@@ -203,7 +203,8 @@ fn below_grpc(status: &tonic::Status, tls: bool) -> Option<String> {
             "the TLS handshake failed or the registry closed the connection ({reason}): \
              the registry trusts only a certificate this Corbel issued to this provider \
              (issueProviderCertificate), unexpired, with its key; this provider trusts only \
-             a registry of the CA file it was given"
+             a registry of the CA file it was given. Corbel's log says which it refused \
+             (\"a remote provider's connection was refused: …\")"
         ),
         (false, _) => reason,
     })
