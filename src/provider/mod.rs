@@ -230,6 +230,9 @@ struct Inner {
     secrets: Secrets,
     /// Set when remote providers may register (`--provider-listen`).
     tls: std::sync::OnceLock<Arc<tls::ProviderTls>>,
+    /// The providers made or unloaded through this server since it
+    /// started: the start-up loader leaves them as they are.
+    touched: std::sync::Mutex<std::collections::HashSet<Uuid>>,
 }
 
 impl Providers {
@@ -260,6 +263,7 @@ impl Providers {
                 calls,
                 secrets,
                 tls: std::sync::OnceLock::new(),
+                touched: std::sync::Mutex::default(),
             }),
         }
     }
@@ -319,6 +323,7 @@ impl Providers {
     pub async fn create(&self, new: NewProvider) -> Result<(Provider, String), ProviderError> {
         let auto_load = new.auto_load;
         let (id, token) = self.inner.catalog.create(new).await?;
+        self.touched().insert(id);
         if auto_load {
             match self.load(id).await {
                 // The start-up loader may have seen the new row first.
@@ -375,15 +380,23 @@ impl Providers {
     // The supervisor: running providers.
 
     /// Loads every provider with `autoLoad`; the supervisor bounds how many
-    /// fetch and build at once.
+    /// fetch and build at once. One this server made (loaded with its
+    /// creation) or unloaded by hand before the loader came to it (the loader
+    /// runs after the sweep of containers, which can take seconds) is left
+    /// as it is.
     pub async fn load_automatic(&self) -> Result<usize, ProviderError> {
         let mut started = 0;
         for row in self.inner.catalog.rows().await? {
-            if row.auto_load && self.load(row.id).await.is_ok() {
+            let touched = self.touched().contains(&row.id);
+            if row.auto_load && !touched && self.load(row.id).await.is_ok() {
                 started += 1;
             }
         }
         Ok(started)
+    }
+
+    fn touched(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<Uuid>> {
+        self.inner.touched.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Starts loading a provider in the background.
@@ -396,6 +409,7 @@ impl Providers {
     /// Stops a loaded provider and waits until it has stopped.
     pub async fn unload(&self, id: Uuid) -> Result<Provider, ProviderError> {
         self.inner.catalog.row(id).await?;
+        self.touched().insert(id);
         self.inner
             .supervisor
             .unload(self.inner.slots.slot(id))
