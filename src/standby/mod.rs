@@ -79,10 +79,7 @@ pub async fn serve(
     let cluster = crate::app::join(config, db, bound, false, &membership_stop).await?;
     let membership = tokio::spawn(cluster.clone().run());
     let leading = cluster.leader_epoch().is_some();
-    // The leader's events, on this replica's own buses: a standby's
-    // subscriptions follow them, and go on after it starts leading.
     let feed_stop = CancellationToken::new();
-    let feed = Feed::start(store.clone(), feed_stop.clone()).await?;
     announce(bound, leading);
 
     let mut standby = None;
@@ -95,6 +92,10 @@ pub async fn serve(
             // a client's connection waits in the socket's backlog instead of
             // being refused.
             let (listener, kept) = same_socket(listener)?;
+            // The leader's events, on this replica's own buses: a standby's
+            // subscriptions follow them, and go on after it starts leading.
+            // (A replica leading from its start has no use for them.)
+            let feed = Feed::start(store.clone(), feed_stop.clone()).await?;
             let served =
                 Standby::serve(config, &store, &cluster, &feed, &feed_stop, listener).await?;
             let leads = until_leading(cluster.leadership(), &shutdown).await;
