@@ -13,7 +13,9 @@
 //!    RSS of this process over both;
 //! 4. recovery of journals of 1,000 and 10,000 entries (the state a crash
 //!    mid-deploy leaves: nodes `IN_PROGRESS` with their entries): time until
-//!    the journal is empty and the deployment complete.
+//!    the journal is empty and the deployment complete;
+//! 5. one deployment of 1,000, 10,000 and 100,000 resources (`deploy/scale.rs`):
+//!    time each way and peak RSS, the curve.
 //!
 //! Then again on PostgreSQL when `CORBEL_BENCH_POSTGRES_URL` names a server
 //! (a fresh database is made on it).
@@ -42,6 +44,8 @@ mod fixture;
 mod postgres;
 #[path = "common/profile.rs"]
 mod profile;
+#[path = "deploy/scale.rs"]
+mod scale;
 
 use postgres::fresh_postgres_database;
 
@@ -144,8 +148,9 @@ impl Bench {
     }
 
     /// Every part, or the one `DEPLOY_BENCH` names: `deep` the chains alone
-    /// (for a profile), `big` the 10,000-resource DAG, `recovery` the journals.
-    async fn figures(&self) {
+    /// (for a profile), `big` the 10,000-resource DAG, `recovery` the journals,
+    /// `scale` one deployment of 1k, 10k and 100k resources.
+    async fn figures(&self, postgres: bool) {
         let only = std::env::var("DEPLOY_BENCH").unwrap_or_default();
         let bare = self.bare_call().await;
         if only.is_empty() {
@@ -160,6 +165,9 @@ impl Bench {
         if only.is_empty() || only == "recovery" {
             self.recovery(JOURNAL).await;
             self.recovery(BIG).await;
+        }
+        if only.is_empty() || only == "scale" {
+            self.scale(postgres).await;
         }
     }
 
@@ -402,7 +410,7 @@ impl Bench {
 async fn run(bin: &Path) {
     let bench = Bench::start(bin, None).await;
     println!("on SQLite:");
-    bench.figures().await;
+    bench.figures(false).await;
     bench.stop().await;
 
     // PostgreSQL when a server is given (`scripts/test.sh` starts one).
@@ -414,7 +422,7 @@ async fn run(bin: &Path) {
     };
     let bench = Bench::start(bin, Some(fresh_postgres_database(&server).await)).await;
     println!("on PostgreSQL:");
-    bench.figures().await;
+    bench.figures(true).await;
     bench.stop().await;
 }
 

@@ -331,6 +331,8 @@ impl Executor<'_> {
         if row.phase.as_deref() != Some(Phase::Restart.as_str()) {
             self.mark_dependents(id, &bp, &nodes).await?;
         }
+        // Each phase reads the nodes as they are then.
+        drop(nodes);
         self.destroy_phase(id, Some(&bp), Scope::Marked).await?;
         self.deploy_phase(id, &bp, &variables, operation).await
     }

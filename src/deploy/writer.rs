@@ -123,6 +123,22 @@ pub(super) struct Committed {
 }
 
 impl Committed {
+    /// Whether the write has ended: its result if so (without waiting).
+    pub(super) fn ended(&mut self) -> Option<Result<(), DbErr>> {
+        if !self.queued {
+            return Some(Err(DbErr::Custom(
+                "the deployment writer has stopped".into(),
+            )));
+        }
+        match self.answer.try_recv() {
+            Ok(result) => Some(result.map_err(DbErr::Custom)),
+            Err(oneshot::error::TryRecvError::Empty) => None,
+            Err(oneshot::error::TryRecvError::Closed) => Some(Err(DbErr::Custom(
+                "the deployment writer has stopped".into(),
+            ))),
+        }
+    }
+
     /// Once the write is durable; its error if it failed.
     pub(super) async fn wait(self) -> Result<(), DbErr> {
         let stopped = || DbErr::Custom("the deployment writer has stopped".into());

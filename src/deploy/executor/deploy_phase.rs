@@ -5,7 +5,7 @@
 //! commit per link of a chain. All results are durable before the phase
 //! ends. A node that fails taints what depends on it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -13,7 +13,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinError, JoinSet};
 use uuid::Uuid;
 
-use super::phase::{Graph, RunState, node_states};
+use super::phase::{Graph, RunState};
 use super::{Executor, Stopped};
 use crate::deploy::blueprint::Blueprint;
 use crate::deploy::schedule::{Direction, Schedule};
@@ -39,7 +39,7 @@ impl Executor<'_> {
         let nodes = rows::nodes_of(&self.0.inner.db, id)
             .await
             .map_err(|e| Stopped::Failed(e.to_string()))?;
-        let mut phase = DeployPhase::new(self.0, bp, variables, operation, &nodes)?;
+        let mut phase = DeployPhase::new(self.0, bp, variables, operation, nodes)?;
         loop {
             // The results, then the entries of the steps they let start that
             // can call at once (a permit free, the provider connected), in
@@ -50,6 +50,7 @@ impl Executor<'_> {
             let starts = phase.start_ready(&mut writes);
             let mut queued = self.0.inner.writer.submit_all(writes).into_iter();
             phase.committing.extend(queued.by_ref().take(finished));
+            phase.forget_committed();
             for start in starts {
                 phase.spawn(start, &mut queued);
             }
@@ -75,8 +76,11 @@ struct DeployPhase<'a> {
     /// of a resource's replicas are complete.
     outputs: BTreeMap<String, Value>,
     schedule: Schedule,
-    /// The concurrency bound.
+    /// Keys started whose nodes are not all spawned yet, in start order.
+    ready: VecDeque<Ready>,
+    /// The concurrency bound: the permits, and how many there are.
     limit: Arc<Semaphore>,
+    bound: usize,
     running: JoinSet<(usize, i32, Deployed)>,
     run: RunState,
     /// Results queued to the writer; all durable before the phase ends.
@@ -85,7 +89,16 @@ struct DeployPhase<'a> {
     results: Vec<Write>,
 }
 
-/// A node the schedule lets start.
+/// A key the schedule let start, whose nodes wait for room under the
+/// concurrency bound; `next` indexes its pending nodes.
+struct Ready {
+    key: usize,
+    next: usize,
+    rendered: Result<Value, String>,
+    dependency_outputs: Vec<(String, Value)>,
+}
+
+/// A node that starts now.
 struct Start {
     key: usize,
     node: NodeRow,
@@ -103,33 +116,28 @@ impl<'a> DeployPhase<'a> {
         bp: &'a Blueprint,
         variables: &'a BTreeMap<String, Value>,
         operation: Uuid,
-        nodes: &[NodeRow],
+        nodes: Vec<NodeRow>,
     ) -> Result<Self, Stopped> {
-        let graph = Graph::new(bp, nodes);
-        let states = node_states(nodes);
-        let pending = graph.group(
-            nodes
-                .iter()
-                .zip(&states)
-                .filter(|(_, state)| !DEPLOYED.contains(state) && !RETIRING.contains(state))
-                .map(|(n, _)| n),
-        );
+        let graph = Graph::new(bp, &nodes);
         let outputs: BTreeMap<String, Value> = nodes
             .iter()
-            .zip(&states)
-            .filter(|(n, state)| n.replica == 0 && DEPLOYED.contains(state))
-            .filter_map(|(n, _)| {
+            .filter(|n| n.replica == 0 && DEPLOYED.contains(&n.state))
+            .filter_map(|n| {
                 Some((
                     n.key.clone(),
                     serde_json::from_str(n.outputs.as_deref()?).ok()?,
                 ))
             })
             .collect();
+        let pending = graph.group(
+            nodes
+                .into_iter()
+                .filter(|n| !DEPLOYED.contains(&n.state) && !RETIRING.contains(&n.state)),
+        );
         let units: Vec<usize> = pending.iter().map(Vec::len).collect();
         let schedule = Schedule::new(&graph.depends_on, &units, Direction::Deploy);
-        let limit = Arc::new(Semaphore::new(
-            deployments.inner.settings.concurrency.max(1),
-        ));
+        let bound = deployments.inner.settings.concurrency.max(1);
+        let limit = Arc::new(Semaphore::new(bound));
         Ok(DeployPhase {
             deployments,
             bp,
@@ -139,7 +147,9 @@ impl<'a> DeployPhase<'a> {
             pending,
             outputs,
             schedule,
+            ready: VecDeque::new(),
             limit,
+            bound,
             running: JoinSet::new(),
             run: RunState::default(),
             committing: Vec::new(),
@@ -147,42 +157,71 @@ impl<'a> DeployPhase<'a> {
         })
     }
 
-    /// The nodes the schedule lets start now (none once stopping); the
-    /// entries of those that can call at once go to `writes`.
+    /// The nodes that may start now (none once stopping): the keys the
+    /// schedule lets start are prepared (config rendered once per key) and
+    /// queued, and their nodes are taken from the queue while there is room
+    /// under the concurrency bound, so a resource of 100,000 replicas holds
+    /// as many tasks as the bound, not 100,000. The entries of those that can
+    /// call at once go to `writes`.
     fn start_ready(&mut self, writes: &mut Vec<Write>) -> Vec<Start> {
-        let mut starts = Vec::new();
-        while !self.deployments.inner.stopping.is_cancelled()
+        let stopping = &self.deployments.inner.stopping;
+        while !stopping.is_cancelled()
             && let Some((key, _)) = self.schedule.start_next()
         {
-            let resource = Graph::resource(self.bp, key);
-            let dependency_outputs: Vec<(String, Value)> = resource
-                .into_iter()
-                .flat_map(|r| &r.depends_on)
-                .filter_map(|d| self.outputs.get(d).map(|o| (d.clone(), o.clone())))
-                .collect();
-            let rendered = match resource {
-                Some(r) => template::render(
-                    &r.config,
-                    &template::Context {
-                        variables: self.variables,
-                        outputs: &self.outputs,
-                    },
-                )
-                .map_err(|p| format!("config: {p}")),
-                None => Err("the resource is not in the blueprint".to_owned()),
+            let prepared = self.prepare(key);
+            self.ready.push_back(prepared);
+        }
+        let mut starts = Vec::new();
+        while !stopping.is_cancelled() && self.running.len() + starts.len() < self.bound {
+            let Some(ready) = self.ready.front_mut() else {
+                break;
             };
-            for node in &self.pending[key] {
-                let early = self.early(node, &rendered, writes);
-                starts.push(Start {
-                    key,
-                    node: node.clone(),
-                    rendered: rendered.clone(),
-                    dependency_outputs: dependency_outputs.clone(),
-                    early,
-                });
+            let key = ready.key;
+            let node = self.pending[key][ready.next].clone();
+            ready.next += 1;
+            let rendered = ready.rendered.clone();
+            let dependency_outputs = ready.dependency_outputs.clone();
+            if ready.next == self.pending[key].len() {
+                self.ready.pop_front();
             }
+            let early = self.early(&node, &rendered, writes);
+            starts.push(Start {
+                key,
+                node,
+                rendered,
+                dependency_outputs,
+                early,
+            });
         }
         starts
+    }
+
+    /// What every node of `key` starts with: its config rendered with the
+    /// outputs of what it depends on.
+    fn prepare(&self, key: usize) -> Ready {
+        let resource = Graph::resource(self.bp, key);
+        let dependency_outputs: Vec<(String, Value)> = resource
+            .into_iter()
+            .flat_map(|r| &r.depends_on)
+            .filter_map(|d| self.outputs.get(d).map(|o| (d.clone(), o.clone())))
+            .collect();
+        let rendered = match resource {
+            Some(r) => template::render(
+                &r.config,
+                &template::Context {
+                    variables: self.variables,
+                    outputs: &self.outputs,
+                },
+            )
+            .map_err(|p| format!("config: {p}")),
+            None => Err("the resource is not in the blueprint".to_owned()),
+        };
+        Ready {
+            key,
+            next: 0,
+            rendered,
+            dependency_outputs,
+        }
     }
 
     /// A deploy that can call at once (a permit free, its provider
@@ -327,6 +366,27 @@ impl<'a> DeployPhase<'a> {
                     format!("not deployed: `{because}`, which it depends on, failed"),
                 )
                 .await;
+        }
+    }
+
+    /// Drops the queued results already durable once many are held (a
+    /// failed one counts as the phase's failure), so what a phase holds
+    /// does not grow with its number of nodes.
+    fn forget_committed(&mut self) {
+        if self.committing.len() < 4 * self.bound.max(256) {
+            return;
+        }
+        let mut failures = Vec::new();
+        self.committing.retain_mut(|c| match c.ended() {
+            None => true,
+            Some(Ok(())) => false,
+            Some(Err(e)) => {
+                failures.push(e);
+                false
+            }
+        });
+        for e in failures {
+            self.run.failed(format!("cannot store a result: {e}"));
         }
     }
 

@@ -3,13 +3,12 @@
 //! dependents first, as many at once as the concurrency bound allows. A
 //! node that fails to go keeps what it depends on in place.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
 
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
-use super::phase::{Graph, RunState, node_states};
+use super::phase::{Graph, RunState};
 use super::{Executor, Scope, Stopped};
 use crate::deploy::NodeState;
 use crate::deploy::blueprint::{self, Blueprint};
@@ -41,45 +40,44 @@ impl Executor<'_> {
             .await
             .map_err(|e| Stopped::Failed(e.to_string()))?;
         let graph = Graph::new(bp, &nodes);
-        let states = node_states(&nodes);
-        let chosen = graph.group(
-            nodes
-                .iter()
-                .zip(&states)
-                .filter(|(n, state)| match scope {
-                    Scope::All => !matches!(state, NodeState::Destroyed | NodeState::Retired),
-                    Scope::Marked => {
-                        matches!(state, NodeState::ToDestroy | NodeState::Destroying)
-                    }
-                    Scope::Operation(op) => {
-                        n.run_id == Some(op)
-                            && !matches!(state, NodeState::Destroyed | NodeState::Retired)
-                    }
-                    Scope::Retiring => matches!(state, NodeState::ToRetire | NodeState::Retiring),
-                })
-                .map(|(n, _)| n),
-        );
+        let chosen = graph.group(nodes.into_iter().filter(|n| match scope {
+            Scope::All => !matches!(n.state, NodeState::Destroyed | NodeState::Retired),
+            Scope::Marked => matches!(n.state, NodeState::ToDestroy | NodeState::Destroying),
+            Scope::Operation(op) => {
+                n.run_id == Some(op)
+                    && !matches!(n.state, NodeState::Destroyed | NodeState::Retired)
+            }
+            Scope::Retiring => matches!(n.state, NodeState::ToRetire | NodeState::Retiring),
+        }));
         let units: Vec<usize> = chosen.iter().map(Vec::len).collect();
         if units.iter().all(|u| *u == 0) {
             return Ok(());
         }
         let mut schedule = Schedule::new(&graph.depends_on, &units, Direction::Destroy);
-        let limit = Arc::new(Semaphore::new(self.0.inner.settings.concurrency.max(1)));
+        let bound = self.0.inner.settings.concurrency.max(1);
         let mut running: JoinSet<(usize, Result<(), StepError>)> = JoinSet::new();
+        // Keys started, with how many of their nodes are spawned: a node's
+        // task is spawned only when there is room under the bound.
+        let mut ready: VecDeque<(usize, usize)> = VecDeque::new();
         let mut run = RunState::default();
         loop {
-            while !self.0.inner.stopping.is_cancelled()
+            let stopping = || self.0.inner.stopping.is_cancelled();
+            while !stopping()
                 && let Some((key, _)) = schedule.start_next()
             {
-                for node in &chosen[key] {
-                    let this = self.0.clone();
-                    let node = node.clone();
-                    let limit = limit.clone();
-                    running.spawn(async move {
-                        let _permit = limit.acquire_owned().await;
-                        (key, this.steps().destroy_node(node).await)
-                    });
+                ready.push_back((key, 0));
+            }
+            while !stopping() && running.len() < bound {
+                let Some((key, next)) = ready.front_mut() else {
+                    break;
+                };
+                let (key, node) = (*key, chosen[*key][*next].clone());
+                *next += 1;
+                if *next == chosen[key].len() {
+                    ready.pop_front();
                 }
+                let this = self.0.clone();
+                running.spawn(async move { (key, this.steps().destroy_node(node).await) });
             }
             let Some(joined) = running.join_next().await else {
                 break;

@@ -125,11 +125,11 @@ impl Graph {
     }
 
     /// `nodes` grouped by key index.
-    pub(super) fn group<'a>(&self, nodes: impl Iterator<Item = &'a NodeRow>) -> Vec<Vec<NodeRow>> {
+    pub(super) fn group(&self, nodes: impl Iterator<Item = NodeRow>) -> Vec<Vec<NodeRow>> {
         let mut grouped = vec![Vec::new(); self.keys.len()];
         for node in nodes {
             if let Some(&i) = self.index.get(&node.key) {
-                grouped[i].push(node.clone());
+                grouped[i].push(node);
             }
         }
         grouped
