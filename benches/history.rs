@@ -244,41 +244,64 @@ async fn write_events(db: &corbel::store::Db, ids: &[Uuid], each: usize) {
 
 /// Each read `READS` times: p50, p95, max.
 async fn reads(api: &Api, made: &Made) {
-    let list = "query($f: DeploymentFilter, $h: [ResourceHealth!]) { deployments(first: 50, filter: $f, health: $h) { totalCount nodes { id name state health createdAt projectId } } }";
-    let cases: Vec<(&str, Value)> = vec![
-        ("deployments(first: 50)", json!({})),
+    // The console's list asks for the page alone; `totalCount` is counted
+    // only when asked, so it has cases of its own.
+    let list = "query($f: DeploymentFilter!, $h: [ResourceHealth!]) { deployments(first: 50, filter: $f, health: $h) { pageInfo { hasNextPage } nodes { id name state health createdAt projectId } } }";
+    let counted = "query($f: DeploymentFilter!, $h: [ResourceHealth!]) { deployments(first: 50, filter: $f, health: $h) { totalCount pageInfo { hasNextPage } nodes { id name state health createdAt projectId } } }";
+    let cases: Vec<(&str, &str, Value)> = vec![
+        ("deployments(first: 50)", list, json!({ "f": {} })),
         (
             "  states: [FAILED]",
+            list,
             json!({ "f": { "states": ["FAILED"] } }),
         ),
-        ("  health: [DOWN]", json!({ "h": ["DOWN"] })),
+        ("  health: [DOWN]", list, json!({ "f": {}, "h": ["DOWN"] })),
         (
             "  blueprintId",
+            list,
             json!({ "f": { "blueprintId": made.blueprints[3] } }),
         ),
         (
             "  projectId",
+            list,
             json!({ "f": { "projectId": made.projects[1] } }),
         ),
-        ("  search: \"cache\"", json!({ "f": { "search": "cache" } })),
+        (
+            "  search: \"cache\"",
+            list,
+            json!({ "f": { "search": "cache" } }),
+        ),
         (
             "  search: \"nothing\" (no match)",
+            list,
             json!({ "f": { "search": "nothing" } }),
         ),
         (
             "  projectId + states + search",
+            list,
             json!({ "f": { "projectId": made.projects[2], "states": ["COMPLETE"], "search": "web" } }),
         ),
+        ("  with totalCount", counted, json!({ "f": {} })),
+        (
+            "  with totalCount, states: [FAILED]",
+            counted,
+            json!({ "f": { "states": ["FAILED"] } }),
+        ),
+        (
+            "  with totalCount, search: \"cache\"",
+            counted,
+            json!({ "f": { "search": "cache" } }),
+        ),
     ];
-    for (what, variables) in cases {
+    for (what, query, variables) in cases {
         let mut took = Vec::with_capacity(READS);
         for _ in 0..READS {
             let started = Instant::now();
-            let data = api.gql(list, variables.clone()).await;
+            let data = api.gql(query, variables.clone()).await;
             took.push(started.elapsed());
-            assert!(data["deployments"]["totalCount"].is_number());
+            assert!(data["deployments"]["nodes"].is_array());
         }
-        print_timing(what, &mut took);
+        print_timing(what, &mut took, true);
     }
     let page = "query($id: ID!) { deployment(id: $id) { events(first: 50) { id at kind nodeKey state message } } }";
     let mut took = Vec::with_capacity(READS);
@@ -289,18 +312,23 @@ async fn reads(api: &Api, made: &Made) {
         took.push(started.elapsed());
         assert!(data["deployment"]["events"].is_array());
     }
-    print_timing("a deployment's events(first: 50)", &mut took);
+    print_timing("a deployment's events(first: 50)", &mut took, true);
 }
 
-fn print_timing(what: &str, took: &mut [Duration]) {
+/// p50, p95 and max of `took`, against the reads' goal when `goal`.
+fn print_timing(what: &str, took: &mut [Duration], goal: bool) {
     took.sort();
     let at = |q: f64| took[((took.len() - 1) as f64 * q).round() as usize].as_secs_f64() * 1e3;
     let p95 = at(0.95);
+    let against = match (goal, p95 < GOAL_P95_MS) {
+        (false, _) => String::new(),
+        (true, true) => format!(" (goal p95 < {GOAL_P95_MS:.0} ms)"),
+        (true, false) => format!(" (goal p95 < {GOAL_P95_MS:.0} ms: over)"),
+    };
     println!(
-        "  {what:<36} p50 {:>6.2} ms, p95 {p95:>6.2} ms, max {:>6.2} ms (goal p95 < {GOAL_P95_MS:.0} ms){}",
+        "  {what:<40} p50 {:>6.2} ms, p95 {p95:>6.2} ms, max {:>6.2} ms{against}",
         at(0.5),
         at(1.0),
-        if p95 < GOAL_P95_MS { "" } else { "  ← over" }
     );
 }
 
@@ -375,7 +403,11 @@ async fn pruning(db: &corbel::store::Db, made: &Made) {
         }
         took
     };
-    print_timing("a one-event group commit", &mut commits(COMMITS).await);
+    print_timing(
+        "a one-event group commit",
+        &mut commits(COMMITS).await,
+        false,
+    );
     let before = Utc::now() - TimeDelta::days(30);
     let pruner = {
         let db = db.clone();
@@ -390,7 +422,7 @@ async fn pruning(db: &corbel::store::Db, made: &Made) {
         during.extend(commits(50).await);
     }
     let (pruned, took) = pruner.await.expect("pruner");
-    print_timing("  the same while pruning", &mut during);
+    print_timing("  the same while pruning", &mut during, false);
     println!(
         "  pruned {pruned} events older than 30 days in {:.1} s ({:.0} events/s)",
         took.as_secs_f64(),

@@ -19,6 +19,7 @@ pub mod m20261206_000012_state_texts;
 mod m20261206_000013_resource_health;
 mod m20261206_000014_replica_identity;
 mod m20261206_000015_provider_run_as;
+mod m20261207_000016_deployments_by_time;
 
 pub struct Migrator;
 
@@ -41,6 +42,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261206_000013_resource_health::Migration),
             Box::new(m20261206_000014_replica_identity::Migration),
             Box::new(m20261206_000015_provider_run_as::Migration),
+            Box::new(m20261207_000016_deployments_by_time::Migration),
         ]
     }
 }

@@ -168,13 +168,8 @@ pub(super) async fn page(
         .map_err(|e| ApiError::internal(&e))?;
     let more = entries.len() as u64 > limit;
     entries.truncate(limit as usize);
-    let mut page = Connection::with_additional_fields(
-        before.is_some(),
-        more,
-        Totals {
-            total_count: total as usize,
-        },
-    );
+    let mut page =
+        Connection::with_additional_fields(before.is_some(), more, Totals::known(total as u64));
     page.edges.extend(
         entries
             .into_iter()

@@ -3,6 +3,8 @@
 //! them with `deploymentEvents` (`deployment_events`). The objects they answer
 //! are in `blueprint` and `deployment`.
 
+use std::sync::Arc;
+
 use async_graphql::{Context, ID, InputObject, Json, Object, SimpleObject};
 use chrono::{DateTime, Utc};
 
@@ -11,7 +13,7 @@ use super::deploy_enums::{
     DeploymentState, OnFailure, PlacementStrategy, PowerAction, ResourceHealth,
 };
 use super::deployment::{Deployment, ResourceNode, deployment_in};
-use super::pagination::{Page, page_of, paginate, window};
+use super::pagination::{Count, Page, page_counted_later, paginate, window};
 use super::policy::{access, require};
 use super::{ApiError, parse_id, state};
 use crate::deploy::blueprint::json_kind;
@@ -141,14 +143,21 @@ impl DeployQuery {
                 .transpose()?,
             visible,
         };
-        let (found, total) = state::<Deployments>(ctx)?
+        let deployments = state::<Deployments>(ctx)?.clone();
+        // One more than the page: whether there is a next one.
+        let found = deployments
             .queries()
-            .list(&filter, offset, limit)
+            .list(&filter, offset, limit.saturating_add(1))
             .await?;
-        Ok(page_of(
+        let count: Count = Arc::new(move || {
+            let (deployments, filter) = (deployments.clone(), filter.clone());
+            Box::pin(async move { Ok(deployments.queries().count(&filter).await?) })
+        });
+        Ok(page_counted_later(
             found.into_iter().map(Deployment).collect(),
             offset,
-            total,
+            limit,
+            count,
         ))
     }
 

@@ -5,8 +5,11 @@
 //! [`paginate`]; a list the store pages asks [`window`] for the offset and
 //! limit to fetch and hands the page to [`page_of`].
 
+use std::sync::Arc;
+
 use async_graphql::connection::{Connection, Edge, EmptyFields};
-use async_graphql::{OutputType, SimpleObject};
+use async_graphql::{Object, OutputType};
+use futures_util::future::BoxFuture;
 
 use super::ApiError;
 
@@ -15,10 +18,34 @@ pub const MAX_PAGE: i32 = 500;
 /// Page size when `first` is not given.
 pub const DEFAULT_PAGE: i32 = 50;
 
-#[derive(SimpleObject)]
-pub struct Totals {
+/// A page's `totalCount`: known when the page was made, or counted only if
+/// a client asks for it (over a large table, counting every match costs
+/// more than the page itself).
+pub struct Totals(Total);
+
+/// A count made when asked.
+pub type Count = Arc<dyn Fn() -> BoxFuture<'static, Result<u64, ApiError>> + Send + Sync>;
+
+enum Total {
+    Known(usize),
+    Later(Count),
+}
+
+impl Totals {
+    pub fn known(total: u64) -> Totals {
+        Totals(Total::Known(usize::try_from(total).unwrap_or(usize::MAX)))
+    }
+}
+
+#[Object]
+impl Totals {
     /// How many items there are in all, on every page.
-    pub total_count: usize,
+    async fn total_count(&self) -> Result<usize, ApiError> {
+        match &self.0 {
+            Total::Known(n) => Ok(*n),
+            Total::Later(count) => Ok(usize::try_from(count().await?).unwrap_or(usize::MAX)),
+        }
+    }
 }
 
 pub type Page<T> = Connection<String, T, Totals, EmptyFields>;
@@ -52,13 +79,26 @@ pub fn page_size(first: Option<i32>) -> Result<u64, ApiError> {
 /// A page fetched at `offset` out of `total`, as a connection.
 pub fn page_of<T: OutputType>(items: Vec<T>, offset: u64, total: u64) -> Page<T> {
     let end = offset + items.len() as u64;
-    let mut page = Connection::with_additional_fields(
-        offset > 0,
-        end < total,
-        Totals {
-            total_count: total as usize,
-        },
-    );
+    let page = Connection::with_additional_fields(offset > 0, end < total, Totals::known(total));
+    with_edges(page, items, offset)
+}
+
+/// A page fetched at `offset` with up to one item more than it shows (that
+/// one says whether a next page exists), its total counted by `count` only
+/// if asked.
+pub fn page_counted_later<T: OutputType>(
+    mut items: Vec<T>,
+    offset: u64,
+    limit: u64,
+    count: Count,
+) -> Page<T> {
+    let more = items.len() as u64 > limit;
+    items.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    let page = Connection::with_additional_fields(offset > 0, more, Totals(Total::Later(count)));
+    with_edges(page, items, offset)
+}
+
+fn with_edges<T: OutputType>(mut page: Page<T>, items: Vec<T>, offset: u64) -> Page<T> {
     page.edges.extend(
         items
             .into_iter()

@@ -86,7 +86,7 @@ impl Installations for Deployments {
     }
 
     async fn destroy(&self, element_id: Uuid) -> Result<(), String> {
-        let (found, _) = rows::list_deployments(
+        let found = rows::list_deployments(
             &self.inner.db,
             &rows::DeploymentFilter {
                 element_id: Some(element_id),

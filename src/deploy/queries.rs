@@ -22,21 +22,23 @@ impl Queries<'_> {
         to_deployment(self.row(id).await?)
     }
 
+    /// The deployments `filter` takes, newest first: `limit` from `offset`.
     pub async fn list(
         &self,
         filter: &DeploymentFilter,
         offset: u64,
         limit: u64,
-    ) -> Result<(Vec<Deployment>, u64), DeployError> {
-        let (found, total) =
-            rows::list_deployments(&self.0.inner.db, filter, offset, limit).await?;
-        Ok((
-            found
-                .into_iter()
-                .map(to_deployment)
-                .collect::<Result<_, _>>()?,
-            total,
-        ))
+    ) -> Result<Vec<Deployment>, DeployError> {
+        rows::list_deployments(&self.0.inner.db, filter, offset, limit)
+            .await?
+            .into_iter()
+            .map(to_deployment)
+            .collect()
+    }
+
+    /// How many deployments `filter` takes.
+    pub async fn count(&self, filter: &DeploymentFilter) -> Result<u64, DeployError> {
+        Ok(rows::count_deployments(&self.0.inner.db, filter).await?)
     }
 
     pub async fn nodes(&self, id: Uuid) -> Result<Vec<ResourceNode>, DeployError> {

@@ -211,12 +211,32 @@ pub struct DeploymentFilter {
     pub visible: Option<Vec<Uuid>>,
 }
 
+/// The deployments `filter` takes, newest first, `limit` of them from
+/// `offset` (by `idx_deployments_created`).
 pub async fn list_deployments(
     db: &DatabaseConnection,
     filter: &DeploymentFilter,
     offset: u64,
     limit: u64,
-) -> Result<(Vec<DeploymentRow>, u64), DbErr> {
+) -> Result<Vec<DeploymentRow>, DbErr> {
+    filtered(filter)
+        .order_by_desc(deployment::Column::CreatedAt)
+        .order_by_asc(deployment::Column::Id)
+        .offset(offset)
+        .limit(limit)
+        .all(db)
+        .await
+}
+
+/// How many deployments `filter` takes.
+pub async fn count_deployments(
+    db: &DatabaseConnection,
+    filter: &DeploymentFilter,
+) -> Result<u64, DbErr> {
+    filtered(filter).count(db).await
+}
+
+fn filtered(filter: &DeploymentFilter) -> sea_orm::Select<deployment::Entity> {
     let mut query = deployment::Entity::find();
     if !filter.states.is_empty() {
         query = query.filter(deployment::Column::State.is_in(filter.states.clone()));
@@ -239,15 +259,7 @@ pub async fn list_deployments(
     if let Some(visible) = &filter.visible {
         query = query.filter(deployment::Column::ProjectId.is_in(visible.iter().copied()));
     }
-    let total = query.clone().count(db).await?;
-    let rows = query
-        .order_by_desc(deployment::Column::CreatedAt)
-        .order_by_asc(deployment::Column::Id)
-        .offset(offset)
-        .limit(limit)
-        .all(db)
-        .await?;
-    Ok((rows, total))
+    query
 }
 
 /// A deployment's new state, with its phase and error (both replaced), and

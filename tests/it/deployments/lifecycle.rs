@@ -1,7 +1,7 @@
 //! A blueprint deployed, shown, kept from changing under its deployment,
 //! destroyed (in reverse order, counted in `/metrics`), and a lease that expires.
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::support::deployments::{
     WEB, create_blueprint, deploy, deployment, pids, settled, with_process_provider,
@@ -268,4 +268,54 @@ async fn a_lease_in_the_past_is_refused_and_an_expired_one_is_reaped_saying_why(
     assert_eq!(moved.len(), 1, "{events}");
     assert!(moved[0].contains(&soon.to_rfc3339()), "{events}");
     app.stop().await;
+}
+
+/// The list pages newest first; `hasNextPage` is known without a count, and
+/// `totalCount` (counted only when asked) counts what the filter takes.
+#[tokio::test]
+async fn deployments_page_newest_first_and_count_what_the_filter_takes() {
+    let (app, _, _repo) = with_process_provider(|_| {}).await;
+    let blueprint = create_blueprint(&app, "web", WEB).await;
+    let none = json!({ "variables": { "replicas": 0 } });
+    for name in ["page-a", "page-b", "other-c"] {
+        let id = deploy(&app, &blueprint, name, none.clone()).await;
+        settled(&app, &id, &["COMPLETE"]).await;
+    }
+    let list = "query($f: DeploymentFilter!, $first: Int, $after: String) {
+        deployments(filter: $f, first: $first, after: $after) {
+          totalCount pageInfo { hasNextPage endCursor } nodes { name } } }";
+    let page = |filter: Value, first: i32, after: Value| {
+        let app = &app;
+        async move {
+            let body = app
+                .gql(list, json!({ "f": filter, "first": first, "after": after }))
+                .await;
+            let page = data(&body)["deployments"].clone();
+            let names: Vec<String> = page["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n["name"].as_str().unwrap().to_owned())
+                .collect();
+            (names, page)
+        }
+    };
+    let (names, first) = page(json!({}), 2, Value::Null).await;
+    assert_eq!(names, ["other-c", "page-b"], "newest first");
+    assert_eq!(first["totalCount"], 3);
+    assert_eq!(first["pageInfo"]["hasNextPage"], true);
+    let (names, rest) = page(json!({}), 2, first["pageInfo"]["endCursor"].clone()).await;
+    assert_eq!(names, ["page-a"]);
+    assert_eq!(rest["pageInfo"]["hasNextPage"], false);
+    let (names, searched) = page(json!({ "search": "page" }), 1, Value::Null).await;
+    assert_eq!(names, ["page-b"]);
+    assert_eq!(searched["totalCount"], 2);
+    assert_eq!(searched["pageInfo"]["hasNextPage"], true);
+    let (names, all) = page(json!({ "search": "page" }), 5, Value::Null).await;
+    assert_eq!(names, ["page-b", "page-a"]);
+    assert_eq!(all["pageInfo"]["hasNextPage"], false);
+    let (names, empty) = page(json!({ "states": ["FAILED"] }), 5, Value::Null).await;
+    assert!(names.is_empty());
+    assert_eq!(empty["totalCount"], 0);
+    assert_eq!(empty["pageInfo"]["hasNextPage"], false);
 }
