@@ -5,6 +5,7 @@
 // one's health, are written in its box as well as coloured.
 
 import { svg } from "../dom.js";
+import { drawLevels } from "./levels.js";
 
 const W = 176; // a node's box
 const H = 60;
@@ -15,6 +16,10 @@ const PAD = 18;
 const MIN_SCALE = 0.6; // a wide graph is shrunk to fit its box down to this, then scrolls
 const INSET = 8; // a group's frame around its replicas
 const HEAD = 20; // a group's title
+// Past this many nodes the graph is drawn by level, its rows virtualised
+// (levels.js): one SVG group a node is no longer drawn in good time, and a
+// graph that tall is no longer read as a picture anyway.
+const LARGE = 400;
 
 /** `web[0]`: a node as events name it. */
 export const label = (n) => `${n.key}[${n.replica}]`;
@@ -38,7 +43,7 @@ export function layers(resources, nodes) {
   const dependents = new Map(keys.map((k) => [k, []]));
   for (const [k, ds] of deps) for (const d of ds) dependents.get(d).push(k);
   const pos = new Map();
-  const index = () => layered.forEach((l) => l.forEach((k, i) => pos.set(k, (i + 0.5) / l.length)));
+  const index = (l) => l.forEach((k, i) => pos.set(k, (i + 0.5) / l.length));
   const pass = (from, to, step, near) => {
     for (let i = from; step > 0 ? i < to : i > to; i += step) {
       const centre = new Map(layered[i].map((k) => {
@@ -46,11 +51,11 @@ export function layers(resources, nodes) {
         return [k, ps.length ? ps.reduce((a, b) => a + b, 0) / ps.length : pos.get(k)];
       }));
       layered[i].sort((a, b) => centre.get(a) - centre.get(b));
-      index();
+      index(layered[i]); // only this layer moved
     }
   };
   // Barycentre passes: down by dependencies, up by dependents, down again.
-  index();
+  layered.forEach(index);
   pass(1, layered.length, 1, deps);
   pass(layered.length - 2, -1, -1, dependents);
   pass(1, layered.length, 1, deps);
@@ -61,12 +66,16 @@ const short = (text, max) => (text.length > max ? `${text.slice(0, max - 1)}…`
 
 /**
  * The graph as an `<svg>`: `resources` give the keys, types and edges,
- * `nodes` the boxes; `onSelect(label)` runs on click, Enter or Space.
+ * `nodes` the boxes (rows by level past LARGE); `onSelect(label)` runs on click, Enter or Space.
  * Returns `{ el, set(label or key, state, health?) → drawn?, select(label) }`.
  */
 export function drawDag(resources, nodes, onSelect) {
   const { layers: byLayer, deps } = layers(resources, nodes);
   const typeOf = new Map(resources.map((r) => [r.key, r.type]));
+  if (nodes.length > LARGE) {
+    for (const n of nodes) if (!typeOf.has(n.key)) typeOf.set(n.key, n.type);
+    return drawLevels(byLayer, deps, typeOf, nodes, onSelect);
+  }
   const replicas = new Map(byLayer.flat().map((k) => [k, []]));
   for (const n of [...nodes].sort((a, b) => a.replica - b.replica)) replicas.get(n.key).push(n);
   const grouped = (k) => replicas.get(k).length !== 1;

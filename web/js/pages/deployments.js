@@ -328,8 +328,21 @@ export async function detail(view, { id }, scope) {
   let dag = null;
   const runCommand = commandRunner(scope);
   let drawn = null; // what the panel shows: drawn again only when it changed
+  // Label or key -> its nodes, made again once `d` is read again: an event finds its nodes without a walk over thousands.
+  let named = new Map();
+  const nodesNamed = (name) => {
+    if (named.of !== d.nodes) {
+      named = Object.assign(new Map(), { of: d.nodes });
+      for (const n of d.nodes) {
+        named.set(label(n), [n]);
+        if (!named.has(n.key)) named.set(n.key, []);
+        named.get(n.key).push(n);
+      }
+    }
+    return named.get(name) ?? [];
+  };
   const drawPanel = () => {
-    const n = d.nodes.find((x) => label(x) === selected);
+    const n = nodesNamed(selected).find((x) => label(x) === selected);
     const shows = JSON.stringify([selected, n ?? null, roleIn(d.projectId), n && logsRead.get(n.id)]);
     if (shows === drawn) return; // a click or a form in it is not lost to a redraw
     drawn = shows;
@@ -489,7 +502,7 @@ export async function detail(view, { id }, scope) {
   const flush = () => {
     flushing = null;
     const bottom = logBox.scrollTop + logBox.clientHeight >= logBox.scrollHeight - 8;
-    rows.append(...queued.splice(0).map((e) =>
+    rows.append(...queued.splice(0).slice(-LOG_ROWS).map((e) =>
       h("tr", { dataset: { id: e.id, kind: e.kind, node: e.nodeKey ?? "", state: e.state ?? "" } },
         h("td", h("time", { datetime: e.at, title: e.at }, new Date(e.at).toLocaleTimeString())),
         h("td", words(e.kind)),
@@ -530,7 +543,7 @@ export async function detail(view, { id }, scope) {
   const deploymentState = () => (fresh(latest.get(""), d.updatedAt) ? latest.get("").state : d.state);
   // A node's (or the deployment's) health: its colour now, the rest read again (a replay's burst once).
   const onHealth = (e) => {
-    const x = e.nodeKey ? d.nodes.find((n) => label(n) === e.nodeKey) : d;
+    const x = e.nodeKey ? nodesNamed(e.nodeKey).find((n) => label(n) === e.nodeKey) : d;
     if (x && fresh(e, x.healthChangedAt)) {
       x.health = e.state;
       if (x === d) setHealth(e.state);
@@ -592,7 +605,7 @@ export async function detail(view, { id }, scope) {
       }
       if (e.kind !== "NODE" || !e.nodeKey || !e.state) return;
       latest.set(e.nodeKey, e);
-      const mine = d.nodes.filter((n) => label(n) === e.nodeKey || n.key === e.nodeKey);
+      const mine = nodesNamed(e.nodeKey);
       for (const n of mine) dag.set(label(n), (n.state = nodeState(n)));
       if (!mine.length) {
         if (!askedFor.has(e.nodeKey)) refetch();

@@ -2,13 +2,15 @@
 //! its pages, a change planned, applied and rolled back, and a container's
 //! power and logs from its node's panel, and a node's live health (red once
 //! its process is killed, restarted from its panel, listed on the overview),
-//! and a command run from a node's panel.
+//! and a command run from a node's panel, and a deployment of 1,000 nodes
+//! drawn by level with only the rows in view.
 //! This module holds what they share:
 //! the mark that tells a reload, and a node's box in the drawn DAG.
 
 mod changes;
 mod exec;
 mod health;
+mod large;
 mod lifecycle;
 mod power;
 
