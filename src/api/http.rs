@@ -52,6 +52,9 @@ pub struct HttpShared {
     pub schema: CorbelSchema,
     /// Without them: queries, checked first (see [`read_schema`]).
     pub reads: CorbelSchema,
+    /// `reads` without validation, for queries already validated once
+    /// (`DocumentCache::passed`).
+    pub valid_reads: CorbelSchema,
     pub auth: Auth,
     pub repositories: Repositories,
     /// For `/exec`.
@@ -266,15 +269,29 @@ impl BatchRun<'_> {
             self.stopped = Some(e.clone());
             return error_response(e);
         }
-        self.state.documents.prepare(&mut request);
+        let valid = self.state.documents.prepare(&mut request);
         let schema = match read_schema(self.state, &mut request, &self.caller, &self.limits) {
             Err(refused) => return async_graphql::Response::from_errors(vec![refused]),
             Ok(schema) => schema,
         };
+        // A query validated now for the first time: marked once it passes.
+        let validating =
+            (!valid && std::ptr::eq(schema, &self.state.reads)).then(|| request.query.clone());
+        let schema = match valid && std::ptr::eq(schema, &self.state.reads) {
+            true => &self.state.valid_reads,
+            false => schema,
+        };
         request.data.insert(self.caller.clone());
         request.data.insert(self.client);
         match tokio::time::timeout_at(self.deadline, schema.execute(request)).await {
-            Ok(response) => response,
+            Ok(response) => {
+                if let Some(query) = validating
+                    && response.errors.is_empty()
+                {
+                    self.state.documents.passed(&query);
+                }
+                response
+            }
             Err(_) => {
                 let e = timeout_error(&self.limits);
                 self.stopped = Some(e.clone());

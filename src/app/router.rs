@@ -112,9 +112,14 @@ fn shared(
     };
     let schema = with_data(api::schema_builder(&config.graphql));
     let reads = with_data(api::reads_schema_builder(&config.graphql));
+    let valid_reads = with_data(
+        api::reads_schema_builder(&config.graphql)
+            .validation_mode(async_graphql::ValidationMode::Fast),
+    );
     Arc::new(HttpShared {
         schema,
         reads,
+        valid_reads,
         auth: areas.auth.clone(),
         repositories: areas.repositories.clone(),
         deployments: areas.deployments.clone(),
