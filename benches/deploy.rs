@@ -147,13 +147,14 @@ impl Bench {
         }
     }
 
-    /// Every part, or the one `DEPLOY_BENCH` names: `deep` the chains alone
+    /// Every part, or the one `DEPLOY_BENCH` names: `wide` the 1,000
+    /// independent resources, `deep` the chains alone
     /// (for a profile), `big` the 10,000-resource DAG, `recovery` the journals,
     /// `scale` one deployment of 1k, 10k and 100k resources.
     async fn figures(&self, postgres: bool) {
         let only = std::env::var("DEPLOY_BENCH").unwrap_or_default();
         let bare = self.bare_call().await;
-        if only.is_empty() {
+        if only.is_empty() || only == "wide" {
             self.wide().await;
         }
         if only.is_empty() || only == "deep" {
