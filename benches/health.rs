@@ -79,11 +79,17 @@ async fn run(bins: &Path, mark: &str) {
         &format!("exec {}", bins.join("corbel-provider-process").display()),
         "process.v1.service",
     );
+    // The fixture says its pid in a directory granted to providers: their
+    // sandbox keeps them from writing into their own checkout.
+    let pids = root.path().join("pids");
+    std::fs::create_dir_all(&pids).expect("the pids directory");
+    let pid_file = pids.join("fixture.pid");
     let fixture = provider_repo(
         root.path(),
         "fixture",
         &format!(
-            "echo $$ > provider.pid; FIXTURE_PROTOCOL=1 FIXTURE_MODE=normal exec {}",
+            "echo $$ > {}; FIXTURE_PROTOCOL=1 FIXTURE_MODE=normal exec {}",
+            pid_file.display(),
             bins.join("corbel-provider-fixture").display()
         ),
         "fixture.v1.noop",
@@ -98,6 +104,7 @@ async fn run(bins: &Path, mark: &str) {
             ("CORBEL_DEPLOY_HEALTH_POLL_INTERVAL_MS", poll.as_str()),
             ("CORBEL_PROVIDER_BACKOFF_INITIAL_MS", "50"),
             ("CORBEL_PROVIDER_BACKOFF_MAX_MS", "1000"),
+            ("CORBEL_PROVIDER_SANDBOX_WRITE", &pids.display().to_string()),
         ],
     );
     let api = Api::new(&server.addr, TOKEN).await;
@@ -115,11 +122,6 @@ async fn run(bins: &Path, mark: &str) {
             json!({ "capacity": 10, "grace_ms": 1000 }),
         )
         .await;
-    let pid_file = data
-        .join("providers")
-        .join(&fixture_id)
-        .join("src")
-        .join("provider.pid");
     polled(&api, &fixture_id, &pid_file).await;
     server.stop();
 
@@ -184,12 +186,25 @@ async fn polled(api: &Api, provider: &str, pid_file: &Path) {
     let (mut latencies, mut reconnects) = (Vec::new(), Vec::new());
     let mut last = 0;
     for round in 1..=KILLS {
+        let waiting = Instant::now();
         let pid = loop {
             let pid = std::fs::read_to_string(pid_file)
                 .ok()
                 .and_then(|t| t.trim().parse::<i32>().ok());
             match pid {
                 Some(pid) if pid != last => break pid,
+                _ if waiting.elapsed() > Duration::from_secs(60) => {
+                    let provider = api
+                        .gql(
+                            "query($p: ID!) { provider(id: $p) { status statusMessage restarts } }",
+                            json!({ "p": provider }),
+                        )
+                        .await;
+                    panic!(
+                        "round {round}: the fixture wrote no new pid within 60 s (last {last}, file {:?}): {provider:#}",
+                        std::fs::read_to_string(pid_file).ok()
+                    );
+                }
                 _ => tokio::time::sleep(Duration::from_millis(10)).await,
             }
         };
