@@ -69,6 +69,14 @@ fn main() {
     runtime.block_on(run(&bin));
 }
 
+/// A deployment made and destroyed by [`Bench::both_ways`].
+struct BothWays {
+    deployed: Duration,
+    destroyed: Duration,
+    rss_before_kib: u64,
+    peak_kib: u64,
+}
+
 /// The engine on one database, with the fixture connected.
 struct Bench {
     _dir: tempfile::TempDir,
@@ -294,22 +302,33 @@ impl Bench {
             layer += 1;
             previous = this;
         }
+        let run = self.both_ways("big", &source).await;
+        println!(
+            "{BIG}-resource DAG ({layer} layers, 0-3 dependencies each): deploy {:.2} s ({:.0} resources/s), destroy {:.2} s ({:.0} resources/s); RSS {:.0} MiB before, peak {:.0} MiB (this process: the engine and its database)",
+            run.deployed.as_secs_f64(),
+            BIG as f64 / run.deployed.as_secs_f64(),
+            run.destroyed.as_secs_f64(),
+            BIG as f64 / run.destroyed.as_secs_f64(),
+            run.rss_before_kib as f64 / 1024.0,
+            run.peak_kib as f64 / 1024.0,
+        );
+    }
+
+    /// Deploys `source` as `name` and destroys it: both times, and this
+    /// process's RSS before and at its peak over both.
+    async fn both_ways(&self, name: &str, source: &str) -> BothWays {
         reset_peak_rss();
-        let rss_before = status_kib("VmRSS:");
-        let (deployed, id) = deploy_timed(&self.deployments, "big", &source).await;
+        let rss_before_kib = status_kib("VmRSS:");
+        let (deployed, id) = deploy_timed(&self.deployments, name, source).await;
         let started = Instant::now();
         self.deployments.runs().destroy(id).await.expect("destroy");
         wait_for(&self.deployments, id, DeploymentState::Destroyed).await;
-        let destroyed = started.elapsed();
-        println!(
-            "{BIG}-resource DAG ({layer} layers, 0-3 dependencies each): deploy {:.2} s ({:.0} resources/s), destroy {:.2} s ({:.0} resources/s); RSS {:.0} MiB before, peak {:.0} MiB (this process: the engine and its database)",
-            deployed.as_secs_f64(),
-            BIG as f64 / deployed.as_secs_f64(),
-            destroyed.as_secs_f64(),
-            BIG as f64 / destroyed.as_secs_f64(),
-            rss_before as f64 / 1024.0,
-            status_kib("VmHWM:") as f64 / 1024.0,
-        );
+        BothWays {
+            deployed,
+            destroyed: started.elapsed(),
+            rss_before_kib,
+            peak_kib: status_kib("VmHWM:"),
+        }
     }
 
     /// Part 4: recovery of a journal of `entries`: the state a crash mid-deploy

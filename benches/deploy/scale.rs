@@ -9,11 +9,7 @@
 //! `DEPLOY_BENCH=scale` runs it alone; `DEPLOY_BENCH_SCALE=1000,10000` picks
 //! the sizes, `DEPLOY_BENCH_SHAPE=replicas` or `chain` one shape.
 
-use std::time::Instant;
-
-use corbel::deploy::DeploymentState;
-
-use super::{Bench, deploy_timed, reset_peak_rss, status_kib, wait_for};
+use super::Bench;
 
 /// The goals (issue 41): each way, and the peak.
 const GOAL_SQLITE_S: f64 = 30.0;
@@ -82,28 +78,21 @@ impl Bench {
                 ),
             ] {
                 if only.is_empty() || only == name {
-                    self.one_size(n, shape, &source).await;
+                    self.one_size(n, name, shape, &source).await;
                 }
             }
         }
     }
 
-    async fn one_size(&self, n: usize, shape: &str, source: &str) {
-        reset_peak_rss();
-        let before = status_kib("VmRSS:");
-        let name = format!("scale-{n}-{}", shape.split(' ').next().unwrap_or("x"));
-        let (deployed, id) = deploy_timed(&self.deployments, &name, source).await;
-        let started = Instant::now();
-        self.deployments.runs().destroy(id).await.expect("destroy");
-        wait_for(&self.deployments, id, DeploymentState::Destroyed).await;
-        let destroyed = started.elapsed();
-        let peak = status_kib("VmHWM:");
+    async fn one_size(&self, n: usize, name: &str, shape: &str, source: &str) {
+        let run = self.both_ways(&format!("scale-{n}-{name}"), source).await;
+        let (before, peak) = (run.rss_before_kib, run.peak_kib);
         println!(
             "  N = {n:>6}, {shape}: deploy {:>6.2} s ({:>5.0}/s), destroy {:>6.2} s ({:>5.0}/s); peak RSS {:>5.0} MiB, {:>5.0} MiB above the {:.0} MiB before ({:.1} KiB per resource)",
-            deployed.as_secs_f64(),
-            n as f64 / deployed.as_secs_f64(),
-            destroyed.as_secs_f64(),
-            n as f64 / destroyed.as_secs_f64(),
+            run.deployed.as_secs_f64(),
+            n as f64 / run.deployed.as_secs_f64(),
+            run.destroyed.as_secs_f64(),
+            n as f64 / run.destroyed.as_secs_f64(),
             peak as f64 / 1024.0,
             peak.saturating_sub(before) as f64 / 1024.0,
             before as f64 / 1024.0,

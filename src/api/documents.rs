@@ -27,8 +27,20 @@ pub struct DocumentCache {
 #[derive(Clone)]
 struct Entry {
     document: ExecutableDocument,
-    /// It has no variables and passed validation once.
-    valid: bool,
+    validation: Validation,
+}
+
+/// What validating a request's document still needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Validation {
+    /// Every time: its validation reads its variables' values, or it is
+    /// not cached.
+    Always,
+    /// It has no variables and has not passed yet: [`DocumentCache::passed`]
+    /// once it does.
+    Once,
+    /// None: it has no variables and passed once.
+    Done,
 }
 
 impl DocumentCache {
@@ -41,19 +53,26 @@ impl DocumentCache {
     }
 
     /// Sets the parsed form of the request's query when it is known or
-    /// parses; whether it is known to be valid (see [`Self::passed`]).
-    pub fn prepare(&self, request: &mut async_graphql::Request) -> bool {
+    /// parses; what validating it still needs.
+    pub fn prepare(&self, request: &mut async_graphql::Request) -> Validation {
         if request.query.len() > self.max_len {
-            return false;
+            return Validation::Always;
         }
         let cached = self.lock().get(&request.query).cloned();
         let entry = match cached {
             Some(entry) => entry,
             None => match async_graphql::parser::parse_query(&request.query) {
                 Ok(document) => {
+                    let variables = document
+                        .operations
+                        .iter()
+                        .any(|(_, operation)| !operation.node.variable_definitions.is_empty());
                     let entry = Entry {
                         document,
-                        valid: false,
+                        validation: match variables {
+                            true => Validation::Always,
+                            false => Validation::Once,
+                        },
                     };
                     let mut entries = self.lock();
                     if entries.len() >= self.capacity {
@@ -63,22 +82,20 @@ impl DocumentCache {
                     entries.insert(request.query.clone(), entry.clone());
                     entry
                 }
-                Err(_) => return false,
+                Err(_) => return Validation::Always,
             },
         };
         request.set_parsed_query(entry.document);
-        entry.valid
+        entry.validation
     }
 
-    /// `query` passed validation (its answer had no error): marked valid
-    /// when it is cached and declares no variables.
+    /// `query`, prepared as [`Validation::Once`], passed validation (its
+    /// answer had no error): it is not validated again.
     pub fn passed(&self, query: &str) {
-        if let Some(entry) = self.lock().get_mut(query) {
-            entry.valid = entry
-                .document
-                .operations
-                .iter()
-                .all(|(_, operation)| operation.node.variable_definitions.is_empty());
+        if let Some(entry) = self.lock().get_mut(query)
+            && entry.validation == Validation::Once
+        {
+            entry.validation = Validation::Done;
         }
     }
 
@@ -114,14 +131,19 @@ mod tests {
         let cache = DocumentCache::new(8, 1_000);
         let plain = "{ serverInfo { version } }";
         let with_variables = "query($id: ID!) { deployment(id: $id) { name } }";
+        let prepare = |query: &str| cache.prepare(&mut async_graphql::Request::new(query));
+        assert_eq!(prepare(plain), Validation::Once);
+        assert_eq!(prepare(with_variables), Validation::Always);
         for query in [plain, with_variables] {
-            assert!(!cache.prepare(&mut async_graphql::Request::new(query)));
             cache.passed(query);
         }
-        assert!(cache.prepare(&mut async_graphql::Request::new(plain)));
-        assert!(!cache.prepare(&mut async_graphql::Request::new(with_variables)));
+        assert_eq!(prepare(plain), Validation::Done);
+        assert_eq!(prepare(with_variables), Validation::Always);
         // Not cached (never prepared): nothing to mark.
         cache.passed("{ other }");
-        assert!(!cache.prepare(&mut async_graphql::Request::new("{ other }")));
+        assert_eq!(prepare("{ other }"), Validation::Once);
+        // Too long to cache: validated every time.
+        let long = format!("{{ {} }}", "a ".repeat(600));
+        assert_eq!(prepare(&long), Validation::Always);
     }
 }

@@ -32,7 +32,7 @@ pub use self::exec::exec_ws;
 pub use self::files::{get_files, put_files};
 pub use self::ws::graphql_ws;
 pub use self::ws_sockets::{SendQueues, SocketCounts};
-use super::documents::DocumentCache;
+use super::documents::{DocumentCache, Validation};
 use super::settings::RequestLimits;
 use super::{ApiError, Caller, ClientAddress, CorbelSchema, ErrorCode, GraphqlLimits};
 use crate::auth::Auth;
@@ -269,30 +269,22 @@ impl BatchRun<'_> {
             self.stopped = Some(e.clone());
             return error_response(e);
         }
-        let valid = self.state.documents.prepare(&mut request);
-        let schema = match read_schema(self.state, &mut request, &self.caller, &self.limits) {
+        let validation = self.state.documents.prepare(&mut request);
+        let (schema, validation) = match read_schema(
+            self.state,
+            &mut request,
+            &self.caller,
+            &self.limits,
+            validation,
+        ) {
             Err(refused) => return async_graphql::Response::from_errors(vec![refused]),
-            Ok(schema) => schema,
-        };
-        // A query validated now for the first time: marked once it passes.
-        let validating =
-            (!valid && std::ptr::eq(schema, &self.state.reads)).then(|| request.query.clone());
-        let schema = match valid && std::ptr::eq(schema, &self.state.reads) {
-            true => &self.state.valid_reads,
-            false => schema,
+            Ok(chosen) => chosen,
         };
         request.data.insert(self.caller.clone());
         request.data.insert(self.client);
-        match tokio::time::timeout_at(self.deadline, schema.execute(request)).await {
-            Ok(response) => {
-                if let Some(query) = validating
-                    && response.errors.is_empty()
-                {
-                    self.state.documents.passed(&query);
-                }
-                response
-            }
-            Err(_) => {
+        match run_within(self.state, schema, validation, request, self.deadline).await {
+            Some(response) => response,
+            None => {
                 let e = timeout_error(&self.limits);
                 self.stopped = Some(e.clone());
                 error_response(e)
@@ -303,25 +295,54 @@ impl BatchRun<'_> {
 
 /// The schema to run `request` on: a query passes the checks the extensions
 /// would make (its cost, then the policy on its root fields; the audit trail
-/// keeps mutations only) and runs without them, on `state.reads`; anything
-/// else (a mutation, a document that does not parse, an unknown operation
-/// name) runs on the schema with the extensions, which answer for it.
+/// keeps mutations only) and runs without them, on `state.reads`, or on
+/// `state.valid_reads` when its document already passed validation
+/// ([`Validation::Done`]); anything else (a mutation, a document that does
+/// not parse, an unknown operation name) runs on the schema with the
+/// extensions, which answer for it. With it, what validation the run still
+/// owes the document cache (only a query's counts).
 fn read_schema<'a>(
     state: &'a HttpState,
     request: &mut async_graphql::Request,
     caller: &Caller,
     limits: &RequestLimits,
-) -> Result<&'a CorbelSchema, async_graphql::ServerError> {
+    validation: Validation,
+) -> Result<(&'a CorbelSchema, Validation), async_graphql::ServerError> {
     use async_graphql::parser::types::OperationType;
     if operation_type(request) != Some(OperationType::Query) {
-        return Ok(&state.schema);
+        return Ok((&state.schema, Validation::Always));
     }
     let Ok(document) = request.parsed_query() else {
-        return Ok(&state.schema);
+        return Ok((&state.schema, Validation::Always));
     };
     super::cost::check(document, limits)?;
     super::policy::check(document, caller)?;
-    Ok(&state.reads)
+    match validation {
+        Validation::Done => Ok((&state.valid_reads, validation)),
+        Validation::Once | Validation::Always => Ok((&state.reads, validation)),
+    }
+}
+
+/// `request` run on `schema` (as [`read_schema`] chose it) within
+/// `deadline`, `None` past it; a document validated for the first time
+/// ([`Validation::Once`]) is marked in the document cache once it passes.
+async fn run_within(
+    state: &HttpState,
+    schema: &CorbelSchema,
+    validation: Validation,
+    request: async_graphql::Request,
+    deadline: tokio::time::Instant,
+) -> Option<async_graphql::Response> {
+    let validating = (validation == Validation::Once).then(|| request.query.clone());
+    let response = tokio::time::timeout_at(deadline, schema.execute(request))
+        .await
+        .ok()?;
+    if let Some(query) = validating
+        && response.errors.is_empty()
+    {
+        state.documents.passed(&query);
+    }
+    Some(response)
 }
 
 /// The type of the operation `request` runs; `None` when its document does not

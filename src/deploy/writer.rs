@@ -126,30 +126,29 @@ impl Committed {
     /// Whether the write has ended: its result if so (without waiting).
     pub(super) fn ended(&mut self) -> Option<Result<(), DbErr>> {
         if !self.queued {
-            return Some(Err(DbErr::Custom(
-                "the deployment writer has stopped".into(),
-            )));
+            return Some(Err(writer_stopped()));
         }
         match self.answer.try_recv() {
             Ok(result) => Some(result.map_err(DbErr::Custom)),
             Err(oneshot::error::TryRecvError::Empty) => None,
-            Err(oneshot::error::TryRecvError::Closed) => Some(Err(DbErr::Custom(
-                "the deployment writer has stopped".into(),
-            ))),
+            Err(oneshot::error::TryRecvError::Closed) => Some(Err(writer_stopped())),
         }
     }
 
     /// Once the write is durable; its error if it failed.
     pub(super) async fn wait(self) -> Result<(), DbErr> {
-        let stopped = || DbErr::Custom("the deployment writer has stopped".into());
         if !self.queued {
-            return Err(stopped());
+            return Err(writer_stopped());
         }
         self.answer
             .await
-            .map_err(|_| stopped())?
+            .map_err(|_| writer_stopped())?
             .map_err(DbErr::Custom)
     }
+}
+
+fn writer_stopped() -> DbErr {
+    DbErr::Custom("the deployment writer has stopped".into())
 }
 
 /// Answers a job; a failure nobody waits for is logged.

@@ -25,6 +25,7 @@ use tokio_util::sync::PollSemaphore;
 
 use super::ws_sockets::{InLine, Pace};
 use super::{HttpState, error_response, operation_type, timeout_error, too_large_error};
+use crate::api::documents::Validation;
 use crate::api::settings::RequestLimits;
 use crate::api::{Caller, ClientAddress};
 
@@ -133,7 +134,7 @@ impl Operation {
         // a `/healthz` waited 150 ms while 300 sockets opened. Yielding
         // puts this operation at the back of the queue.
         tokio::task::yield_now().await;
-        self.state.documents.prepare(&mut self.request);
+        let validation = self.state.documents.prepare(&mut self.request);
         let kind = operation_type(&mut self.request);
         if kind == Some(OperationType::Mutation)
             && let Some(forward) = self.state.forward_mutations.clone()
@@ -166,7 +167,7 @@ impl Operation {
         }
         // Boxed only now: an operation waiting at the gate holds its request,
         // not the room its run takes (a socket may have a hundred waiting).
-        let response = Box::pin(run_operation(self, deadline)).await;
+        let response = Box::pin(run_operation(self, deadline, validation)).await;
         drop(permit);
         futures_util::stream::once(async { response }).boxed()
     }
@@ -213,7 +214,11 @@ fn connection_value<T: Clone + 'static>(data: &Data) -> Option<T> {
 }
 
 /// A query or mutation, run as `graphql_post` runs one request of a batch.
-async fn run_operation(operation: Operation, deadline: tokio::time::Instant) -> Response {
+async fn run_operation(
+    operation: Operation,
+    deadline: tokio::time::Instant,
+    validation: Validation,
+) -> Response {
     let Operation {
         in_line: _,
         state,
@@ -226,15 +231,17 @@ async fn run_operation(operation: Operation, deadline: tokio::time::Instant) -> 
     } = operation;
     let name = super::operation_name(&request);
     let started = Instant::now();
-    let schema = match super::read_schema(&state, &mut request, &caller, &limits) {
-        Ok(schema) => schema,
-        Err(refused) => return Response::from_errors(vec![refused]),
-    };
+    let (schema, validation) =
+        match super::read_schema(&state, &mut request, &caller, &limits, validation) {
+            Ok(chosen) => chosen,
+            Err(refused) => return Response::from_errors(vec![refused]),
+        };
     request.data.insert(caller);
     request.data.insert(client);
-    let mut response = match tokio::time::timeout_at(deadline, schema.execute(request)).await {
-        Ok(response) => response,
-        Err(_) => error_response(timeout_error(&limits)),
+    let mut response = match super::run_within(&state, schema, validation, request, deadline).await
+    {
+        Some(response) => response,
+        None => error_response(timeout_error(&limits)),
     };
     super::mark_errors(&mut response);
     crate::telemetry::record_graphql(

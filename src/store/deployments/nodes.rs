@@ -74,17 +74,14 @@ pub async fn insert_nodes(
 /// a node as it comes: the driver's copy of every row at once (about 1.8 KB
 /// a row before it is a node) was most of a 100,000-node run's peak memory.
 pub async fn nodes_of(db: &DatabaseConnection, deployment_id: Uuid) -> Result<Vec<NodeRow>, DbErr> {
-    let mut rows = deployment_node::Entity::find()
+    deployment_node::Entity::find()
         .filter(deployment_node::Column::DeploymentId.eq(deployment_id))
         .order_by_asc(deployment_node::Column::Key)
         .order_by_asc(deployment_node::Column::Replica)
         .stream(db)
-        .await?;
-    let mut nodes = Vec::new();
-    while let Some(node) = rows.try_next().await? {
-        nodes.push(node);
-    }
-    Ok(nodes)
+        .await?
+        .try_collect()
+        .await
 }
 
 pub async fn find_node(db: &DatabaseConnection, id: Uuid) -> Result<Option<NodeRow>, DbErr> {
