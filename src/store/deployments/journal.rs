@@ -49,43 +49,22 @@ pub enum GroupWrite {
     },
 }
 
-/// Rows one statement of [`commit_group`] takes: SQLite takes at most 32,766
+/// Rows one statement of [`super::commit_group`] takes: SQLite takes at most 32,766
 /// parameters a statement, and an event has six.
 const ROWS_PER_STATEMENT: usize = 1_000;
 
-/// Nodes one update of [`commit_group`] changes (up to 12 parameters each).
+/// Nodes one update of [`super::commit_group`] changes (up to 12 parameters each).
 const NODES_PER_STATEMENT: usize = 500;
 
-/// Commits `writes` in one transaction, as if one after the other; the event
-/// each stored, in order.
-///
-/// Up to 500 writes cost four statements whatever their number: one update
-/// for the nodes (each node's changes merged in order), one delete for the
-/// journal entries that end or are superseded, one insert for the new
-/// entries, one for the events. Per write it used to cost three or four, and
-/// each statement is a round trip (to sqlx's SQLite thread, or to PostgreSQL).
-/// On PostgreSQL, outside a leader's fence, the four are one statement
-/// ([`one_statement`]): one round trip for the whole group, its own
-/// transaction.
-/// On SQLite the engine's writer runs the same statements on a connection of
-/// its own instead ([`crate::store::direct::Direct::commit_group`]).
-pub async fn commit_group(
+/// [`super::commit_group`] off PostgreSQL, through the pool: the group's
+/// statements in one transaction.
+pub(super) async fn commit_group(
     db: &DatabaseConnection,
     writes: &[&GroupWrite],
     fence: Option<&Fence>,
 ) -> Result<Vec<Option<EventRow>>, DbErr> {
-    let group = Group::of(writes);
     let backend = db.get_database_backend();
-    if backend == sea_orm::DbBackend::Postgres
-        && fence.is_none()
-        && let Some(statement) = one_statement(&group)
-    {
-        let mut stored = Vec::with_capacity(group.owners.len());
-        for row in db.query_all_raw(statement).await? {
-            stored.push(EventRow::from_query_result(&row, "")?);
-        }
-        return group.answers(stored);
-    }
+    let group = Group::of(writes);
     let txn = db.begin().await?;
     if let Some(fence) = fence
         && !check_fence(&txn, fence).await?
@@ -95,97 +74,69 @@ pub async fn commit_group(
     for change in &group.changes {
         txn.execute_raw(change.build(backend)).await?;
     }
-    let mut stored = Vec::with_capacity(group.owners.len());
+    let mut stored = Vec::with_capacity(group.answers.owners.len());
     for statement in &group.events {
         for row in txn.query_all_raw(backend.build(statement)).await? {
             stored.push(EventRow::from_query_result(&row, "")?);
         }
     }
-    // A leading replica tells the others, at the commit, how far the
-    // events go (`app::feed`): they read them from here.
-    if fence.is_some()
-        && let Some(last) = stored.iter().map(|row| row.id).max()
-    {
-        let payload = crate::store::notify::deployment_events(last);
-        crate::store::notify::notify(&txn, &payload).await?;
-    }
     txn.commit().await?;
     group.answers(stored)
 }
 
-/// On PostgreSQL (outside a leader's fence), a group is one statement: its
-/// changes as data-modifying `WITH` queries and the events' insert, which
-/// returns the stored rows, last. A single statement is a transaction of
-/// its own, committed as durably as the `BEGIN … COMMIT` it replaces, and
-/// costs one round trip instead of five or six. `None` when the group does
-/// not fit one (more than one insert of events, which must number their
-/// rows in order).
-fn one_statement(group: &Group) -> Option<sea_orm::Statement> {
-    use std::fmt::Write as _;
-    let backend = sea_orm::DbBackend::Postgres;
-    let mut sql = String::new();
-    let mut values = Vec::new();
-    for (n, change) in group.changes.iter().enumerate() {
-        let built = change.build(backend);
-        sql.push_str(if n == 0 { "WITH " } else { ", " });
-        let _ = write!(sql, "c{n} AS ({})", renumbered(&built.sql, values.len())?);
-        values.extend(built.values.map(|v| v.0).unwrap_or_default());
-    }
-    match group.events.as_slice() {
-        [] if group.changes.is_empty() => return None,
-        [] => sql.push_str(" SELECT * FROM deployment_event WHERE FALSE"),
-        [events] => {
-            let built = backend.build(events);
-            sql.push(' ');
-            sql.push_str(&renumbered(&built.sql, values.len())?);
-            values.extend(built.values.map(|v| v.0).unwrap_or_default());
-        }
-        _ => return None,
-    }
-    Some(sea_orm::Statement::from_sql_and_values(
-        backend,
-        sql.trim_start(),
-        values,
-    ))
-}
-
-/// `sql` with each placeholder `$n` made `$(n + by)`, outside quotes; `None`
-/// for anything it cannot read.
-fn renumbered(sql: &str, by: usize) -> Option<String> {
-    let mut out = String::with_capacity(sql.len() + 16);
-    let mut chars = sql.chars().peekable();
-    let mut quote = None;
-    while let Some(c) = chars.next() {
-        match (quote, c) {
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), _) => {}
-            (None, '\'' | '"') => quote = Some(c),
-            (None, '$') => {
-                let mut digits = String::new();
-                while let Some(d) = chars.next_if(char::is_ascii_digit) {
-                    digits.push(d);
-                }
-                let n: usize = digits.parse().ok()?;
-                out.push('$');
-                out.push_str(&(n + by).to_string());
-                continue;
-            }
-            (None, _) => {}
-        }
-        out.push(c);
-    }
-    quote.is_none().then_some(out)
-}
-
-/// What [`commit_group`] writes, as statements: the changes (node updates,
+/// What [`super::commit_group`] writes, as statements: the changes (node updates,
 /// journal deletes and inserts, in that order), then the event inserts, which
 /// return the stored rows.
 pub(in crate::store) struct Group {
     pub(in crate::store) changes: Vec<Change>,
     pub(in crate::store) events: Vec<sea_orm::sea_query::InsertStatement>,
+    answers: Answers,
+}
+
+/// Which write each stored event answers.
+pub(super) struct Answers {
     /// Which write each event belongs to, in the events' order.
     owners: Vec<usize>,
     writes: usize,
+}
+
+impl Answers {
+    pub(super) fn of(gathered: Gathered, writes: usize) -> Answers {
+        Answers {
+            owners: gathered.owners,
+            writes,
+        }
+    }
+
+    /// The event each write stored, from the rows the inserts returned.
+    fn events(self, mut stored: Vec<EventRow>) -> Result<Vec<Option<EventRow>>, DbErr> {
+        // One statement numbers its rows in the order of its values; RETURNING
+        // may list them in any order.
+        stored.sort_unstable_by_key(|row| row.id);
+        if stored.len() != self.owners.len() {
+            return Err(DbErr::Custom(format!(
+                "{} events stored of {}",
+                stored.len(),
+                self.owners.len()
+            )));
+        }
+        let mut out = vec![None; self.writes];
+        for (index, row) in self.owners.into_iter().zip(stored) {
+            out[index] = Some(row);
+        }
+        Ok(out)
+    }
+
+    pub(super) fn of_rows(
+        self,
+        rows: &[sea_orm::QueryResult],
+    ) -> Result<Vec<Option<EventRow>>, DbErr> {
+        let stored = rows
+            .iter()
+            .map(|row| EventRow::from_query_result(row, ""))
+            .collect::<Result<_, _>>()?;
+        self.events(stored)
+    }
 }
 
 /// One of a group's statements that change rows.
@@ -207,65 +158,55 @@ impl Change {
 
 impl Group {
     pub(in crate::store) fn of(writes: &[&GroupWrite]) -> Group {
-        let mut gathered = Gathered::default();
-        for (index, write) in writes.iter().enumerate() {
-            gathered.add(index, write);
-        }
+        let gathered = Gathered::of(writes);
         let mut changes = gathered.node_updates();
         changes.extend(gathered.entry_deletes());
         changes.extend(gathered.entry_inserts());
         Group {
             changes,
             events: gathered.event_inserts(),
-            owners: gathered.owners,
-            writes: writes.len(),
+            answers: Answers::of(gathered, writes.len()),
         }
     }
 
     /// The event each write stored, from the rows the inserts returned.
     pub(in crate::store) fn answers(
         self,
-        mut stored: Vec<EventRow>,
+        stored: Vec<EventRow>,
     ) -> Result<Vec<Option<EventRow>>, DbErr> {
-        // One statement numbers its rows in the order of its values; RETURNING
-        // may list them in any order.
-        stored.sort_unstable_by_key(|row| row.id);
-        if stored.len() != self.owners.len() {
-            return Err(DbErr::Custom(format!(
-                "{} events stored of {}",
-                stored.len(),
-                self.owners.len()
-            )));
-        }
-        let mut out = vec![None; self.writes];
-        for (index, row) in self.owners.into_iter().zip(stored) {
-            out[index] = Some(row);
-        }
-        Ok(out)
+        self.answers.events(stored)
     }
 }
 
 /// What a group's writes come to, taken write by write, before it is
 /// turned into statements.
 #[derive(Default)]
-struct Gathered {
+pub(super) struct Gathered {
     /// Each node's changes merged, in the order its first change came.
-    changes: Vec<(Uuid, NodeChange)>,
+    pub(super) changes: Vec<(Uuid, NodeChange)>,
     /// Where each node's merged change is in `changes`.
     changed: HashMap<Uuid, usize>,
     /// The entries the group ends.
-    ended: Vec<Uuid>,
+    pub(super) ended: Vec<Uuid>,
     /// The nodes whose older entries a new call supersedes.
-    superseded: Vec<Uuid>,
+    pub(super) superseded: Vec<Uuid>,
     /// The new entries by node: the last one begun (an earlier one in the
     /// group is superseded too), unless the group also ends it.
-    entries: HashMap<Uuid, journal::ActiveModel>,
-    events: Vec<deployment_event::ActiveModel>,
+    pub(super) entries: HashMap<Uuid, journal::ActiveModel>,
+    pub(super) events: Vec<deployment_event::ActiveModel>,
     /// Which write each event belongs to, in the events' order.
     owners: Vec<usize>,
 }
 
 impl Gathered {
+    pub(super) fn of(writes: &[&GroupWrite]) -> Gathered {
+        let mut gathered = Gathered::default();
+        for (index, write) in writes.iter().enumerate() {
+            gathered.add(index, write);
+        }
+        gathered
+    }
+
     /// Takes the `index`th write of the group.
     fn add(&mut self, index: usize, write: &GroupWrite) {
         let (deployment, event) = match write {
@@ -565,25 +506,5 @@ pub async fn prune_events(db: &DatabaseConnection, before: DateTime<Utc>) -> Res
             return Ok(deleted);
         }
         tokio::time::sleep(started.elapsed()).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::renumbered;
-
-    #[test]
-    fn placeholders_are_renumbered_outside_quotes() {
-        assert_eq!(
-            renumbered(
-                r#"UPDATE "t" SET "a" = $1, "b$2" = '$3' WHERE "c" IN ($2, $10)"#,
-                4
-            )
-            .as_deref(),
-            Some(r#"UPDATE "t" SET "a" = $5, "b$2" = '$3' WHERE "c" IN ($6, $14)"#)
-        );
-        assert_eq!(renumbered("SELECT $1", 0).as_deref(), Some("SELECT $1"));
-        assert_eq!(renumbered("SELECT '$1", 2), None);
-        assert_eq!(renumbered("SELECT $", 2), None);
     }
 }
