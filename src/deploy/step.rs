@@ -157,25 +157,33 @@ impl Steps<'_> {
         self.journaled_call(&node, provider, call, None).await
     }
 
-    /// Destroys one node's resource. A node that never reached its provider
-    /// is simply marked destroyed (or retired).
-    pub(super) async fn destroy_node(&self, node: NodeRow) -> Result<(), StepError> {
-        let state = node.state;
-        let never_created = matches!(
-            state,
-            NodeState::ToDeploy | NodeState::Tainted | NodeState::Waiting | NodeState::Destroyed
-        ) || node.run_id.is_none();
-        match node.provider_id.filter(|_| !never_created) {
+    /// Destroys one node's resource; returns the write of its result for
+    /// the caller to queue. `begun` is the call's entry when the caller
+    /// queued it (see [`Steps::begin_destroy`]). A node that never reached
+    /// its provider is simply marked destroyed (or retired), at once.
+    pub(super) async fn destroy_node(
+        &self,
+        node: NodeRow,
+        begun: Option<Begun>,
+    ) -> Result<Option<Write>, StepError> {
+        match destroy_call(&node) {
             Some(provider) => {
                 let (_, finish) = self
-                    .journaled_call(&node, provider, Call::Destroy, None)
+                    .journaled_call(&node, provider, Call::Destroy, begun)
                     .await?;
-                self.0.inner.writer.write(finish).await.map_err(store_error)
+                Ok(Some(finish))
             }
             None => rows::change_node(&self.0.inner.db, node.id, gone(&node).0)
                 .await
+                .map(|()| None)
                 .map_err(|e| StepError::Store(format!("cannot store the node: {e}"))),
         }
+    }
+
+    /// The write that journals a destroy call, for the caller to queue with
+    /// others: its entry goes to [`Steps::destroy_node`] as a [`Begun`].
+    pub(super) fn begin_destroy(&self, node: &NodeRow, provider: Uuid) -> (Uuid, Write) {
+        self.begin_write(node, provider, &Call::Destroy)
     }
 
     /// Makes one call, journaled, retrying a lost outcome once the provider
@@ -655,6 +663,16 @@ fn call_name(intent: Intent) -> &'static str {
     }
 }
 
+/// The provider destroying `node` calls, unless the node never reached it
+/// (it is then only marked gone).
+pub(super) fn destroy_call(node: &NodeRow) -> Option<Uuid> {
+    let never_created = matches!(
+        node.state,
+        NodeState::ToDeploy | NodeState::Tainted | NodeState::Waiting | NodeState::Destroyed
+    ) || node.run_id.is_none();
+    node.provider_id.filter(|_| !never_created)
+}
+
 /// Whether a node is being retired by an apply (its destroy ends `RETIRED`).
 pub(super) fn is_retiring(node: &NodeRow) -> bool {
     node.state == NodeState::ToRetire || node.state == NodeState::Retiring
@@ -708,8 +726,4 @@ pub(super) fn node_change_event(node: &NodeRow, state: NodeState, message: &str)
         state: Some(state.into()),
         message: message.to_owned(),
     }
-}
-
-fn store_error(e: crate::store::DbErr) -> StepError {
-    StepError::Store(format!("cannot store the result: {e}"))
 }

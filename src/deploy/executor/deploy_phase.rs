@@ -13,7 +13,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinError, JoinSet};
 use uuid::Uuid;
 
-use super::phase::{Graph, RunState};
+use super::phase::{Committing, Graph, RunState};
 use super::{Executor, Stopped};
 use crate::deploy::blueprint::Blueprint;
 use crate::deploy::schedule::{Direction, Schedule};
@@ -49,8 +49,9 @@ impl Executor<'_> {
             let mut writes = std::mem::take(&mut phase.results);
             let starts = phase.start_ready(&mut writes);
             let mut queued = self.0.inner.writer.submit_all(writes).into_iter();
-            phase.committing.extend(queued.by_ref().take(finished));
-            phase.forget_committed();
+            phase
+                .committing
+                .add(queued.by_ref().take(finished), &mut phase.run);
             for start in starts {
                 phase.spawn(start, &mut queued);
             }
@@ -84,7 +85,7 @@ struct DeployPhase<'a> {
     running: JoinSet<(usize, i32, Deployed)>,
     run: RunState,
     /// Results queued to the writer; all durable before the phase ends.
-    committing: Vec<Committed>,
+    committing: Committing,
     /// Results of the steps that ended since the last turn, to queue.
     results: Vec<Write>,
 }
@@ -152,7 +153,7 @@ impl<'a> DeployPhase<'a> {
             bound,
             running: JoinSet::new(),
             run: RunState::default(),
-            committing: Vec::new(),
+            committing: Committing::new(bound),
             results: Vec::new(),
         })
     }
@@ -369,35 +370,10 @@ impl<'a> DeployPhase<'a> {
         }
     }
 
-    /// Drops the queued results already durable once many are held (a
-    /// failed one counts as the phase's failure), so what a phase holds
-    /// does not grow with its number of nodes.
-    fn forget_committed(&mut self) {
-        if self.committing.len() < 4 * self.bound.max(256) {
-            return;
-        }
-        let mut failures = Vec::new();
-        self.committing.retain_mut(|c| match c.ended() {
-            None => true,
-            Some(Ok(())) => false,
-            Some(Err(e)) => {
-                failures.push(e);
-                false
-            }
-        });
-        for e in failures {
-            self.run.failed(format!("cannot store a result: {e}"));
-        }
-    }
-
     /// Waits for every queued result to be durable, then says how the
     /// phase ended.
     async fn end(mut self) -> Result<(), Stopped> {
-        for committed in std::mem::take(&mut self.committing) {
-            if let Err(e) = committed.wait().await {
-                self.run.failed(format!("cannot store a result: {e}"));
-            }
-        }
+        self.committing.wait(&mut self.run).await;
         let stopping = self.deployments.inner.stopping.is_cancelled();
         self.run.end(&self.schedule, &self.graph, stopping)
     }

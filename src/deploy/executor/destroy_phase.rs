@@ -2,19 +2,27 @@
 //! marked, those an operation made, those an apply retires) are destroyed,
 //! dependents first, as many at once as the concurrency bound allows. A
 //! node that fails to go keeps what it depends on in place.
+//!
+//! As in the deploy phase, a step's result is queued to the writer with the
+//! journal entries of the steps it lets start, in one send, and a step
+//! waits only for its own entry: a dependency's destroy is called once its
+//! entry is durable, and its dependents' results commit with it or before.
+//! All results are durable before the phase ends.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 
-use tokio::task::JoinSet;
+use tokio::task::{JoinError, JoinSet};
 use uuid::Uuid;
 
-use super::phase::{Graph, RunState};
+use super::phase::{Committing, Graph, RunState};
 use super::{Executor, Scope, Stopped};
 use crate::deploy::NodeState;
 use crate::deploy::blueprint::{self, Blueprint};
 use crate::deploy::schedule::{Direction, Schedule};
-use crate::deploy::step::StepError;
-use crate::store::deployments as rows;
+use crate::deploy::step::{Begun, StepError, destroy_call};
+use crate::deploy::writer::Write;
+use crate::store::deployments::{self as rows, NodeRow};
 
 impl Executor<'_> {
     /// Destroys the nodes of `scope`, dependents first. A node that fails to
@@ -26,40 +34,28 @@ impl Executor<'_> {
         bp: Option<&Blueprint>,
         scope: Scope,
     ) -> Result<(), Stopped> {
-        let stored;
         let bp = match bp {
-            Some(bp) => bp,
-            None => {
-                let row = self.deployment_row(id).await.map_err(Stopped::Failed)?;
-                stored =
-                    blueprint::parse(&row.source).map_err(|p| Stopped::Failed(p.to_string()))?;
-                &stored
-            }
+            Some(bp) => Cow::Borrowed(bp),
+            None => Cow::Owned(self.stored_blueprint(id).await?),
         };
         let nodes = rows::nodes_of(&self.0.inner.db, id)
             .await
             .map_err(|e| Stopped::Failed(e.to_string()))?;
-        let graph = Graph::new(bp, &nodes);
-        let chosen = graph.group(nodes.into_iter().filter(|n| match scope {
-            Scope::All => !matches!(n.state, NodeState::Destroyed | NodeState::Retired),
-            Scope::Marked => matches!(n.state, NodeState::ToDestroy | NodeState::Destroying),
-            Scope::Operation(op) => {
-                n.run_id == Some(op)
-                    && !matches!(n.state, NodeState::Destroyed | NodeState::Retired)
-            }
-            Scope::Retiring => matches!(n.state, NodeState::ToRetire | NodeState::Retiring),
-        }));
+        let graph = Graph::new(&bp, &nodes);
+        let chosen = graph.group(nodes.into_iter().filter(|n| in_scope(n, scope)));
         let units: Vec<usize> = chosen.iter().map(Vec::len).collect();
         if units.iter().all(|u| *u == 0) {
             return Ok(());
         }
         let mut schedule = Schedule::new(&graph.depends_on, &units, Direction::Destroy);
         let bound = self.0.inner.settings.concurrency.max(1);
-        let mut running: JoinSet<(usize, Result<(), StepError>)> = JoinSet::new();
+        let mut running: JoinSet<Destroyed> = JoinSet::new();
         // Keys started, with how many of their nodes are spawned: a node's
         // task is spawned only when there is room under the bound.
         let mut ready: VecDeque<(usize, usize)> = VecDeque::new();
         let mut run = RunState::default();
+        let mut committing = Committing::new(bound);
+        let mut results: Vec<Write> = Vec::new();
         loop {
             let stopping = || self.0.inner.stopping.is_cancelled();
             while !stopping()
@@ -67,7 +63,12 @@ impl Executor<'_> {
             {
                 ready.push_back((key, 0));
             }
-            while !stopping() && running.len() < bound {
+            // The results, then the entries of the steps that can call at
+            // once (their provider connected), in one send.
+            let finished = results.len();
+            let mut writes = std::mem::take(&mut results);
+            let mut starts = Vec::new();
+            while !stopping() && running.len() + starts.len() < bound {
                 let Some((key, next)) = ready.front_mut() else {
                     break;
                 };
@@ -76,27 +77,90 @@ impl Executor<'_> {
                 if *next == chosen[key].len() {
                     ready.pop_front();
                 }
-                let this = self.0.clone();
-                running.spawn(async move { (key, this.steps().destroy_node(node).await) });
+                let early = self.begin_early(&node, &mut writes);
+                starts.push((key, node, early));
             }
-            let Some(joined) = running.join_next().await else {
+            let mut queued = self.0.inner.writer.submit_all(writes).into_iter();
+            committing.add(queued.by_ref().take(finished), &mut run);
+            for (key, node, early) in starts {
+                let begun = early.map(|entry| Begun {
+                    entry,
+                    committed: queued.next().expect("one send per entry"),
+                });
+                let this = self.0.clone();
+                running.spawn(async move { (key, this.steps().destroy_node(node, begun).await) });
+            }
+            let Some(first) = running.join_next().await else {
                 break;
             };
-            match joined {
-                Ok((key, Ok(()))) => {
-                    schedule.finish(key, true);
-                }
-                Ok((key, Err(StepError::Stopping))) => {
-                    run.interrupted = true;
-                    schedule.finish(key, false);
-                }
-                Ok((key, Err(error))) => {
-                    run.failed(format!("destroying {}: {error}", graph.keys[key]));
-                    schedule.finish(key, false);
-                }
-                Err(e) => run.failed(format!("a destroy task failed: {e}")),
+            // Every step that has ended: their results share a send.
+            take_ended(first, &graph, &mut schedule, &mut run, &mut results);
+            while let Some(more) = running.try_join_next() {
+                take_ended(more, &graph, &mut schedule, &mut run, &mut results);
             }
         }
+        // The last results were sent at the loop's last turn.
+        committing.wait(&mut run).await;
         run.end(&schedule, &graph, self.0.inner.stopping.is_cancelled())
+    }
+}
+
+impl Executor<'_> {
+    /// A destroy that can call at once (its provider connected): its
+    /// entry, whose write goes to `writes`.
+    fn begin_early(&self, node: &NodeRow, writes: &mut Vec<Write>) -> Option<Uuid> {
+        let provider = destroy_call(node)?;
+        if !self.0.inner.providers.is_connected(provider) {
+            return None;
+        }
+        let (entry, write) = self.0.steps().begin_destroy(node, provider);
+        writes.push(write);
+        Some(entry)
+    }
+
+    /// The deployment's stored blueprint, parsed.
+    async fn stored_blueprint(&self, id: Uuid) -> Result<Blueprint, Stopped> {
+        let row = self.deployment_row(id).await.map_err(Stopped::Failed)?;
+        blueprint::parse(&row.source).map_err(|p| Stopped::Failed(p.to_string()))
+    }
+}
+
+/// Whether the phase destroys `node`.
+fn in_scope(node: &NodeRow, scope: Scope) -> bool {
+    let gone = matches!(node.state, NodeState::Destroyed | NodeState::Retired);
+    match scope {
+        Scope::All => !gone,
+        Scope::Marked => matches!(node.state, NodeState::ToDestroy | NodeState::Destroying),
+        Scope::Operation(op) => node.run_id == Some(op) && !gone,
+        Scope::Retiring => matches!(node.state, NodeState::ToRetire | NodeState::Retiring),
+    }
+}
+
+/// What a destroy task gives back: its key, and its result's write (none
+/// for a node only marked gone) or why it failed.
+type Destroyed = (usize, Result<Option<Write>, StepError>);
+
+/// Tells the schedule how a step ended, and keeps its result's write.
+fn take_ended(
+    joined: Result<Destroyed, JoinError>,
+    graph: &Graph,
+    schedule: &mut Schedule,
+    run: &mut RunState,
+    results: &mut Vec<Write>,
+) {
+    match joined {
+        Ok((key, Ok(finish))) => {
+            results.extend(finish);
+            schedule.finish(key, true);
+        }
+        Ok((key, Err(StepError::Stopping))) => {
+            run.interrupted = true;
+            schedule.finish(key, false);
+        }
+        Ok((key, Err(error))) => {
+            run.failed(format!("destroying {}: {error}", graph.keys[key]));
+            schedule.finish(key, false);
+        }
+        Err(e) => run.failed(format!("a destroy task failed: {e}")),
     }
 }

@@ -10,6 +10,7 @@ use super::Stopped;
 use crate::deploy::NodeState;
 use crate::deploy::blueprint::{self, Blueprint};
 use crate::deploy::schedule::Schedule;
+use crate::deploy::writer::Committed;
 use crate::store::deployments::NodeRow;
 
 /// Each node's state.
@@ -77,6 +78,55 @@ impl RunState {
             "never started: {}",
             left.into_iter().collect::<Vec<_>>().join(", ")
         )))
+    }
+}
+
+/// A phase's results queued to the writer: all durable before the phase
+/// ends. Those already durable are dropped as the phase goes, so what a
+/// phase holds does not grow with its number of nodes.
+pub(super) struct Committing {
+    queued: Vec<Committed>,
+    /// How many it holds before it looks for those that ended.
+    keep: usize,
+}
+
+impl Committing {
+    /// For a phase of `bound` steps at once.
+    pub(super) fn new(bound: usize) -> Committing {
+        Committing {
+            queued: Vec::new(),
+            keep: 4 * bound.max(256),
+        }
+    }
+
+    /// Holds `queued`; drops those already durable once many are held (a
+    /// failed one counts as the phase's failure).
+    pub(super) fn add(&mut self, queued: impl Iterator<Item = Committed>, run: &mut RunState) {
+        self.queued.extend(queued);
+        if self.queued.len() < self.keep {
+            return;
+        }
+        let mut failures = Vec::new();
+        self.queued.retain_mut(|c| match c.ended() {
+            None => true,
+            Some(Ok(())) => false,
+            Some(Err(e)) => {
+                failures.push(e);
+                false
+            }
+        });
+        for e in failures {
+            run.failed(format!("cannot store a result: {e}"));
+        }
+    }
+
+    /// Waits for every result held to be durable.
+    pub(super) async fn wait(self, run: &mut RunState) {
+        for committed in self.queued {
+            if let Err(e) = committed.wait().await {
+                run.failed(format!("cannot store a result: {e}"));
+            }
+        }
     }
 }
 
