@@ -232,14 +232,26 @@ pub async fn set_disabled(
     disabled: bool,
     session_kind: &str,
 ) -> Result<Option<UserRow>, DbErr> {
+    // The transaction starts with its write: on SQLite a transaction that
+    // reads first and writes after fails at once ("database is locked")
+    // when another connection wrote in between; one that writes first
+    // waits for the lock.
     let txn = db.begin().await?;
-    let Some(row) = user::Entity::find_by_id(user_id).one(&txn).await? else {
+    let updated = user::Entity::update_many()
+        .col_expr(
+            user::Column::Disabled,
+            sea_orm::sea_query::Expr::value(disabled),
+        )
+        .col_expr(
+            user::Column::UpdatedAt,
+            sea_orm::sea_query::Expr::value(Utc::now()),
+        )
+        .filter(user::Column::Id.eq(user_id))
+        .exec_with_returning(&txn)
+        .await?;
+    let Some(row) = updated.into_iter().next() else {
         return Ok(None);
     };
-    let mut active = row.into_active_model();
-    active.disabled = Set(disabled);
-    active.updated_at = Set(Utc::now());
-    let row = active.update(&txn).await?;
     if disabled {
         api_token::Entity::delete_many()
             .filter(api_token::Column::UserId.eq(user_id))
