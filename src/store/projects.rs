@@ -145,36 +145,33 @@ pub async fn delete_project(db: &DatabaseConnection, id: Uuid) -> Result<bool, D
     Ok(deleted.rows_affected > 0)
 }
 
-/// Adds a member, or changes the role of one.
+/// Adds a member, or changes the role of one: one statement (an upsert),
+/// so that on SQLite it never reads and then writes in one transaction,
+/// which fails at once ("database is locked") when another connection
+/// writes in between.
 pub async fn set_member(
     db: &DatabaseConnection,
     project_id: Uuid,
     user_id: Uuid,
     role: &str,
 ) -> Result<MemberRow, DbErr> {
-    let txn = db.begin().await?;
-    let existing = project_member::Entity::find_by_id((project_id, user_id))
-        .one(&txn)
-        .await?;
-    let row = match existing {
-        Some(row) => {
-            let mut active = row.into_active_model();
-            active.role = Set(role.to_owned());
-            active.update(&txn).await?
-        }
-        None => {
-            project_member::ActiveModel {
-                project_id: Set(project_id),
-                user_id: Set(user_id),
-                role: Set(role.to_owned()),
-                created_at: Set(Utc::now()),
-            }
-            .insert(&txn)
-            .await?
-        }
+    let member = project_member::ActiveModel {
+        project_id: Set(project_id),
+        user_id: Set(user_id),
+        role: Set(role.to_owned()),
+        created_at: Set(Utc::now()),
     };
-    txn.commit().await?;
-    Ok(row)
+    project_member::Entity::insert(member)
+        .on_conflict(
+            sea_orm::sea_query::OnConflict::columns([
+                project_member::Column::ProjectId,
+                project_member::Column::UserId,
+            ])
+            .update_column(project_member::Column::Role)
+            .to_owned(),
+        )
+        .exec_with_returning(db)
+        .await
 }
 
 pub async fn remove_member(

@@ -18,6 +18,8 @@ async fn members_see_their_projects_and_an_outsider_is_told_nothing_exists() {
     let outsider = user(&app, "outsider", "USER").await;
     let alpha = project(&app, &owner, "alpha").await;
     project(&app, &outsider, "beta").await;
+    // Setting a member again changes their role (one row, not two).
+    member(&app, &owner, &alpha, "viewer", "DEVELOPER").await;
     member(&app, &owner, &alpha, "viewer", "VIEWER").await;
 
     let blueprint = svc_blueprint(&app, &owner, &alpha).await;
