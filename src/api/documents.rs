@@ -46,7 +46,9 @@ pub enum Validation {
 impl DocumentCache {
     pub fn new(capacity: usize, max_len: usize) -> Self {
         Self {
-            entries: Mutex::new(HashMap::with_capacity(capacity)),
+            // Grown as documents come (made at `capacity` it held 200 KB
+            // from the start).
+            entries: Mutex::new(HashMap::new()),
             capacity,
             max_len,
         }

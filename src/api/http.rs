@@ -46,6 +46,9 @@ pub type Readiness =
 /// reference count, not a clone of every part (which showed in profiles).
 pub type HttpState = Arc<HttpShared>;
 
+/// A schema built the first time it is used.
+pub type LazySchema = std::sync::LazyLock<CorbelSchema, Box<dyn FnOnce() -> CorbelSchema + Send>>;
+
 /// The parts of [`HttpState`].
 pub struct HttpShared {
     /// With the extensions (cost, audit, policy): mutations, subscriptions.
@@ -53,8 +56,8 @@ pub struct HttpShared {
     /// Without them: queries, checked first (see [`read_schema`]).
     pub reads: CorbelSchema,
     /// `reads` without validation, for queries already validated once
-    /// (`DocumentCache::passed`).
-    pub valid_reads: CorbelSchema,
+    /// (`DocumentCache::passed`); built when first needed.
+    pub valid_reads: LazySchema,
     pub auth: Auth,
     pub repositories: Repositories,
     /// For `/exec`.
@@ -318,7 +321,7 @@ fn read_schema<'a>(
     super::cost::check(document, limits)?;
     super::policy::check(document, caller)?;
     match validation {
-        Validation::Done => Ok((&state.valid_reads, validation)),
+        Validation::Done => Ok((&*state.valid_reads, validation)),
         Validation::Once | Validation::Always => Ok((&state.reads, validation)),
     }
 }

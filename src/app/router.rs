@@ -2,7 +2,7 @@
 //! the routes, the layers every request passes, and a replica's refusal of
 //! requests once it may no longer lead.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use axum::Router;
 use axum::routing::get;
@@ -99,23 +99,17 @@ fn shared(
     websockets: &Websockets,
     forward_mutations: Option<ForwardMutation>,
 ) -> Arc<HttpShared> {
-    let with_data = |builder: async_graphql::SchemaBuilder<_, _, _>| {
-        builder
-            .data(facts.clone())
-            .data(areas.auth.clone())
-            .data(areas.repositories.clone())
-            .data(areas.providers.clone())
-            .data(areas.deployments.clone())
-            .data(areas.audit.clone())
-            .data(cluster.clone())
-            .finish()
-    };
+    let with_data = schema_data(facts, areas, cluster);
     let schema = with_data(api::schema_builder(&config.graphql));
     let reads = with_data(api::reads_schema_builder(&config.graphql));
-    let valid_reads = with_data(
-        api::reads_schema_builder(&config.graphql)
-            .validation_mode(async_graphql::ValidationMode::Fast),
-    );
+    // Built when a document first passes validation (half a megabyte a
+    // schema, which an idle server need not hold).
+    let limits = config.graphql.clone();
+    let valid_reads: api_http::LazySchema = LazyLock::new(Box::new(move || {
+        with_data(
+            api::reads_schema_builder(&limits).validation_mode(async_graphql::ValidationMode::Fast),
+        )
+    }));
     Arc::new(HttpShared {
         schema,
         reads,
@@ -143,6 +137,40 @@ fn shared(
         ws_queues: Arc::default(),
         forward_mutations,
     })
+}
+
+/// What makes a schema of a builder: the areas as its data.
+fn schema_data(
+    facts: &ServerFacts,
+    areas: &Areas,
+    cluster: &Cluster,
+) -> impl Fn(
+    async_graphql::SchemaBuilder<api::Query, api::Mutation, api::Subscription>,
+) -> api::CorbelSchema
++ Send
++ 'static {
+    let facts = facts.clone();
+    let (auth, repositories, providers) = (
+        areas.auth.clone(),
+        areas.repositories.clone(),
+        areas.providers.clone(),
+    );
+    let (deployments, audit, cluster) = (
+        areas.deployments.clone(),
+        areas.audit.clone(),
+        cluster.clone(),
+    );
+    move |builder| {
+        builder
+            .data(facts.clone())
+            .data(auth.clone())
+            .data(repositories.clone())
+            .data(providers.clone())
+            .data(deployments.clone())
+            .data(audit.clone())
+            .data(cluster.clone())
+            .finish()
+    }
 }
 
 /// A replica that may have lost its lease (paused, cut off) takes no

@@ -263,16 +263,22 @@ impl Strikes {
     }
 }
 
-/// A fixed table of `T`, two slots a key.
+/// A fixed table of `T`, two slots a key. Its memory is taken at its
+/// first use: the four tables of the default size hold 1.4 MB, which a
+/// server nobody signs in to need not (a third of its heap at idle).
 struct Sketch<T> {
     slots: Mutex<Vec<T>>,
+    size: usize,
+    empty: T,
     hashers: [RandomState; 2],
 }
 
 impl<T: Copy> Sketch<T> {
     fn new(size: usize, empty: T) -> Self {
         Self {
-            slots: Mutex::new(vec![empty; size.max(1)]),
+            slots: Mutex::new(Vec::new()),
+            size: size.max(1),
+            empty,
             hashers: [RandomState::new(), RandomState::new()],
         }
     }
@@ -313,8 +319,13 @@ impl<T: Copy> Sketch<T> {
         }
     }
 
+    /// The table, every slot there.
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<T>> {
-        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        if slots.is_empty() {
+            slots.resize(self.size, self.empty);
+        }
+        slots
     }
 }
 
