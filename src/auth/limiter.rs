@@ -265,7 +265,8 @@ impl Strikes {
 
 /// A fixed table of `T`, two slots a key. Its memory is taken at its
 /// first use: the four tables of the default size hold 1.4 MB, which a
-/// server nobody signs in to need not (a third of its heap at idle).
+/// server nobody signs in to need not (over a quarter of its heap at
+/// idle).
 struct Sketch<T> {
     slots: Mutex<Vec<T>>,
     size: usize,
