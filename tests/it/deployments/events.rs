@@ -197,6 +197,29 @@ async fn events_past_their_retention_are_pruned() {
     // one's, moved back below, stay before the new one's.
     let old = deploy(&app, &blueprint, "old", json!({})).await;
     settled(&app, &old, &["FAILED"]).await;
+    // The state event is stored after the state: wait for it, or it may
+    // come after the new one's first events (and, moved back, make the
+    // newest stored event an old one: everything is then past retention).
+    crate::support::eventually(
+        Duration::from_secs(30),
+        "the old one's last event",
+        || async {
+            let body = app
+            .gql(
+                "query($id: ID!) { deployment(id: $id) { events(first: 10000) { kind state } } }",
+                json!({ "id": old }),
+            )
+            .await;
+            let events = data(&body)["deployment"]["events"].clone();
+            events
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["kind"] == "STATE" && e["state"] == "FAILED")
+                .then_some(())
+        },
+    )
+    .await;
     let new = deploy(&app, &blueprint, "new", json!({})).await;
     settled(&app, &new, &["FAILED"]).await;
     let kept = stored_event_ids(&app, &new).await;
