@@ -7,14 +7,19 @@
 //! journal entries of the steps it lets start, in one send, and a step
 //! waits only for its own entry: a dependency's destroy is called once its
 //! entry is durable, and its dependents' results commit with it or before.
-//! All results are durable before the phase ends.
+//! As many steps again as the bound have their entry committed while they
+//! wait for a permit to call ([`super::deploy_phase::LOOKAHEAD`]). All
+//! results are durable before the phase ends.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
+use std::sync::Arc;
 
+use tokio::sync::Semaphore;
 use tokio::task::{JoinError, JoinSet};
 use uuid::Uuid;
 
+use super::deploy_phase::LOOKAHEAD;
 use super::phase::{Committing, Graph, RunState};
 use super::{Executor, Scope, Stopped};
 use crate::deploy::NodeState;
@@ -49,9 +54,10 @@ impl Executor<'_> {
         }
         let mut schedule = Schedule::new(&graph.depends_on, &units, Direction::Destroy);
         let bound = self.0.inner.settings.concurrency.max(1);
+        let limit = Arc::new(Semaphore::new(bound));
         let mut running: JoinSet<Destroyed> = JoinSet::new();
         // Keys started, with how many of their nodes are spawned: a node's
-        // task is spawned only when there is room under the bound.
+        // task is spawned only when there is room for it.
         let mut ready: VecDeque<(usize, usize)> = VecDeque::new();
         let mut run = RunState::default();
         let mut committing = Committing::new(bound);
@@ -68,7 +74,7 @@ impl Executor<'_> {
             let finished = results.len();
             let mut writes = std::mem::take(&mut results);
             let mut starts = Vec::new();
-            while !stopping() && running.len() + starts.len() < bound {
+            while !stopping() && running.len() + starts.len() < LOOKAHEAD * bound {
                 let Some((key, next)) = ready.front_mut() else {
                     break;
                 };
@@ -88,7 +94,11 @@ impl Executor<'_> {
                     committed: queued.next().expect("one send per entry"),
                 });
                 let this = self.0.clone();
-                running.spawn(async move { (key, this.steps().destroy_node(node, begun).await) });
+                let limit = limit.clone();
+                running.spawn(async move {
+                    let _permit = limit.acquire_owned().await;
+                    (key, this.steps().destroy_node(node, begun).await)
+                });
             }
             let Some(first) = running.join_next().await else {
                 break;
