@@ -163,13 +163,14 @@ impl<'a> DeployPhase<'a> {
     /// schedule lets start are prepared (config rendered once per key) and
     /// queued, and their nodes are taken from the queue while there is room
     /// for [`LOOKAHEAD`] times the concurrency bound, so a resource of
-    /// 100,000 replicas holds that many tasks, not 100,000. The entries of those whose
-    /// provider is connected go to `writes`. Calls in flight stay within the
-    /// bound (a call waits for its permit), but as many steps again have their
-    /// entry committed while they wait, so a permit freed is used at once
-    /// instead of after a commit: on PostgreSQL, where a commit takes a
-    /// millisecond or two, a step's wait for its entry was most of its time.
-    /// (Those waiting show `IN_PROGRESS`, "deploying", a moment early.)
+    /// 100,000 replicas holds that many tasks, not 100,000. The entries of
+    /// those whose provider is connected go to `writes`. Calls in flight stay
+    /// within the bound (a call waits for its permit), but as many steps
+    /// again have their entry committed while they wait, so a permit freed is
+    /// used at once instead of after a commit: on PostgreSQL, where a commit
+    /// takes a millisecond or two, a step's wait for its entry was most of
+    /// its time. (Those waiting show `IN_PROGRESS`, "deploying", a moment
+    /// early.)
     fn start_ready(&mut self, writes: &mut Vec<Write>) -> Vec<Start> {
         let stopping = &self.deployments.inner.stopping;
         while !stopping.is_cancelled()

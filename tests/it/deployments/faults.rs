@@ -188,3 +188,50 @@ async fn a_deploy_failed_while_its_provider_was_away_resumes_when_it_is_back() {
     );
     app.stop().await;
 }
+
+/// `[deploy] concurrency` bounds the provider calls in flight, while as many
+/// steps again have their journal entry committed as they wait for a permit:
+/// with a bound of 2 and deploys that never answer, 4 of 8 independent nodes
+/// are `IN_PROGRESS` and the provider has received 2 calls, no more.
+#[tokio::test]
+async fn calls_in_flight_stay_within_the_concurrency_bound() {
+    use crate::providers::protocol::{calls, loaded};
+
+    let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), |config| {
+        quick(config);
+        config.deploy.concurrency = 2;
+        // The calls never answer: the stop waits this long for them.
+        config.shutdown_grace = Duration::from_secs(1);
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let call_log = dir.path().join("calls.jsonl");
+    let (_, _repo) = loaded(&app, "FIXTURE_MODE=hang-deploy", &call_log).await;
+    let mut source = String::from("resources:\n");
+    for i in 0..8 {
+        source.push_str(&format!("  r{i}: {{ type: fixture.v1.noop }}\n"));
+    }
+    let blueprint = create_blueprint(&app, "eight", &source).await;
+    let id = deploy(&app, &blueprint, "bounded", json!({ "onFailure": "KEEP" })).await;
+    let in_progress = || async {
+        let d = deployment(&app, &id).await;
+        d.nodes.iter().filter(|n| n.state == "IN_PROGRESS").count()
+    };
+    eventually(Duration::from_secs(30), "4 nodes IN_PROGRESS", || async {
+        (in_progress().await == 4).then_some(())
+    })
+    .await;
+    eventually(
+        Duration::from_secs(30),
+        "2 calls at the provider",
+        || async { (calls(&call_log).len() >= 2).then_some(()) },
+    )
+    .await;
+    // The two waiting steps' entries were committed with the first two's:
+    // had they called without a permit, their calls would have come with them.
+    assert_eq!(in_progress().await, 4);
+    let noted = calls(&call_log);
+    assert_eq!(noted.len(), 2, "{noted:?}");
+    assert!(noted.iter().all(|(call, _)| call == "deploy"), "{noted:?}");
+    app.stop().await;
+}
