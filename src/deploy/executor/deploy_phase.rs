@@ -169,8 +169,9 @@ impl<'a> DeployPhase<'a> {
     /// again have their entry committed while they wait, so a permit freed is
     /// used at once instead of after a commit: on PostgreSQL, where a commit
     /// takes a millisecond or two, a step's wait for its entry was most of
-    /// its time. (Those waiting show `IN_PROGRESS`, "deploying", a moment
-    /// early.)
+    /// its time. Those waiting show `IN_PROGRESS`, "deploying", until a
+    /// permit frees: a moment for quick calls, as long as the calls ahead of
+    /// them for slow ones (a job, an image build).
     fn start_ready(&mut self, writes: &mut Vec<Write>) -> Vec<Start> {
         let stopping = &self.deployments.inner.stopping;
         while !stopping.is_cancelled()
