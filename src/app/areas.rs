@@ -28,7 +28,9 @@ use crate::store::{self, Db};
 /// is told how many it missed.
 const BUS_CAPACITY: usize = 1024;
 
-/// The areas of one server, as the API and the HTTP edge are given them.
+/// The areas of one server, as the API and the HTTP edge are given them
+/// (handles: a clone shares them).
+#[derive(Clone)]
 pub(super) struct Areas {
     pub auth: Auth,
     pub providers: Providers,

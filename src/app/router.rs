@@ -149,25 +149,15 @@ fn schema_data(
 ) -> api::CorbelSchema
 + Send
 + 'static {
-    let facts = facts.clone();
-    let (auth, repositories, providers) = (
-        areas.auth.clone(),
-        areas.repositories.clone(),
-        areas.providers.clone(),
-    );
-    let (deployments, audit, cluster) = (
-        areas.deployments.clone(),
-        areas.audit.clone(),
-        cluster.clone(),
-    );
+    let (facts, areas, cluster) = (facts.clone(), areas.clone(), cluster.clone());
     move |builder| {
         builder
             .data(facts.clone())
-            .data(auth.clone())
-            .data(repositories.clone())
-            .data(providers.clone())
-            .data(deployments.clone())
-            .data(audit.clone())
+            .data(areas.auth.clone())
+            .data(areas.repositories.clone())
+            .data(areas.providers.clone())
+            .data(areas.deployments.clone())
+            .data(areas.audit.clone())
             .data(cluster.clone())
             .finish()
     }
