@@ -376,7 +376,7 @@ impl Bench {
                 node_id: node.id,
                 provider_id: self.fixture,
                 intent: "DEPLOY".into(),
-                change: rows::NodeChange::to(NodeState::InProgress),
+                change: Some(rows::NodeChange::to(NodeState::InProgress)),
             };
             let event = rows::NewEvent {
                 kind: "NODE".into(),
@@ -384,7 +384,10 @@ impl Bench {
                 state: Some(NodeState::InProgress.into()),
                 message: "deploying".into(),
             };
-            writes.push(rows::GroupWrite::Begin { call, event });
+            writes.push(rows::GroupWrite::Begin {
+                call,
+                event: Some(event),
+            });
         }
         // In groups the size of the engine's (SQLite takes at most 32,766
         // parameters a statement).

@@ -412,10 +412,12 @@ impl Recovery<'_> {
         // Interrupted while deploying: deploy again. `DeployResource` is
         // idempotent per resource id, so the provider adopts what the lost
         // call made, and finishes it: a container created but not started
-        // yet exists (`Inspect` finds it) but is not deployed.
-        let present = if (intent, state) == (Intent::Deploy, NodeState::InProgress)
-            || intent == Intent::Update
-        {
+        // yet exists (`Inspect` finds it) but is not deployed. A node still
+        // `TO_DEPLOY` or `TAINTED` had its entry written ahead of its call
+        // (it waited for a permit), and the call may have started before its
+        // change to `IN_PROGRESS` was stored: the same.
+        let redeploy = intent == Intent::Deploy && is_deploying(state);
+        let present = if redeploy || intent == Intent::Update {
             None
         } else {
             providers
@@ -424,7 +426,7 @@ impl Recovery<'_> {
                 .map_err(|e| e.to_string())?
         };
         Ok(match (intent, state, present) {
-            (Intent::Deploy, NodeState::InProgress, _) => Some(NodeChange {
+            (Intent::Deploy, _, _) if redeploy => Some(NodeChange {
                 run_id: Some(None),
                 ..NodeChange::to(NodeState::ToDeploy)
             }),
@@ -559,6 +561,17 @@ pub(super) fn check_lease(
         ))),
         _ => Ok(()),
     }
+}
+
+/// Whether a node with a deploy's entry was being deployed when the entry
+/// was left: `IN_PROGRESS`, or still as it was before its call (an entry
+/// written while the step waited for a permit). A node the run gave up on
+/// says `FAILED`.
+fn is_deploying(state: NodeState) -> bool {
+    matches!(
+        state,
+        NodeState::InProgress | NodeState::ToDeploy | NodeState::Tainted
+    )
 }
 
 #[cfg(test)]

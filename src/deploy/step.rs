@@ -182,8 +182,14 @@ impl Steps<'_> {
 
     /// The write that journals a destroy call, for the caller to queue with
     /// others: its entry goes to [`Steps::destroy_node`] as a [`Begun`].
-    pub(super) fn begin_destroy(&self, node: &NodeRow, provider: Uuid) -> (Uuid, Write) {
-        self.begin_write(node, provider, &Call::Destroy)
+    /// `ahead` for a step that will wait for a permit, as for a deploy.
+    pub(super) fn begin_destroy(
+        &self,
+        node: &NodeRow,
+        provider: Uuid,
+        ahead: bool,
+    ) -> (Uuid, Write, Option<Write>) {
+        self.begin_split(node, provider, &Call::Destroy, ahead)
     }
 
     /// Makes one call, journaled, retrying a lost outcome once the provider
@@ -330,23 +336,42 @@ impl Steps<'_> {
 
     /// The write that journals a deploy call, for the caller to queue with
     /// others: its entry goes to [`Steps::deploy_node`] as a [`Begun`].
+    /// `ahead` for a step that will wait for a permit (see `begin_split`).
     pub(super) fn begin_deploy(
         &self,
         node: &NodeRow,
         provider: Uuid,
         config: Value,
         operation: Uuid,
-    ) -> (Uuid, Write) {
+        ahead: bool,
+    ) -> (Uuid, Write, Option<Write>) {
         let call = Call::Deploy {
             config,
             dependency_outputs: Vec::new(),
             operation,
         };
-        self.begin_write(node, provider, &call)
+        self.begin_split(node, provider, &call, ahead)
     }
 
     /// The node's change, the journal entry and the event before a call.
     fn begin_write(&self, node: &NodeRow, provider: Uuid, call: &Call) -> (Uuid, Write) {
+        let (entry, write, _) = self.begin_split(node, provider, call, false);
+        (entry, write)
+    }
+
+    /// The journal entry before a call, with the node's change and its
+    /// event; or, `ahead` of the call (the step waits for a permit), the
+    /// entry alone and the node's change as a write of its own, queued once
+    /// the call starts: until then the node keeps its state (`TO_DEPLOY`,
+    /// `COMPLETE` before a destroy), so only the calls in flight show
+    /// `IN_PROGRESS` or `DESTROYING`.
+    fn begin_split(
+        &self,
+        node: &NodeRow,
+        provider: Uuid,
+        call: &Call,
+        ahead: bool,
+    ) -> (Uuid, Write, Option<Write>) {
         let (change, state, message) = match call {
             Call::Deploy {
                 config, operation, ..
@@ -380,20 +405,32 @@ impl Steps<'_> {
                 "updating in place",
             ),
         };
+        let event = node_change_event(node, state, message);
         let entry = Uuid::now_v7();
-        let call = rows::CallStart {
+        let mut call = rows::CallStart {
             entry,
             deployment_id: node.deployment_id,
             node_id: node.id,
             provider_id: provider,
             intent: call.intent().as_str().to_owned(),
-            change,
+            change: None,
         };
-        let write = Write::Begin {
-            call,
-            event: node_change_event(node, state, message),
-        };
-        (entry, write)
+        if ahead {
+            let start = Write::Node {
+                deployment: node.deployment_id,
+                node: node.id,
+                change,
+                event,
+            };
+            (entry, Write::Begin { call, event: None }, Some(start))
+        } else {
+            call.change = Some(change);
+            let write = Write::Begin {
+                call,
+                event: Some(event),
+            };
+            (entry, write, None)
+        }
     }
 
     /// The write after a call that succeeded, for the caller to queue.

@@ -19,7 +19,7 @@ use crate::deploy::blueprint::Blueprint;
 use crate::deploy::schedule::{Direction, Schedule};
 use crate::deploy::step::{Begun, StepError};
 use crate::deploy::template;
-use crate::deploy::writer::{Committed, Write};
+use crate::deploy::writer::{Committed, Write, Writer};
 use crate::deploy::{DEPLOYED, Deployments, EventKind, NodeState, RETIRING};
 use crate::store::deployments::{self as rows, NodeChange, NodeRow};
 
@@ -107,9 +107,47 @@ struct Start {
     rendered: Result<Value, String>,
     dependency_outputs: Vec<(String, Value)>,
     /// When its provider is connected: its journal entry, queued with this
-    /// turn's writes, and its permit if one is free (else it waits for one
+    /// turn's writes, and its permit if one was free (else it waits for one
     /// with its entry durable: see [`DeployPhase::start_ready`]).
-    early: Option<(Uuid, Option<OwnedSemaphorePermit>)>,
+    early: Option<(Uuid, Slot)>,
+}
+
+/// A step's room under the concurrency bound when its entry is queued.
+pub(super) enum Slot {
+    /// A permit was free.
+    Held(OwnedSemaphorePermit),
+    /// It waits for one; then the node's change and event for the call
+    /// starting (written apart from its entry) are queued.
+    Awaited(Option<Box<Write>>),
+}
+
+impl Slot {
+    /// The permit taken, or else the write to queue once one is had.
+    pub(super) fn of(permit: Option<OwnedSemaphorePermit>, start: Option<Write>) -> Slot {
+        match permit {
+            Some(permit) => Slot::Held(permit),
+            None => Slot::Awaited(start.map(Box::new)),
+        }
+    }
+
+    /// Once the step may call: its permit; the node's change is queued
+    /// first for a step that waited.
+    pub(super) async fn ready(
+        self,
+        limit: Arc<Semaphore>,
+        writer: &Writer,
+    ) -> OwnedSemaphorePermit {
+        match self {
+            Slot::Held(permit) => permit,
+            Slot::Awaited(start) => {
+                let permit = limit.acquire_owned().await;
+                if let Some(start) = start {
+                    writer.queue(*start);
+                }
+                permit.expect("the bound's semaphore is never closed")
+            }
+        }
+    }
 }
 
 impl<'a> DeployPhase<'a> {
@@ -169,9 +207,9 @@ impl<'a> DeployPhase<'a> {
     /// again have their entry committed while they wait, so a permit freed is
     /// used at once instead of after a commit: on PostgreSQL, where a commit
     /// takes a millisecond or two, a step's wait for its entry was most of
-    /// its time. Those waiting show `IN_PROGRESS`, "deploying", until a
-    /// permit frees: a moment for quick calls, as long as the calls ahead of
-    /// them for slow ones (a job, an image build).
+    /// its time. Those waiting keep their state (`TO_DEPLOY`) until they
+    /// call: their node's change to `IN_PROGRESS` is written apart from
+    /// their entry, queued once they have a permit (see [`Slot`]).
     fn start_ready(&mut self, writes: &mut Vec<Write>) -> Vec<Start> {
         let stopping = &self.deployments.inner.stopping;
         while !stopping.is_cancelled()
@@ -241,20 +279,22 @@ impl<'a> DeployPhase<'a> {
         node: &NodeRow,
         rendered: &Result<Value, String>,
         writes: &mut Vec<Write>,
-    ) -> Option<(Uuid, Option<OwnedSemaphorePermit>)> {
+    ) -> Option<(Uuid, Slot)> {
         let updating = is_update(node);
         match (rendered, node.provider_id) {
             (Ok(config), Some(provider))
                 if !updating && self.deployments.inner.providers.is_connected(provider) =>
             {
-                let (entry, write) = self.deployments.steps().begin_deploy(
+                let permit = self.limit.clone().try_acquire_owned().ok();
+                let (entry, write, start) = self.deployments.steps().begin_deploy(
                     node,
                     provider,
                     config.clone(),
                     self.operation,
+                    permit.is_none(),
                 );
                 writes.push(write);
-                Some((entry, self.limit.clone().try_acquire_owned().ok()))
+                Some((entry, Slot::of(permit, start)))
             }
             _ => None,
         }
@@ -272,18 +312,20 @@ impl<'a> DeployPhase<'a> {
             dependency_outputs,
             early,
         } = start;
-        let early = early.map(|(entry, permit)| {
+        let early = early.map(|(entry, slot)| {
             let committed = queued.next().expect("one send per entry");
-            (Begun { entry, committed }, permit)
+            (Begun { entry, committed }, slot)
         });
         self.running.spawn(async move {
             let replica = node.replica;
             let result = match rendered {
                 Ok(config) => {
                     let (begun, _permit) = match early {
-                        Some((begun, Some(permit))) => (Some(begun), Ok(permit)),
-                        Some((begun, None)) => (Some(begun), limit.acquire_owned().await),
-                        None => (None, limit.acquire_owned().await),
+                        Some((begun, slot)) => (
+                            Some(begun),
+                            Some(slot.ready(limit, &this.inner.writer).await),
+                        ),
+                        None => (None, limit.acquire_owned().await.ok()),
                     };
                     if is_update(&node) {
                         this.steps()

@@ -8,8 +8,9 @@
 //! waits only for its own entry: a dependency's destroy is called once its
 //! entry is durable, and its dependents' results commit with it or before.
 //! As many steps again as the bound have their entry committed while they
-//! wait for a permit to call ([`super::deploy_phase::LOOKAHEAD`]). All
-//! results are durable before the phase ends.
+//! wait for a permit to call ([`super::deploy_phase::LOOKAHEAD`]); their
+//! nodes keep their state until they call. All results are durable before
+//! the phase ends.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -19,7 +20,7 @@ use tokio::sync::Semaphore;
 use tokio::task::{JoinError, JoinSet};
 use uuid::Uuid;
 
-use super::deploy_phase::LOOKAHEAD;
+use super::deploy_phase::{LOOKAHEAD, Slot};
 use super::phase::{Committing, Graph, RunState};
 use super::{Executor, Scope, Stopped};
 use crate::deploy::NodeState;
@@ -83,20 +84,26 @@ impl Executor<'_> {
                 if *next == chosen[key].len() {
                     ready.pop_front();
                 }
-                let early = self.begin_early(&node, &mut writes);
+                let early = self.begin_early(&node, &limit, &mut writes);
                 starts.push((key, node, early));
             }
             let mut queued = self.0.inner.writer.submit_all(writes).into_iter();
             committing.add(queued.by_ref().take(finished), &mut run);
             for (key, node, early) in starts {
-                let begun = early.map(|entry| Begun {
-                    entry,
-                    committed: queued.next().expect("one send per entry"),
+                let early = early.map(|(entry, slot)| {
+                    let committed = queued.next().expect("one send per entry");
+                    (Begun { entry, committed }, slot)
                 });
                 let this = self.0.clone();
                 let limit = limit.clone();
                 running.spawn(async move {
-                    let _permit = limit.acquire_owned().await;
+                    let (begun, _permit) = match early {
+                        Some((begun, slot)) => (
+                            Some(begun),
+                            Some(slot.ready(limit, &this.inner.writer).await),
+                        ),
+                        None => (None, limit.acquire_owned().await.ok()),
+                    };
                     (key, this.steps().destroy_node(node, begun).await)
                 });
             }
@@ -116,16 +123,26 @@ impl Executor<'_> {
 }
 
 impl Executor<'_> {
-    /// A destroy that can call at once (its provider connected): its
-    /// entry, whose write goes to `writes`.
-    fn begin_early(&self, node: &NodeRow, writes: &mut Vec<Write>) -> Option<Uuid> {
+    /// A destroy that can call once it has a permit (its provider
+    /// connected): its entry, whose write goes to `writes`, and its permit
+    /// if one is free.
+    fn begin_early(
+        &self,
+        node: &NodeRow,
+        limit: &Arc<Semaphore>,
+        writes: &mut Vec<Write>,
+    ) -> Option<(Uuid, Slot)> {
         let provider = destroy_call(node)?;
         if !self.0.inner.providers.is_connected(provider) {
             return None;
         }
-        let (entry, write) = self.0.steps().begin_destroy(node, provider);
+        let permit = limit.clone().try_acquire_owned().ok();
+        let (entry, write, start) = self
+            .0
+            .steps()
+            .begin_destroy(node, provider, permit.is_none());
         writes.push(write);
-        Some(entry)
+        Some((entry, Slot::of(permit, start)))
     }
 
     /// The deployment's stored blueprint, parsed.

@@ -34,11 +34,22 @@ pub struct NewEvent {
 pub enum GroupWrite {
     /// A deployment event on its own.
     Event { deployment: Uuid, event: NewEvent },
-    /// The node's state and the journal entry for the call about to be made,
-    /// with its event. Older entries of the node go: the new call supersedes
-    /// them (calls are idempotent per resource, and the new one settles
-    /// whatever they left).
-    Begin { call: CallStart, event: NewEvent },
+    /// The journal entry for the call about to be made, with the node's
+    /// state and its event (none for an entry written ahead of its call,
+    /// whose node changes with [`GroupWrite::Node`] once it calls). Older
+    /// entries of the node go: the new call supersedes them (calls are
+    /// idempotent per resource, and the new one settles whatever they left).
+    Begin {
+        call: CallStart,
+        event: Option<NewEvent>,
+    },
+    /// A node's change with its event, the journal untouched.
+    Node {
+        deployment: Uuid,
+        node: Uuid,
+        change: NodeChange,
+        event: NewEvent,
+    },
     /// A call's result and the end of its entry, with its event.
     Finish {
         deployment: Uuid,
@@ -212,7 +223,9 @@ impl Gathered {
         let (deployment, event) = match write {
             GroupWrite::Event { deployment, event } => (*deployment, Some(event)),
             GroupWrite::Begin { call, event } => {
-                self.merge(call.node_id, &call.change);
+                if let Some(change) = &call.change {
+                    self.merge(call.node_id, change);
+                }
                 self.superseded.push(call.node_id);
                 let entry = journal::ActiveModel {
                     id: Set(call.entry),
@@ -223,7 +236,16 @@ impl Gathered {
                     created_at: Set(Utc::now()),
                 };
                 self.entries.insert(call.node_id, entry);
-                (call.deployment_id, Some(event))
+                (call.deployment_id, event.as_ref())
+            }
+            GroupWrite::Node {
+                deployment,
+                node,
+                change,
+                event,
+            } => {
+                self.merge(*node, change);
+                (*deployment, Some(event))
             }
             GroupWrite::Finish {
                 deployment,
@@ -331,7 +353,8 @@ fn new_event(deployment_id: Uuid, event: NewEvent) -> deployment_event::ActiveMo
     }
 }
 
-/// A call about to be made: its journal entry (`entry`) and the node's change.
+/// A call about to be made: its journal entry (`entry`) and the node's
+/// change, if it changes with the entry.
 #[derive(Clone, Debug)]
 pub struct CallStart {
     pub entry: Uuid,
@@ -339,7 +362,7 @@ pub struct CallStart {
     pub node_id: Uuid,
     pub provider_id: Uuid,
     pub intent: String,
-    pub change: NodeChange,
+    pub change: Option<NodeChange>,
 }
 
 /// Deletes a journal entry whose call needs no change to its node.

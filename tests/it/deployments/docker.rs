@@ -14,8 +14,8 @@ use super::plans::{actions, apply, plan};
 use crate::health::support::{fast_health, health_events, node, until};
 use crate::support::binary::{admin_gql, serve};
 use crate::support::deployments::{
-    create_blueprint, deploy, deployment, docker_provider_config, settled, with_docker_provider,
-    with_process_provider,
+    create_blueprint, deploy, deployment, destroy, docker_provider_config, settled,
+    with_docker_provider, with_process_provider,
 };
 use crate::support::docker::{
     DeploymentCleanup, LABEL_DEPLOYMENT, busybox_image, container_state, containers, networks,
@@ -169,13 +169,7 @@ async fn containers_on_a_network_and_a_volume_talk_power_off_and_on_and_leave_no
 
     // Destroy a suspended deployment: nothing with its label is left.
     assert_eq!(powered(&app, &id, "probe", "STOP").await, "SUSPENDED");
-    let body = app
-        .gql(
-            "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
-            json!({ "id": id }),
-        )
-        .await;
-    data(&body);
+    destroy(&app, &id).await;
     let gone = settled(&app, &id, &["DESTROYED", "FAILED"]).await;
     assert_eq!(gone.state, "DESTROYED", "{gone:?}");
     assert_eq!(containers(&label), Vec::<String>::new());
@@ -345,13 +339,7 @@ async fn power_and_logs_need_the_providers_features() {
     assert_eq!(after.node("svc").state, "COMPLETE");
 
     // A deployment that is not settled is no place for power.
-    let body = app
-        .gql(
-            "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
-            json!({ "id": id }),
-        )
-        .await;
-    data(&body);
+    destroy(&app, &id).await;
     settled(&app, &id, &["DESTROYED"]).await;
     let refused = power(&app, &id, "svc", "START").await;
     assert_eq!(error_code(&refused), Some("CONFLICT"), "{refused}");

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use crate::support::data;
 use crate::support::deployments::{
-    WEB, create_blueprint, deploy, settled, stored_event_ids, with_process_provider,
+    WEB, create_blueprint, deploy, destroy, settled, stored_event_ids, with_process_provider,
 };
 use crate::support::websocket::{next_json, subscribe};
 
@@ -44,13 +44,7 @@ async fn deployment_events_replay_history_then_follow_live() {
             // The replay reached the end of the history: now act, and the
             // rest must arrive live.
             destroying = true;
-            let body = app
-                .gql(
-                    "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
-                    json!({ "id": id }),
-                )
-                .await;
-            data(&body);
+            destroy(&app, &id).await;
         }
         if destroyed {
             break;

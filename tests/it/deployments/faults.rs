@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::deployments::{create_blueprint, deploy, deployment, settled};
+use crate::support::deployments::{create_blueprint, deploy, deployment, destroy, settled};
 use crate::support::processes::provider_pid;
 use crate::support::provider_repos::{ProviderRepo, fixture_metadata};
 use crate::support::providers::{create_provider, wait_status};
@@ -94,13 +94,7 @@ async fn provider_faults_fail_the_deployment_with_the_reason() {
         )
         .await;
     data(&body);
-    let body = app
-        .gql(
-            "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
-            json!({ "id": id }),
-        )
-        .await;
-    data(&body);
+    destroy(&app, &id).await;
     let failed = settled(&app, &id, &["FAILED", "DESTROYED"]).await;
     assert_eq!(failed.state, "FAILED", "{failed:?}");
     let error = failed.error.as_deref().unwrap();
@@ -191,12 +185,34 @@ async fn a_deploy_failed_while_its_provider_was_away_resumes_when_it_is_back() {
 
 /// `[deploy] concurrency` bounds the provider calls in flight, while as many
 /// steps again have their journal entry committed as they wait for a permit:
-/// with a bound of 2 and deploys that never answer, 4 of 8 independent nodes
-/// are `IN_PROGRESS` and the provider has received 2 calls, no more.
+/// with a bound of 2 and deploys that never answer, the provider has received
+/// 2 calls, no more, and 4 entries are committed; only the 2 nodes whose call
+/// is in flight are `IN_PROGRESS`, the waiting ones still `TO_DEPLOY`.
 #[tokio::test]
 async fn calls_in_flight_stay_within_the_concurrency_bound() {
+    calls_within_the_bound(Bounded::Deploy).await;
+}
+
+/// The same for a destroy, whose calls never answer: 2 nodes `DESTROYING`,
+/// the waiting ones still `COMPLETE`.
+#[tokio::test]
+async fn destroy_calls_in_flight_stay_within_the_concurrency_bound() {
+    calls_within_the_bound(Bounded::Destroy).await;
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Bounded {
+    Deploy,
+    Destroy,
+}
+
+async fn calls_within_the_bound(bounded: Bounded) {
     use crate::providers::protocol::{calls, loaded};
 
+    let (mode, call, calling, waiting) = match bounded {
+        Bounded::Deploy => ("hang-deploy", "deploy", "IN_PROGRESS", "TO_DEPLOY"),
+        Bounded::Destroy => ("hang-destroy", "destroy", "DESTROYING", "COMPLETE"),
+    };
     let app = TestApp::spawn_with(Arc::new(TestStore::fresh().await), |config| {
         quick(config);
         config.deploy.concurrency = 2;
@@ -206,32 +222,46 @@ async fn calls_in_flight_stay_within_the_concurrency_bound() {
     .await;
     let dir = tempfile::tempdir().unwrap();
     let call_log = dir.path().join("calls.jsonl");
-    let (_, _repo) = loaded(&app, "FIXTURE_MODE=hang-deploy", &call_log).await;
+    let (_, _repo) = loaded(&app, &format!("FIXTURE_MODE={mode}"), &call_log).await;
     let mut source = String::from("resources:\n");
     for i in 0..8 {
         source.push_str(&format!("  r{i}: {{ type: fixture.v1.noop }}\n"));
     }
     let blueprint = create_blueprint(&app, "eight", &source).await;
     let id = deploy(&app, &blueprint, "bounded", json!({ "onFailure": "KEEP" })).await;
-    let in_progress = || async {
-        let d = deployment(&app, &id).await;
-        d.nodes.iter().filter(|n| n.state == "IN_PROGRESS").count()
+    if bounded == Bounded::Destroy {
+        settled(&app, &id, &["COMPLETE"]).await;
+        destroy(&app, &id).await;
+    }
+    let made = || {
+        calls(&call_log)
+            .into_iter()
+            .filter(|(c, _)| c == call)
+            .count()
     };
-    eventually(Duration::from_secs(30), "4 nodes IN_PROGRESS", || async {
-        (in_progress().await == 4).then_some(())
-    })
-    .await;
+    let states = || async {
+        let d = deployment(&app, &id).await;
+        let count = |state: &str| d.nodes.iter().filter(|n| n.state == state).count();
+        (count(calling), count(waiting))
+    };
     eventually(
         Duration::from_secs(30),
-        "2 calls at the provider",
-        || async { (calls(&call_log).len() >= 2).then_some(()) },
+        "2 calls at the provider, 4 entries",
+        || async {
+            let entries = journal_len(&app.store).await;
+            (made() >= 2 && entries >= 4).then_some(())
+        },
     )
     .await;
+    eventually(Duration::from_secs(30), "2 nodes calling", || async {
+        (states().await == (2, 6)).then_some(())
+    })
+    .await;
     // The two waiting steps' entries were committed with the first two's:
-    // had they called without a permit, their calls would have come with them.
-    assert_eq!(in_progress().await, 4);
-    let noted = calls(&call_log);
-    assert_eq!(noted.len(), 2, "{noted:?}");
-    assert!(noted.iter().all(|(call, _)| call == "deploy"), "{noted:?}");
+    // had they called without a permit, their calls would have come with
+    // them, and their nodes would say so.
+    assert_eq!(journal_len(&app.store).await, 4);
+    assert_eq!(states().await, (2, 6));
+    assert_eq!(made(), 2, "{:?}", calls(&call_log));
     app.stop().await;
 }

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::health::support::{fast_health, health_events, node, until};
 use crate::support::deployments::{
-    create_blueprint, deploy, settled, with_docker_provider, with_process_provider,
+    create_blueprint, deploy, destroy, settled, with_docker_provider, with_process_provider,
 };
 use crate::support::docker::{DeploymentCleanup, LABEL_DEPLOYMENT, busybox_image, containers};
 use crate::support::{TestStore, data, eventually};
@@ -196,13 +196,7 @@ resources:
         "the exited containers stay until destroyed"
     );
 
-    let body = app
-        .gql(
-            "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
-            json!({ "id": id }),
-        )
-        .await;
-    data(&body);
+    destroy(&app, &id).await;
     settled(&app, &id, &["DESTROYED"]).await;
     assert!(
         containers(&label).is_empty(),

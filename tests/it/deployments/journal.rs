@@ -28,19 +28,29 @@ fn begin(deployment: Uuid, node: Uuid, provider: Uuid, message: &str) -> (Uuid, 
         node_id: node,
         provider_id: provider,
         intent: "DEPLOY".into(),
-        change: NodeChange {
+        change: Some(NodeChange {
             config: Some(format!("{{\"for\":\"{message}\"}}")),
             run_id: Some(Some(Uuid::now_v7())),
             ..NodeChange::to(NodeState::InProgress)
-        },
+        }),
     };
     (
         entry,
         GroupWrite::Begin {
             call,
-            event: event(message),
+            event: Some(event(message)),
         },
     )
+}
+
+/// A call's entry written ahead of its call: the node unchanged.
+fn ahead(deployment: Uuid, node: Uuid, provider: Uuid) -> (Uuid, GroupWrite) {
+    let (entry, write) = begin(deployment, node, provider, "unused");
+    let GroupWrite::Begin { mut call, .. } = write else {
+        unreachable!("begin writes a Begin")
+    };
+    call.change = None;
+    (entry, GroupWrite::Begin { call, event: None })
 }
 
 /// Commits a group through the pool, or through the engine writer's own
@@ -150,8 +160,9 @@ async fn a_group_leaves_what_its_writes_in_order_leave(through_direct: bool) {
 
     // Second group, in this order: a log line; a's call ends (outputs set,
     // the error cleared); c's call begins twice (the second supersedes the
-    // first in the same group); b's call begins again (superseding b1); an
-    // event for b alone; a's node changes again (its run cleared).
+    // first in the same group); b's call begins again (superseding b1), its
+    // entry written ahead of the call, and then its node changes as the call
+    // starts; a's call begins again and ends, its run cleared.
     let finish_a = GroupWrite::Finish {
         deployment,
         node: a,
@@ -165,7 +176,16 @@ async fn a_group_leaves_what_its_writes_in_order_leave(through_direct: bool) {
     };
     let (_, begin_c) = begin(deployment, c, provider, "c begins");
     let (c2, begin_c_again) = begin(deployment, c, provider, "c begins again");
-    let (b2, begin_b_again) = begin(deployment, b, provider, "b begins again");
+    let (b2, begin_b_again) = ahead(deployment, b, provider);
+    let start_b = GroupWrite::Node {
+        deployment,
+        node: b,
+        change: NodeChange {
+            config: Some("{\"for\":\"b starts\"}".into()),
+            ..NodeChange::to(NodeState::InProgress)
+        },
+        event: event("b starts"),
+    };
     let (a2, begin_a_again) = begin(deployment, a, provider, "a begins again");
     let finish_a_again = GroupWrite::Finish {
         deployment,
@@ -188,6 +208,7 @@ async fn a_group_leaves_what_its_writes_in_order_leave(through_direct: bool) {
         &begin_c,
         &begin_c_again,
         &begin_b_again,
+        &start_b,
         &begin_a_again,
         &finish_a_again,
     ];
@@ -205,7 +226,8 @@ async fn a_group_leaves_what_its_writes_in_order_leave(through_direct: bool) {
             Some("a deployed"),
             Some("c begins"),
             Some("c begins again"),
-            Some("b begins again"),
+            None,
+            Some("b starts"),
             Some("a begins again"),
             None,
         ]
@@ -232,7 +254,7 @@ async fn a_group_leaves_what_its_writes_in_order_leave(through_direct: bool) {
             "a deployed",
             "c begins",
             "c begins again",
-            "b begins again",
+            "b starts",
             "a begins again",
         ]
     );
@@ -262,10 +284,7 @@ async fn a_group_leaves_what_its_writes_in_order_leave(through_direct: bool) {
         Some("{\"for\":\"a begins again\"}")
     );
     assert_eq!(node(b).state, NodeState::InProgress);
-    assert_eq!(
-        node(b).config.as_deref(),
-        Some("{\"for\":\"b begins again\"}")
-    );
+    assert_eq!(node(b).config.as_deref(), Some("{\"for\":\"b starts\"}"));
     assert_eq!(node(b).outputs, None);
     assert!(node(b).run_id.is_some());
     assert_eq!(

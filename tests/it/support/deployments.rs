@@ -129,9 +129,8 @@ pub async fn deployment(app: &TestApp, id: &str) -> Deployment {
     .await
 }
 
-/// Destroys a deployment, waits until it is `DESTROYED` and its processes
-/// are gone.
-pub async fn destroy_and_wait(app: &TestApp, id: &str, pids: &[i32]) {
+/// Asks for a deployment's destroy (`destroyDeployment`), without waiting.
+pub async fn destroy(app: &TestApp, id: &str) {
     let body = app
         .gql(
             "mutation($id: ID!) { destroyDeployment(id: $id) { id } }",
@@ -139,6 +138,12 @@ pub async fn destroy_and_wait(app: &TestApp, id: &str, pids: &[i32]) {
         )
         .await;
     data(&body);
+}
+
+/// Destroys a deployment, waits until it is `DESTROYED` and its processes
+/// are gone.
+pub async fn destroy_and_wait(app: &TestApp, id: &str, pids: &[i32]) {
+    destroy(app, id).await;
     settled(app, id, &["DESTROYED"]).await;
     all_gone(pids).await;
 }
