@@ -3,7 +3,8 @@
 //! The metrics recorder is process-wide (the `metrics` facade has one global
 //! recorder), so it is installed once and every server in the process shares it.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, RwLock};
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
@@ -119,12 +120,72 @@ pub fn metrics() -> &'static PrometheusHandle {
     })
 }
 
-/// Records one finished GraphQL request.
-pub fn record_graphql(operation: &str, outcome: &'static str, seconds: f64) {
-    let operation = operation_label(operation);
-    metrics::counter!(GRAPHQL_REQUESTS, "operation" => operation.clone(), "outcome" => outcome)
-        .increment(1);
-    metrics::histogram!(GRAPHQL_DURATION, "operation" => operation).record(seconds);
+/// Records one finished GraphQL request: its outcome (`ok`, or `error` when
+/// the response has errors) and how long it took.
+pub fn record_graphql(operation: &str, ok: bool, seconds: f64) {
+    let series = operation_series(operation);
+    if ok { &series.ok } else { &series.error }.increment(1);
+    series.duration.record(seconds);
+}
+
+/// How many operation names get series of their own; requests of any other
+/// name are counted under `operation="other"`. Names come from clients, and
+/// the exporter keeps each series (a histogram's buckets) for the process's
+/// life: unbounded, a client making up names would grow the server's memory
+/// and `/metrics` without end.
+pub const OPERATION_SERIES: usize = 200;
+
+/// The metrics of one operation name, registered once: a request then costs
+/// a map lookup instead of building and hashing labelled keys in the
+/// exporter's registry for each of its two series.
+struct OperationSeries {
+    ok: metrics::Counter,
+    error: metrics::Counter,
+    duration: metrics::Histogram,
+}
+
+impl OperationSeries {
+    fn register(label: String) -> OperationSeries {
+        OperationSeries {
+            ok: metrics::counter!(GRAPHQL_REQUESTS, "operation" => label.clone(), "outcome" => "ok"),
+            error: metrics::counter!(GRAPHQL_REQUESTS, "operation" => label.clone(), "outcome" => "error"),
+            duration: metrics::histogram!(GRAPHQL_DURATION, "operation" => label),
+        }
+    }
+}
+
+/// The series of `operation` (a request's name, as the client sent it),
+/// registered at its first request while there is room.
+fn operation_series(operation: &str) -> Arc<OperationSeries> {
+    let cleaned;
+    let label = if is_label(operation) {
+        operation
+    } else {
+        cleaned = operation_label(operation);
+        &cleaned
+    };
+    type Known = RwLock<HashMap<String, Arc<OperationSeries>>>;
+    static KNOWN: OnceLock<Known> = OnceLock::new();
+    static OTHER: OnceLock<Arc<OperationSeries>> = OnceLock::new();
+    let known = KNOWN.get_or_init(|| {
+        metrics();
+        RwLock::default()
+    });
+    if let Some(series) = known.read().unwrap_or_else(|e| e.into_inner()).get(label) {
+        return series.clone();
+    }
+    let mut known = known.write().unwrap_or_else(|e| e.into_inner());
+    if let Some(series) = known.get(label) {
+        return series.clone();
+    }
+    if known.len() >= OPERATION_SERIES {
+        return OTHER
+            .get_or_init(|| Arc::new(OperationSeries::register("other".to_owned())))
+            .clone();
+    }
+    let series = Arc::new(OperationSeries::register(label.to_owned()));
+    known.insert(label.to_owned(), series.clone());
+    series
 }
 
 /// Counts a GraphQL HTTP request as in flight until the guard is dropped: when
@@ -163,12 +224,21 @@ pub fn record_deploy_step(intent: &'static str, outcome: &'static str) {
     metrics::counter!(DEPLOY_STEPS, "intent" => intent, "outcome" => outcome).increment(1);
 }
 
+/// Whether `name` is its own label: what [`operation_label`] keeps of it.
+fn is_label(name: &str) -> bool {
+    (1..=OPERATION_LABEL_LEN).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// The longest operation label.
+const OPERATION_LABEL_LEN: usize = 64;
+
 /// Operation names come from clients: keep the label to a bounded, safe alphabet.
 fn operation_label(name: &str) -> String {
     let cleaned: String = name
         .chars()
         .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
-        .take(64)
+        .take(OPERATION_LABEL_LEN)
         .collect();
     if cleaned.is_empty() {
         "anonymous".to_owned()
@@ -179,7 +249,7 @@ fn operation_label(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{colour_wanted, operation_label};
+    use super::{colour_wanted, is_label, operation_label};
 
     #[test]
     fn logs_are_coloured_only_on_a_terminal_without_no_color() {
@@ -195,5 +265,12 @@ mod tests {
         assert_eq!(operation_label(""), "anonymous");
         assert_eq!(operation_label("Get\"Info\n"), "GetInfo");
         assert_eq!(operation_label(&"x".repeat(500)).len(), 64);
+        for name in ["GetInfo", "get_info_2", &"x".repeat(64)] {
+            assert!(is_label(name), "{name}");
+            assert_eq!(operation_label(name), name);
+        }
+        for name in ["", "Get\"Info", "Ünïcode", &"x".repeat(65)] {
+            assert!(!is_label(name), "{name}");
+        }
     }
 }

@@ -235,7 +235,7 @@ impl BatchRun<'_> {
         mark_errors(&mut response);
         crate::telemetry::record_graphql(
             &operation,
-            outcome(&response),
+            response.errors.is_empty(),
             started.elapsed().as_secs_f64(),
         );
         let mut body = match serde_json::to_vec(&response) {
@@ -447,14 +447,6 @@ fn named_operation(query: &str) -> Option<String> {
             (name_at < keyword_end).then(|| name.to_owned())
         }
         _ => None,
-    }
-}
-
-fn outcome(response: &async_graphql::Response) -> &'static str {
-    if response.errors.is_empty() {
-        "ok"
-    } else {
-        "error"
     }
 }
 

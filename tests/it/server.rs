@@ -118,6 +118,43 @@ async fn metrics_count_requests_by_operation_and_outcome() {
     )));
 }
 
+/// Operation names come from clients: past `OPERATION_SERIES` names, the
+/// rest share one series, so made-up names cannot grow `/metrics` (and the
+/// server's memory) without end.
+#[tokio::test]
+async fn operation_names_past_the_bound_share_one_series() {
+    use corbel::telemetry::OPERATION_SERIES;
+    let app = TestApp::spawn().await;
+    let extra = 5;
+    for i in 0..OPERATION_SERIES + extra {
+        let query = format!("query Made{i} {{ serverInfo {{ version }} }}");
+        data(&app.gql(&query, json!({})).await);
+    }
+    let text = app.metrics().await;
+    let labelled: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("corbel_graphql_requests_total{"))
+        .filter_map(|l| l.split("operation=\"").nth(1)?.split('"').next())
+        .collect();
+    assert!(
+        labelled.len() <= OPERATION_SERIES + 1,
+        "{} operation labels: {labelled:?}",
+        labelled.len()
+    );
+    assert!(labelled.contains("Made0"), "{labelled:?}");
+    let last = format!("Made{}", OPERATION_SERIES + extra - 1);
+    assert!(!labelled.contains(last.as_str()), "{labelled:?}");
+    let other: u64 = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(r#"corbel_graphql_requests_total{operation="other",outcome="ok"} "#)
+        })
+        .unwrap_or_else(|| panic!("an `other` series: {text}"))
+        .parse()
+        .unwrap();
+    assert!(other >= extra as u64, "{other}");
+}
+
 #[tokio::test]
 async fn the_web_ui_and_graphiql_are_served() {
     let app = TestApp::spawn().await;

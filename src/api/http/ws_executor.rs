@@ -246,7 +246,7 @@ async fn run_operation(
     super::mark_errors(&mut response);
     crate::telemetry::record_graphql(
         &name,
-        super::outcome(&response),
+        response.errors.is_empty(),
         started.elapsed().as_secs_f64(),
     );
     within_size(response, &limits)
