@@ -234,13 +234,16 @@ impl TestApp {
         }
     }
 
-    /// Stops the server as a signal would and waits until it has returned.
+    /// Stops the server as a signal would and waits until it has returned:
+    /// a server that has not within two minutes (every wait of its stop is
+    /// bounded by a grace far shorter) fails the test saying so.
     pub async fn stop(mut self) -> Arc<TestStore> {
+        const STOP_DEADLINE: Duration = Duration::from_secs(120);
         self.stop.take().expect("running").send(()).ok();
-        self.serving
-            .take()
-            .expect("running")
+        let serving = self.serving.take().expect("running");
+        tokio::time::timeout(STOP_DEADLINE, serving)
             .await
+            .unwrap_or_else(|_| panic!("the server did not stop within {STOP_DEADLINE:?}"))
             .expect("server task")
             .expect("server stops cleanly");
         self.store
