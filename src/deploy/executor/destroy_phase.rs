@@ -27,7 +27,7 @@ use crate::deploy::NodeState;
 use crate::deploy::blueprint::{self, Blueprint};
 use crate::deploy::schedule::{Direction, Schedule};
 use crate::deploy::step::{Begun, StepError, destroy_call};
-use crate::deploy::writer::Write;
+use crate::deploy::writer::{Committed, Write};
 use crate::store::deployments::{self as rows, NodeRow};
 
 impl Executor<'_> {
@@ -89,23 +89,8 @@ impl Executor<'_> {
             }
             let mut queued = self.0.inner.writer.submit_all(writes).into_iter();
             committing.add(queued.by_ref().take(finished), &mut run);
-            for (key, node, early) in starts {
-                let early = early.map(|(entry, slot)| {
-                    let committed = queued.next().expect("one send per entry");
-                    (Begun { entry, committed }, slot)
-                });
-                let this = self.0.clone();
-                let limit = limit.clone();
-                running.spawn(async move {
-                    let (begun, _permit) = match early {
-                        Some((begun, slot)) => (
-                            Some(begun),
-                            Some(slot.ready(limit, &this.inner.writer).await),
-                        ),
-                        None => (None, limit.acquire_owned().await.ok()),
-                    };
-                    (key, this.steps().destroy_node(node, begun).await)
-                });
+            for start in starts {
+                self.spawn_destroy(&mut running, &limit, start, &mut queued);
             }
             let Some(first) = running.join_next().await else {
                 break;
@@ -143,6 +128,33 @@ impl Executor<'_> {
             .begin_destroy(node, provider, permit.is_none());
         writes.push(write);
         Some((entry, Slot::of(permit, start)))
+    }
+
+    /// Starts one node's destroy; an early one's entry is the next of
+    /// `queued`.
+    fn spawn_destroy(
+        &self,
+        running: &mut JoinSet<Destroyed>,
+        limit: &Arc<Semaphore>,
+        (key, node, early): (usize, NodeRow, Option<(Uuid, Slot)>),
+        queued: &mut impl Iterator<Item = Committed>,
+    ) {
+        let early = early.map(|(entry, slot)| {
+            let committed = queued.next().expect("one send per entry");
+            (Begun { entry, committed }, slot)
+        });
+        let this = self.0.clone();
+        let limit = limit.clone();
+        running.spawn(async move {
+            let (begun, _permit) = match early {
+                Some((begun, slot)) => (
+                    Some(begun),
+                    Some(slot.ready(limit, &this.inner.writer).await),
+                ),
+                None => (None, limit.acquire_owned().await.ok()),
+            };
+            (key, this.steps().destroy_node(node, begun).await)
+        });
     }
 
     /// The deployment's stored blueprint, parsed.
