@@ -466,7 +466,8 @@ async fn run(bin: &Path) {
         );
         return;
     };
-    let bench = Bench::start(bin, Some(fresh_postgres_database(&server).await)).await;
+    let database = fresh_postgres_database(&server).await;
+    let bench = Bench::start(bin, Some(database.url.clone())).await;
     println!("on PostgreSQL:");
     bench.figures(true).await;
     bench.stop().await;

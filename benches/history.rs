@@ -55,8 +55,8 @@ fn main() {
             run(None).await;
             match std::env::var("CORBEL_BENCH_POSTGRES_URL") {
                 Ok(server) => {
-                    let url = postgres::fresh_postgres_database(&server).await;
-                    run(Some(url)).await;
+                    let database = postgres::fresh_postgres_database(&server).await;
+                    run(Some(database.url.clone())).await;
                 }
                 Err(_) => println!(
                     "(set CORBEL_BENCH_POSTGRES_URL=postgres://user:pass@host/db for the PostgreSQL figures)"

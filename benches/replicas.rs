@@ -59,9 +59,10 @@ impl Drop for Replica {
 
 struct Cluster {
     bin: PathBuf,
-    database_url: String,
     key: PathBuf,
     replicas: Vec<Replica>,
+    /// Dropped after the replicas (fields drop in order).
+    database: postgres::BenchDatabase,
 }
 
 impl Cluster {
@@ -81,7 +82,7 @@ impl Cluster {
                 "CORBEL_PROVIDER_STATE_DIR",
                 self.key.with_file_name("provider-state"),
             )
-            .env("CORBEL_DATABASE_URL", &self.database_url)
+            .env("CORBEL_DATABASE_URL", &self.database.url)
             .env("CORBEL_ADMIN_TOKEN", TOKEN)
             .env("CORBEL_LOG_FORMAT", "json")
             .env("CORBEL_LOG", "warn,corbel::cli=info")
@@ -252,9 +253,9 @@ fn build_server() -> PathBuf {
 async fn cluster_of(n: usize, bin: &Path, server: &str, fixture_url: &str) -> Cluster {
     let mut cluster = Cluster {
         bin: bin.to_owned(),
-        database_url: postgres::fresh_postgres_database(server).await,
         key: tempfile::tempdir().unwrap().keep().join("secret.key"),
         replicas: Vec::new(),
+        database: postgres::fresh_postgres_database(server).await,
     };
     for _ in 0..n {
         cluster.start_replica();
