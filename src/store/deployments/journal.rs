@@ -505,7 +505,14 @@ const PRUNE_BATCH: u64 = 1_000;
 /// lock at most half the time); how many went. The oldest events have the
 /// lowest ids: the first event at or after `before` bounds them.
 pub async fn prune_events(db: &DatabaseConnection, before: DateTime<Utc>) -> Result<u64, DbErr> {
-    let edge = first_event_since(db, before).await?.unwrap_or(i64::MAX);
+    // The newest event seen bounds what may go: events written while this
+    // runs are newer, and had an empty table's bound been "everything", the
+    // first events of a deployment started at that moment went with it.
+    let newest = last_event_id(db).await?;
+    if newest == 0 {
+        return Ok(0);
+    }
+    let edge = first_event_since(db, before).await?.unwrap_or(newest + 1);
     let mut deleted = 0;
     loop {
         let started = std::time::Instant::now();
