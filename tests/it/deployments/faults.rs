@@ -244,13 +244,13 @@ async fn calls_within_the_bound(bounded: Bounded) {
         let count = |state: &str| d.nodes.iter().filter(|n| n.state == state).count();
         (count(calling), count(waiting))
     };
+    // The journal is read once, at the end: a test polling it (a pool of
+    // its own opened and closed each time) hung twice this way, its runtime
+    // blocked, in ~35 runs.
     eventually(
         Duration::from_secs(30),
-        "2 calls at the provider, 4 entries",
-        || async {
-            let entries = journal_len(&app.store).await;
-            (made() >= 2 && entries >= 4).then_some(())
-        },
+        "2 calls at the provider",
+        || async { (made() >= 2).then_some(()) },
     )
     .await;
     eventually(Duration::from_secs(30), "2 nodes calling", || async {
